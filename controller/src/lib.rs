@@ -1,0 +1,8 @@
+//! kubetun controller library: IPAM, the CR -> gateway-state planner, reconcilers, the gateway
+//! client and the connector shared by the CLI and the ShortcutConnection operator.
+
+/// Gateway control API client types, generated from `gateway/proto/gateway.proto`.
+#[allow(missing_docs, clippy::all)]
+pub mod gateway_api {
+    tonic::include_proto!("kubetun.gateway.v1");
+}

@@ -1,0 +1,138 @@
+//! Custom resource types of the `net.kubetun.io/v1alpha1` API group.
+//!
+//! - [`NetworkConfig`]: what one cluster tells a peer (its CIDRs, endpoint, public key); the
+//!   receiver writes how it sees the sender into the status.
+//! - [`TunnelEndpoint`]: one per peer, merged from both NetworkConfigs; what the gateway gets.
+//! - [`ShortcutConnection`]: a leaf-to-leaf link managed from a hub.
+//! - [`Network`] / [`NetworkId`]: isolated networks with a cluster-unique ID (VNI) claimed by
+//!   create-as-lock, and peerings whose prefixes become the gateway ACL.
+//!
+//! [`all_crds`] lists every definition; the `crdgen` binary prints them as YAML.
+
+mod network;
+mod networkconfig;
+mod shortcut;
+mod tunnelendpoint;
+
+pub use network::*;
+pub use networkconfig::*;
+pub use shortcut::*;
+pub use tunnelendpoint::*;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// API group of every kubetun resource.
+pub const GROUP: &str = "net.kubetun.io";
+/// API version of every kubetun resource.
+pub const VERSION: &str = "v1alpha1";
+
+/// Every CustomResourceDefinition of the group, in a stable order.
+pub fn all_crds() -> Vec<CustomResourceDefinition> {
+    vec![
+        NetworkConfig::crd(),
+        TunnelEndpoint::crd(),
+        ShortcutConnection::crd(),
+        Network::crd(),
+        NetworkId::crd(),
+    ]
+}
+
+/// The CRDs as one multi-document YAML stream (what `deploy/crds/` holds).
+pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
+    let mut out = String::new();
+    for crd in all_crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&crd)?);
+    }
+    Ok(out)
+}
+
+/// Identity of a cluster: a stable ID and a human name.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterRef {
+    /// Stable unique cluster ID.
+    #[schemars(length(min = 1, max = 63))]
+    pub id: String,
+    /// Human readable cluster name.
+    #[serde(default)]
+    pub name: String,
+}
+
+/// A WireGuard endpoint: address (IP or DNS name) and UDP port.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Endpoint {
+    /// IP address or DNS name.
+    #[schemars(length(min = 1, max = 253))]
+    pub address: String,
+    /// UDP port.
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: u16,
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.address.contains(':') {
+            write!(f, "[{}]:{}", self.address, self.port)
+        } else {
+            write!(f, "{}:{}", self.address, self.port)
+        }
+    }
+}
+
+/// A real CIDR and the CIDR a cluster uses for it. `view == real` means not remapped.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CidrMapping {
+    /// The CIDR as its owner announces it (real addresses on the wire).
+    #[schemars(schema_with = "cidr_schema")]
+    pub real: String,
+    /// The CIDR the viewing cluster uses for it (same prefix length).
+    #[schemars(schema_with = "cidr_schema")]
+    pub view: String,
+}
+
+impl CidrMapping {
+    /// True when the view differs from the real CIDR.
+    pub fn is_remapped(&self) -> bool {
+        self.real != self.view
+    }
+}
+
+/// Pattern an IPv4 or IPv6 CIDR must match in the schema (the controller parses it fully).
+pub const CIDR_PATTERN: &str = r"^(([0-9]{1,3}\.){3}[0-9]{1,3}/([0-9]|[12][0-9]|3[0-2])|[0-9a-fA-F:.]*:[0-9a-fA-F:.]*/([0-9]|[1-9][0-9]|1[01][0-9]|12[0-8]))$";
+
+/// Schema of one CIDR string.
+pub fn cidr_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "pattern": CIDR_PATTERN,
+        "maxLength": 49,
+    })
+}
+
+/// Schema of a list of CIDR strings.
+pub fn cidr_list_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": { "type": "string", "pattern": CIDR_PATTERN, "maxLength": 49 },
+        "maxItems": 64,
+    })
+}
+
+/// Schema of an optional list of CIDR strings (`null` distinct from `[]`).
+pub fn optional_cidr_list_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "nullable": true,
+        "items": { "type": "string", "pattern": CIDR_PATTERN, "maxLength": 49 },
+        "maxItems": 64,
+    })
+}
+
+/// Re-export of the condition type used in every status.
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;

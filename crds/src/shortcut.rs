@@ -1,0 +1,114 @@
+//! `ShortcutConnection`: a direct leaf-to-leaf link, managed from the hub.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{CidrMapping, Condition, ConnectionState, Endpoint};
+
+/// Links two leaf clusters directly; the hub's operator runs the same exchange as
+/// `kubetun network connect` between them.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "net.kubetun.io",
+    version = "v1alpha1",
+    kind = "ShortcutConnection",
+    namespaced,
+    status = "ShortcutConnectionStatus",
+    shortname = "sc",
+    category = "kubetun",
+    printcolumn = r#"{"name":"Left","type":"string","jsonPath":".spec.left.name"}"#,
+    printcolumn = r#"{"name":"Right","type":"string","jsonPath":".spec.right.name"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ShortcutConnectionSpec {
+    /// One leaf.
+    pub left: LeafCluster,
+    /// The other leaf.
+    pub right: LeafCluster,
+    /// Tunnel MTU for the link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1280, max = 9000))]
+    pub mtu: Option<u32>,
+}
+
+/// How the hub reaches one leaf cluster.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LeafCluster {
+    /// Name of the leaf (shown in status and tables).
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+    /// Secret (in the ShortcutConnection's namespace) holding the leaf's kubeconfig.
+    pub kubeconfig_secret: SecretKeyRef,
+    /// Namespace on the leaf where kubetun's resources live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Overrides the endpoint the leaf's gateway announces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_override: Option<Endpoint>,
+}
+
+/// A key of a Secret.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Secret name.
+    pub name: String,
+    /// Key inside the Secret; defaults to `kubeconfig`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// Lifecycle phase of a shortcut.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ShortcutPhase {
+    /// Exchange in progress.
+    #[default]
+    Pending,
+    /// Both directions connected.
+    Connected,
+    /// A leaf is unreachable or refused; see conditions.
+    Error,
+    /// Being torn down.
+    Deleting,
+}
+
+/// How `from` sees `to`'s CIDRs, and the state of `from`'s tunnel to `to`.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShortcutDirection {
+    /// Viewing leaf.
+    pub from: String,
+    /// Viewed leaf.
+    pub to: String,
+    /// `to`'s pod CIDRs as `from` sees them.
+    #[serde(default)]
+    pub pod_cidrs: Vec<CidrMapping>,
+    /// `to`'s external CIDRs as `from` sees them.
+    #[serde(default)]
+    pub external_cidrs: Vec<CidrMapping>,
+    /// `from`'s TunnelEndpoint state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<ConnectionState>,
+}
+
+/// Status of a [`ShortcutConnection`].
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ShortcutConnectionStatus {
+    /// Summary phase.
+    #[serde(default)]
+    pub phase: ShortcutPhase,
+    /// Both directions (left -> right, right -> left).
+    #[serde(default)]
+    pub directions: Vec<ShortcutDirection>,
+    /// The spec generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, `LeafReachable` and error reasons.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}

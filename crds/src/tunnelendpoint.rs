@@ -1,0 +1,119 @@
+//! `TunnelEndpoint`: one per peer, what the gateway is configured from.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{CidrMapping, ClusterRef, Condition, Endpoint, optional_cidr_list_schema};
+
+/// A peer link, merged from our NetworkConfig (as processed by the peer) and the peer's
+/// NetworkConfig (as processed by us).
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "net.kubetun.io",
+    version = "v1alpha1",
+    kind = "TunnelEndpoint",
+    namespaced,
+    status = "TunnelEndpointStatus",
+    shortname = "te",
+    category = "kubetun",
+    printcolumn = r#"{"name":"Peer","type":"string","jsonPath":".spec.cluster.id"}"#,
+    printcolumn = r#"{"name":"Endpoint","type":"string","jsonPath":".spec.endpoint.address"}"#,
+    printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.connection.status"}"#,
+    printcolumn = r#"{"name":"Latency","type":"string","jsonPath":".status.connection.latency"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TunnelEndpointSpec {
+    /// The remote cluster.
+    pub cluster: ClusterRef,
+    /// Our pod CIDRs (`real`) and how the peer sees them (`view`).
+    pub local_pod_cidrs: Vec<CidrMapping>,
+    /// Our external CIDRs and how the peer sees them.
+    #[serde(default)]
+    pub local_external_cidrs: Vec<CidrMapping>,
+    /// The peer's pod CIDRs (`real`) and how we see them (`view`).
+    pub remote_pod_cidrs: Vec<CidrMapping>,
+    /// The peer's external CIDRs and how we see them.
+    #[serde(default)]
+    pub remote_external_cidrs: Vec<CidrMapping>,
+    /// The peer gateway's endpoint.
+    pub endpoint: Endpoint,
+    /// The peer gateway's WireGuard public key (base64).
+    #[schemars(length(min = 44, max = 44))]
+    pub public_key: String,
+    /// Tunnel MTU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
+    /// Network isolation: remote (real) prefixes this link may carry, from ready `Network`
+    /// peerings. Absent: no ACL; empty: nothing passes (fail closed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "optional_cidr_list_schema")]
+    pub allowed_prefixes: Option<Vec<String>>,
+}
+
+/// Connection state of a tunnel.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ConnectionState {
+    /// A recent handshake; traffic flows.
+    Connected,
+    /// Waiting for the first handshake.
+    #[default]
+    Connecting,
+    /// No connectivity towards the remote cluster.
+    Error,
+}
+
+impl std::fmt::Display for ConnectionState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Connected => "Connected",
+            Self::Connecting => "Connecting",
+            Self::Error => "Error",
+        })
+    }
+}
+
+/// Runtime state of the tunnel as the gateway reports it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectionStatus {
+    /// Connected, Connecting or Error.
+    pub status: ConnectionState,
+    /// Why, in words a person can act on.
+    #[serde(default)]
+    pub message: String,
+    /// Round-trip latency, human readable (e.g. "1.2ms").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<String>,
+    /// Round-trip latency in microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_us: Option<u64>,
+    /// RFC 3339 time of the last completed handshake.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handshake: Option<String>,
+    /// Bytes received from the peer.
+    #[serde(default)]
+    pub rx_bytes: u64,
+    /// Bytes sent to the peer.
+    #[serde(default)]
+    pub tx_bytes: u64,
+    /// The endpoint the gateway currently uses (may be a learned roaming address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+}
+
+/// Status of a [`TunnelEndpoint`].
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TunnelEndpointStatus {
+    /// The gateway's view of the tunnel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection: Option<ConnectionStatus>,
+    /// The spec generation the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Applied` (pushed to the gateway), `Connected`.
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,1 @@
+//! kubetun lab and netns test support: builds clusters as network namespaces.
