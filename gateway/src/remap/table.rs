@@ -1,0 +1,617 @@
+//! The immutable remap table, its builder and validation, and the per-packet decisions.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+
+use ipnet::IpNet;
+
+use super::lpm::{Key, PrefixMap};
+use super::packet::{self, Ipv4Meta, Ipv6Meta, Malformed, Side};
+use super::{DropReason, MAX_PEER_ID, PeerId, RemapError, Route, Verdict};
+
+/// One route of one family, as the fast path uses it.
+#[derive(Clone, Copy, Debug)]
+struct Rule<A> {
+    peer: PeerId,
+    /// Index into [`RemapTable::peers`].
+    peer_index: u32,
+    view: A,
+    real: A,
+    len: u8,
+    host_mask: A,
+    /// A longer view of another route lies inside this one's view, so an ingress translation
+    /// must confirm that the resulting view selects this route.
+    view_shadowed: bool,
+    /// A longer real prefix of the same peer lies inside this one's, so an egress translation
+    /// must confirm that the resulting real address selects this route.
+    real_shadowed: bool,
+}
+
+impl<A: Key + std::ops::BitOr<Output = A>> Rule<A> {
+    #[inline]
+    fn to_real(&self, view_addr: A) -> A {
+        self.real | view_addr.and(self.host_mask)
+    }
+
+    #[inline]
+    fn to_view(&self, real_addr: A) -> A {
+        self.view | real_addr.and(self.host_mask)
+    }
+}
+
+/// The routes of one address family: rules, and the LPM over their views.
+#[derive(Clone, Debug)]
+struct FamilyTable<A> {
+    rules: Box<[Rule<A>]>,
+    /// View prefix → rule index.
+    views: PrefixMap<A>,
+}
+
+/// A set of prefixes of both families.
+#[derive(Clone, Debug)]
+struct PrefixSet {
+    v4: PrefixMap<u32>,
+    v6: PrefixMap<u128>,
+}
+
+impl PrefixSet {
+    fn new(prefixes: &[IpNet]) -> Self {
+        Self {
+            v4: PrefixMap::new(
+                prefixes
+                    .iter()
+                    .filter_map(|p| v4_parts(p).map(|(a, l)| (a, l, 0))),
+            ),
+            v6: PrefixMap::new(
+                prefixes
+                    .iter()
+                    .filter_map(|p| v6_parts(p).map(|(a, l)| (a, l, 0))),
+            ),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct PeerEntry {
+    /// Real prefix → rule index, per family.
+    reals_v4: PrefixMap<u32>,
+    reals_v6: PrefixMap<u128>,
+    acl: Option<PrefixSet>,
+}
+
+fn v4_parts(net: &IpNet) -> Option<(u32, u8)> {
+    match net {
+        IpNet::V4(n) => Some((u32::from(n.network()), n.prefix_len())),
+        IpNet::V6(_) => None,
+    }
+}
+
+fn v6_parts(net: &IpNet) -> Option<(u128, u8)> {
+    match net {
+        IpNet::V6(n) => Some((u128::from(n.network()), n.prefix_len())),
+        IpNet::V4(_) => None,
+    }
+}
+
+/// Collects and validates peers and their routes, then builds a [`RemapTable`].
+#[derive(Clone, Debug, Default)]
+pub struct TableBuilder {
+    local_prefixes: Vec<IpNet>,
+    mss_clamp_mtu: Option<u16>,
+    peers: Vec<PeerSpec>,
+    peer_ids: HashMap<PeerId, usize>,
+    /// View → (peer, real): rejects a view used twice as soon as it is added.
+    views: HashMap<IpNet, (PeerId, IpNet)>,
+}
+
+#[derive(Clone, Debug)]
+struct PeerSpec {
+    id: PeerId,
+    routes: Vec<Route>,
+    acl: Option<Vec<IpNet>>,
+}
+
+impl TableBuilder {
+    /// An empty builder: no peers, any local source allowed, no MSS clamping.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The local prefixes that may send to peers; empty allows any local source.
+    pub fn local_prefixes(&mut self, prefixes: &[IpNet]) -> &mut Self {
+        self.local_prefixes = prefixes.to_vec();
+        self
+    }
+
+    /// Clamps the MSS of TCP SYNs to fit this tunnel MTU (`mtu - 40` on IPv4, `mtu - 60` on
+    /// IPv6); `None` leaves MSS options alone.
+    pub fn mss_clamp_mtu(&mut self, mtu: Option<u16>) -> &mut Self {
+        self.mss_clamp_mtu = mtu;
+        self
+    }
+
+    /// Adds a peer with its routes and ACL (`None`: no ACL; `Some(list)`: only remote real
+    /// addresses inside `list` pass, in both directions; an empty list drops everything).
+    ///
+    /// Repeating an identical route is harmless. Errors: a view whose family or length differs
+    /// from its real prefix, a prefix with host bits set, a view already used by any route, a
+    /// real prefix mapped to two views, a peer added twice or an id above [`MAX_PEER_ID`].
+    pub fn add_peer(
+        &mut self,
+        id: PeerId,
+        routes: &[Route],
+        acl: Option<&[IpNet]>,
+    ) -> Result<(), RemapError> {
+        if id > MAX_PEER_ID {
+            return Err(RemapError::PeerIdOutOfRange(id));
+        }
+        if self.peer_ids.contains_key(&id) {
+            return Err(RemapError::DuplicatePeer(id));
+        }
+        let canonical = |prefix: &IpNet| {
+            if prefix.trunc() == *prefix {
+                Ok(())
+            } else {
+                Err(RemapError::HostBitsSet {
+                    peer: id,
+                    prefix: *prefix,
+                    expected: prefix.trunc(),
+                })
+            }
+        };
+        let mut unique: Vec<Route> = Vec::with_capacity(routes.len());
+        let mut by_real: HashMap<IpNet, IpNet> = HashMap::new();
+        for route in routes {
+            let same_family = matches!(
+                (route.real, route.view),
+                (IpNet::V4(_), IpNet::V4(_)) | (IpNet::V6(_), IpNet::V6(_))
+            );
+            if !same_family || route.real.prefix_len() != route.view.prefix_len() {
+                return Err(RemapError::RouteMismatch {
+                    peer: id,
+                    real: route.real,
+                    view: route.view,
+                });
+            }
+            canonical(&route.real)?;
+            canonical(&route.view)?;
+            match by_real.entry(route.real) {
+                Entry::Occupied(first) if *first.get() == route.view => continue,
+                Entry::Occupied(first) => {
+                    return Err(RemapError::ConflictingViews {
+                        peer: id,
+                        real: route.real,
+                        first_view: *first.get(),
+                        second_view: route.view,
+                    });
+                }
+                Entry::Vacant(slot) => {
+                    slot.insert(route.view);
+                }
+            }
+            let duplicate = self.views.get(&route.view).copied().or_else(|| {
+                unique
+                    .iter()
+                    .find(|r| r.view == route.view)
+                    .map(|r| (id, r.real))
+            });
+            if let Some((first, first_real)) = duplicate {
+                return Err(RemapError::DuplicateView {
+                    view: route.view,
+                    first,
+                    first_real,
+                    second: id,
+                    second_real: route.real,
+                });
+            }
+            unique.push(*route);
+        }
+        if let Some(acl) = acl {
+            acl.iter().try_for_each(canonical)?;
+        }
+        for route in &unique {
+            self.views.insert(route.view, (id, route.real));
+        }
+        self.peer_ids.insert(id, self.peers.len());
+        self.peers.push(PeerSpec {
+            id,
+            routes: unique,
+            acl: acl.map(<[IpNet]>::to_vec),
+        });
+        Ok(())
+    }
+
+    /// Builds the immutable table. Errors: a local prefix with host bits set.
+    pub fn build(self) -> Result<RemapTable, RemapError> {
+        if let Some(prefix) = self.local_prefixes.iter().find(|p| p.trunc() != **p) {
+            return Err(RemapError::LocalHostBitsSet {
+                prefix: *prefix,
+                expected: prefix.trunc(),
+            });
+        }
+        let max_id = self.peers.iter().map(|p| p.id).max();
+        let mut peer_slots = vec![NO_PEER; max_id.map_or(0, |id| id as usize + 1)];
+        for (index, peer) in self.peers.iter().enumerate() {
+            peer_slots[peer.id as usize] = index as u32;
+        }
+
+        let v4 = build_family(&self.peers, v4_parts);
+        let v6 = build_family(&self.peers, v6_parts);
+        let peers = self
+            .peers
+            .iter()
+            .enumerate()
+            .map(|(index, spec)| PeerEntry {
+                reals_v4: peer_reals(&v4.rules, index),
+                reals_v6: peer_reals(&v6.rules, index),
+                acl: spec.acl.as_deref().map(PrefixSet::new),
+            })
+            .collect();
+        let routes = self
+            .peers
+            .iter()
+            .flat_map(|p| p.routes.iter().map(move |r| (p.id, *r)))
+            .collect();
+        let local = (!self.local_prefixes.is_empty()).then(|| PrefixSet::new(&self.local_prefixes));
+        Ok(RemapTable {
+            v4,
+            v6,
+            peers,
+            peer_slots: peer_slots.into_boxed_slice(),
+            local,
+            mss_limit_v4: self.mss_clamp_mtu.map(|mtu| mtu.saturating_sub(40)),
+            mss_limit_v6: self.mss_clamp_mtu.map(|mtu| mtu.saturating_sub(60)),
+            routes,
+        })
+    }
+}
+
+const NO_PEER: u32 = u32::MAX;
+
+fn build_family<A>(peers: &[PeerSpec], parts: fn(&IpNet) -> Option<(A, u8)>) -> FamilyTable<A>
+where
+    A: Key + std::ops::BitOr<Output = A> + std::ops::Not<Output = A>,
+{
+    let mut rules: Vec<Rule<A>> = Vec::new();
+    for (peer_index, spec) in peers.iter().enumerate() {
+        for route in &spec.routes {
+            let (Some((real, len)), Some((view, _))) = (parts(&route.real), parts(&route.view))
+            else {
+                continue;
+            };
+            rules.push(Rule {
+                peer: spec.id,
+                peer_index: peer_index as u32,
+                view,
+                real,
+                len,
+                host_mask: !A::mask(len),
+                view_shadowed: false,
+                real_shadowed: false,
+            });
+        }
+    }
+    // A route is shadowed when a longer prefix lies inside its own: walk every prefix's
+    // ancestors and mark the routes found there.
+    let view_index: HashMap<(A, u8), usize> = rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| ((r.view, r.len), i))
+        .collect();
+    let real_index: HashMap<(u32, A, u8), usize> = rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| ((r.peer_index, r.real, r.len), i))
+        .collect();
+    for i in 0..rules.len() {
+        let rule = rules[i];
+        for shorter in 0..rule.len {
+            let mask = A::mask(shorter);
+            if let Some(&outer) = view_index.get(&(rule.view.and(mask), shorter)) {
+                rules[outer].view_shadowed = true;
+            }
+            if let Some(&outer) = real_index.get(&(rule.peer_index, rule.real.and(mask), shorter)) {
+                rules[outer].real_shadowed = true;
+            }
+        }
+    }
+    let views = PrefixMap::new(
+        rules
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.view, r.len, i as u32)),
+    );
+    FamilyTable {
+        rules: rules.into_boxed_slice(),
+        views,
+    }
+}
+
+fn peer_reals<A: Key>(rules: &[Rule<A>], peer_index: usize) -> PrefixMap<A> {
+    let prefixes = rules
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.peer_index as usize == peer_index);
+    PrefixMap::new(prefixes.map(|(i, r)| (r.real, r.len, i as u32)))
+}
+
+/// An immutable snapshot of all routes, ACLs and local prefixes; cheap to read from many threads.
+#[derive(Clone, Debug)]
+pub struct RemapTable {
+    v4: FamilyTable<u32>,
+    v6: FamilyTable<u128>,
+    peers: Box<[PeerEntry]>,
+    /// `PeerId` → index into `peers`, or [`NO_PEER`].
+    peer_slots: Box<[u32]>,
+    local: Option<PrefixSet>,
+    mss_limit_v4: Option<u16>,
+    mss_limit_v6: Option<u16>,
+    routes: Box<[(PeerId, Route)]>,
+}
+
+/// An iterator over `(peer, view, real)` of every route of a [`RemapTable`].
+#[derive(Clone, Debug)]
+pub struct Views<'a>(std::slice::Iter<'a, (PeerId, Route)>);
+
+impl Iterator for Views<'_> {
+    type Item = (PeerId, IpNet, IpNet);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0
+            .next()
+            .map(|&(peer, route)| (peer, route.view, route.real))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.0.size_hint()
+    }
+}
+
+impl ExactSizeIterator for Views<'_> {}
+
+/// The per-family parts of the fast path, so egress and ingress are written once.
+trait Family {
+    type Addr: Key + std::ops::BitOr<Output = Self::Addr>;
+    type Meta;
+    fn parse(pkt: &[u8]) -> Result<Self::Meta, Malformed>;
+    fn addr(pkt: &[u8], side: Side) -> Self::Addr;
+    fn rewrite(
+        pkt: &mut [u8],
+        meta: &Self::Meta,
+        side: Side,
+        new: Self::Addr,
+        quoted: impl Fn(Self::Addr) -> Option<Self::Addr>,
+        mss_limit: Option<u16>,
+    ) -> Result<(), Malformed>;
+    fn table(table: &RemapTable) -> &FamilyTable<Self::Addr>;
+    fn reals(peer: &PeerEntry) -> &PrefixMap<Self::Addr>;
+    fn set(set: &PrefixSet) -> &PrefixMap<Self::Addr>;
+    fn mss_limit(table: &RemapTable) -> Option<u16>;
+}
+
+struct V4;
+struct V6;
+
+impl Family for V4 {
+    type Addr = u32;
+    type Meta = Ipv4Meta;
+    #[inline]
+    fn parse(pkt: &[u8]) -> Result<Ipv4Meta, Malformed> {
+        Ipv4Meta::parse(pkt)
+    }
+    #[inline]
+    fn addr(pkt: &[u8], side: Side) -> u32 {
+        packet::addr_v4(pkt, side)
+    }
+    #[inline]
+    fn rewrite(
+        pkt: &mut [u8],
+        meta: &Ipv4Meta,
+        side: Side,
+        new: u32,
+        quoted: impl Fn(u32) -> Option<u32>,
+        mss_limit: Option<u16>,
+    ) -> Result<(), Malformed> {
+        packet::rewrite_v4(pkt, meta, side, new, quoted, mss_limit)
+    }
+    #[inline]
+    fn table(table: &RemapTable) -> &FamilyTable<u32> {
+        &table.v4
+    }
+    #[inline]
+    fn reals(peer: &PeerEntry) -> &PrefixMap<u32> {
+        &peer.reals_v4
+    }
+    #[inline]
+    fn set(set: &PrefixSet) -> &PrefixMap<u32> {
+        &set.v4
+    }
+    #[inline]
+    fn mss_limit(table: &RemapTable) -> Option<u16> {
+        table.mss_limit_v4
+    }
+}
+
+impl Family for V6 {
+    type Addr = u128;
+    type Meta = Ipv6Meta;
+    #[inline]
+    fn parse(pkt: &[u8]) -> Result<Ipv6Meta, Malformed> {
+        Ipv6Meta::parse(pkt)
+    }
+    #[inline]
+    fn addr(pkt: &[u8], side: Side) -> u128 {
+        packet::addr_v6(pkt, side)
+    }
+    #[inline]
+    fn rewrite(
+        pkt: &mut [u8],
+        meta: &Ipv6Meta,
+        side: Side,
+        new: u128,
+        quoted: impl Fn(u128) -> Option<u128>,
+        mss_limit: Option<u16>,
+    ) -> Result<(), Malformed> {
+        packet::rewrite_v6(pkt, meta, side, new, quoted, mss_limit)
+    }
+    #[inline]
+    fn table(table: &RemapTable) -> &FamilyTable<u128> {
+        &table.v6
+    }
+    #[inline]
+    fn reals(peer: &PeerEntry) -> &PrefixMap<u128> {
+        &peer.reals_v6
+    }
+    #[inline]
+    fn set(set: &PrefixSet) -> &PrefixMap<u128> {
+        &set.v6
+    }
+    #[inline]
+    fn mss_limit(table: &RemapTable) -> Option<u16> {
+        table.mss_limit_v6
+    }
+}
+
+impl RemapTable {
+    /// A table with no peers: every egress packet has no route.
+    pub fn empty() -> Self {
+        TableBuilder::new()
+            .build()
+            .unwrap_or_else(|_| unreachable!("an empty builder is valid"))
+    }
+
+    /// Translates a packet read from the TUN device: on [`Verdict::Forward`] its destination has
+    /// been rewritten view → real and it goes to that peer.
+    #[inline]
+    pub fn egress(&self, pkt: &mut [u8]) -> Verdict {
+        match pkt.first().map(|b| b >> 4) {
+            Some(4) => self.egress_in::<V4>(pkt),
+            Some(6) => self.egress_in::<V6>(pkt),
+            _ => Verdict::Drop(DropReason::BadPacket),
+        }
+    }
+
+    /// Translates a packet decapsulated from `peer`: on [`Verdict::Deliver`] its source has been
+    /// rewritten real → view and it goes to the TUN device.
+    #[inline]
+    pub fn ingress(&self, peer: PeerId, pkt: &mut [u8]) -> Verdict {
+        match pkt.first().map(|b| b >> 4) {
+            Some(4) => self.ingress_in::<V4>(peer, pkt),
+            Some(6) => self.ingress_in::<V6>(peer, pkt),
+            _ => Verdict::Drop(DropReason::BadPacket),
+        }
+    }
+
+    /// The number of routes.
+    pub fn len(&self) -> usize {
+        self.routes.len()
+    }
+
+    /// Whether the table has no routes.
+    pub fn is_empty(&self) -> bool {
+        self.routes.is_empty()
+    }
+
+    /// Every route as `(peer, view, real)`, in the order they were added.
+    pub fn views(&self) -> Views<'_> {
+        Views(self.routes.iter())
+    }
+
+    #[inline]
+    fn peer(&self, id: PeerId) -> Option<&PeerEntry> {
+        let index = *self.peer_slots.get(id as usize)?;
+        self.peers.get(index as usize)
+    }
+
+    #[inline]
+    fn egress_in<F: Family>(&self, pkt: &mut [u8]) -> Verdict {
+        let Ok(meta) = F::parse(pkt) else {
+            return Verdict::Drop(DropReason::BadPacket);
+        };
+        let family = F::table(self);
+        let Some((_, rule, real)) = egress_match::<F>(self, family, F::addr(pkt, Side::Dst)) else {
+            return Verdict::Drop(DropReason::NoRoute);
+        };
+        if let Some(local) = &self.local
+            && !F::set(local).contains(F::addr(pkt, Side::Src))
+        {
+            return Verdict::Drop(DropReason::LocalSourceNotAllowed);
+        }
+        let peer = &self.peers[rule.peer_index as usize];
+        if let Some(acl) = &peer.acl
+            && !F::set(acl).contains(real)
+        {
+            return Verdict::Drop(DropReason::Acl);
+        }
+        // The quoted packet of an ICMP error came from the same remote host: its source is a
+        // view of a route to the same peer.
+        let quoted = |addr| {
+            egress_match::<F>(self, family, addr)
+                .filter(|(_, r, _)| r.peer_index == rule.peer_index)
+                .map(|(_, _, real)| real)
+        };
+        match F::rewrite(pkt, &meta, Side::Dst, real, quoted, F::mss_limit(self)) {
+            Ok(()) => Verdict::Forward(rule.peer),
+            Err(Malformed) => Verdict::Drop(DropReason::BadPacket),
+        }
+    }
+
+    #[inline]
+    fn ingress_in<F: Family>(&self, peer_id: PeerId, pkt: &mut [u8]) -> Verdict {
+        let Ok(meta) = F::parse(pkt) else {
+            return Verdict::Drop(DropReason::BadPacket);
+        };
+        let Some(peer) = self.peer(peer_id) else {
+            return Verdict::Drop(DropReason::UnknownPeer);
+        };
+        let family = F::table(self);
+        let Some(view) = ingress_match::<F>(family, F::reals(peer), F::addr(pkt, Side::Src)) else {
+            return Verdict::Drop(DropReason::SourceNotAllowed);
+        };
+        if let Some(acl) = &peer.acl
+            && !F::set(acl).contains(F::addr(pkt, Side::Src))
+        {
+            return Verdict::Drop(DropReason::Acl);
+        }
+        let quoted = |addr| ingress_match::<F>(family, F::reals(peer), addr);
+        match F::rewrite(pkt, &meta, Side::Src, view, quoted, F::mss_limit(self)) {
+            Ok(()) => Verdict::Deliver,
+            Err(Malformed) => Verdict::Drop(DropReason::BadPacket),
+        }
+    }
+}
+
+/// The route and real address for a view address, if that route is the longest match on both
+/// sides.
+#[inline]
+fn egress_match<'t, F: Family>(
+    table: &'t RemapTable,
+    family: &'t FamilyTable<F::Addr>,
+    view_addr: F::Addr,
+) -> Option<(u32, &'t Rule<F::Addr>, F::Addr)> {
+    let index = family.views.lookup(view_addr)?;
+    let rule = &family.rules[index as usize];
+    let real = rule.to_real(view_addr);
+    if rule.real_shadowed
+        && F::reals(&table.peers[rule.peer_index as usize]).lookup(real) != Some(index)
+    {
+        return None;
+    }
+    Some((index, rule, real))
+}
+
+/// The view address for a peer's real address, if its route is the longest match on both sides.
+#[inline]
+fn ingress_match<F: Family>(
+    family: &FamilyTable<F::Addr>,
+    reals: &PrefixMap<F::Addr>,
+    real_addr: F::Addr,
+) -> Option<F::Addr> {
+    let index = reals.lookup(real_addr)?;
+    let rule = &family.rules[index as usize];
+    let view = rule.to_view(real_addr);
+    if rule.view_shadowed && family.views.lookup(view) != Some(index) {
+        return None;
+    }
+    Some(view)
+}
