@@ -1,0 +1,309 @@
+//! Network-namespace test fixtures: named namespaces, veth pairs and processes that are all
+//! removed on drop, so a failing test leaves nothing behind.
+//!
+//! Everything here shells out to `ip` (iproute2): these are test and lab fixtures, not the data
+//! plane, and `ip` is what an operator would type to reproduce a failure by hand.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Failure of a namespace fixture operation.
+#[derive(Debug, thiserror::Error)]
+pub enum NetnsError {
+    /// A command ran and exited unsuccessfully.
+    #[error("`{command}` failed ({status}): {stderr}")]
+    Command {
+        /// The command line.
+        command: String,
+        /// Its exit status.
+        status: String,
+        /// What it printed on stderr (trimmed).
+        stderr: String,
+    },
+    /// A command could not be started.
+    #[error("cannot run `{command}`: {source}")]
+    Spawn {
+        /// The command line.
+        command: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// Result of a fixture operation.
+pub type Result<T, E = NetnsError> = std::result::Result<T, E>;
+
+/// True when the process runs as root (the owner of `/proc/self` is the effective uid).
+pub fn is_root() -> bool {
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// Whether a root-only test can run. Returns `false` (after printing why) when it cannot;
+/// under `CI=true` it panics instead, so CI never skips silently.
+pub fn require_root(test: &str) -> bool {
+    let missing = if !is_root() {
+        Some("not running as root")
+    } else if !std::path::Path::new("/dev/net/tun").exists() {
+        Some("/dev/net/tun is missing")
+    } else if !command_exists("ip") {
+        Some("iproute2 (`ip`) is not installed")
+    } else {
+        None
+    };
+    match missing {
+        None => true,
+        Some(reason) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("{test}: cannot run under CI: {reason}")
+        }
+        Some(reason) => {
+            eprintln!(
+                "SKIPPED {test}: {reason} (run as root to include it; CI=true makes this fatal)"
+            );
+            false
+        }
+    }
+}
+
+/// True when `program` is found on `PATH`.
+pub fn command_exists(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+}
+
+/// Path of a workspace binary (e.g. `kubetun-gateway`) in the target directory that holds the
+/// running executable (tests run from `target/<profile>/deps/`).
+pub fn bin_path(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from(name));
+    let mut dir = exe.parent().map(PathBuf::from).unwrap_or_default();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "{} not found; build it first with `cargo build -p {}` (same profile as the tests)",
+        path.display(),
+        package_of(name)
+    );
+    path
+}
+
+fn package_of(bin: &str) -> &'static str {
+    match bin {
+        "kubetun-gateway" => "kubetun-gateway",
+        "kubetun" | "kubetun-controller" => "kubetun-controller",
+        _ => "kubetun-integration",
+    }
+}
+
+/// Runs a command to completion; an unsuccessful exit is an error carrying its stderr.
+pub fn run(cmd: &mut Command) -> Result<Output> {
+    let command = describe(cmd);
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|source| NetnsError::Spawn {
+            command: command.clone(),
+            source,
+        })?;
+    if out.status.success() {
+        Ok(out)
+    } else {
+        Err(NetnsError::Command {
+            command,
+            status: out.status.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        })
+    }
+}
+
+/// Runs `ip <args>` in the current namespace.
+pub fn ip(args: &[&str]) -> Result<String> {
+    let out = run(Command::new("ip").args(args))?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn describe(cmd: &Command) -> String {
+    std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|s| s.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A named network namespace, deleted (with everything in it) on drop.
+#[derive(Debug)]
+pub struct Netns {
+    name: String,
+}
+
+impl Netns {
+    /// Creates namespace `name` (removing a stale one of that name first) with `lo` up.
+    pub fn new(name: &str) -> Result<Self> {
+        delete_netns(name);
+        ip(&["netns", "add", name])?;
+        let ns = Self {
+            name: name.to_owned(),
+        };
+        ns.exec(&["ip", "link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// The namespace's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A command that runs `program` inside the namespace.
+    pub fn command(&self, program: &str) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.name, program]);
+        cmd
+    }
+
+    /// Runs `args` inside the namespace to completion and returns its stdout.
+    pub fn exec(&self, args: &[&str]) -> Result<String> {
+        let (program, rest) = args.split_first().expect("exec needs a program");
+        let out = run(self.command(program).args(rest))?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Runs `args` inside the namespace and reports only whether it succeeded.
+    pub fn succeeds(&self, args: &[&str]) -> bool {
+        self.exec(args).is_ok()
+    }
+
+    /// Starts `args` inside the namespace; the process is stopped when the handle drops.
+    pub fn spawn(&self, args: &[&str]) -> Result<NsChild> {
+        let (program, rest) = args.split_first().expect("spawn needs a program");
+        let mut cmd = self.command(program);
+        cmd.args(rest).stdin(Stdio::null());
+        NsChild::spawn(&mut cmd)
+    }
+
+    /// Pings `addr` from this namespace (`count` packets, 1 s deadline each); true on replies.
+    pub fn ping(&self, addr: &str, count: u32) -> bool {
+        let count = count.to_string();
+        self.succeeds(&["ping", "-c", &count, "-i", "0.2", "-W", "1", "-q", addr])
+    }
+
+    /// Pings `addr` until it answers or `timeout` passes; true when it answered.
+    pub fn wait_ping(&self, addr: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.succeeds(&["ping", "-c", "1", "-W", "1", "-q", addr]) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        delete_netns(&self.name);
+    }
+}
+
+/// Deletes namespace `name` if it exists, first stopping every process still inside it.
+pub fn delete_netns(name: &str) {
+    if let Ok(out) = Command::new("ip").args(["netns", "pids", name]).output() {
+        for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+            let _ = Command::new("kill").args(["-KILL", pid]).output();
+        }
+    }
+    let _ = Command::new("ip")
+        .args(["netns", "del", name])
+        .stderr(Stdio::null())
+        .output();
+}
+
+/// Creates a veth pair `a_if` (in `a`) <-> `b_if` (in `b`), both up.
+pub fn veth(a: &Netns, a_if: &str, b: &Netns, b_if: &str) -> Result<()> {
+    ip(&[
+        "link",
+        "add",
+        a_if,
+        "netns",
+        a.name(),
+        "type",
+        "veth",
+        "peer",
+        "name",
+        b_if,
+        "netns",
+        b.name(),
+    ])?;
+    a.exec(&["ip", "link", "set", a_if, "up"])?;
+    b.exec(&["ip", "link", "set", b_if, "up"])?;
+    Ok(())
+}
+
+/// A child process stopped on drop: SIGTERM, then SIGKILL after two seconds, by PID.
+#[derive(Debug)]
+pub struct NsChild {
+    child: Child,
+}
+
+impl NsChild {
+    /// Spawns `cmd` (stdout and stderr inherited unless the caller redirected them).
+    pub fn spawn(cmd: &mut Command) -> Result<Self> {
+        let command = describe(cmd);
+        let child = cmd
+            .spawn()
+            .map_err(|source| NetnsError::Spawn { command, source })?;
+        Ok(Self { child })
+    }
+
+    /// The PID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// True while the process has not exited.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Stops the process (SIGTERM, SIGKILL after a grace period) and reaps it.
+    pub fn stop(&mut self) {
+        if !self.is_running() {
+            return;
+        }
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .output();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            if !self.is_running() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for NsChild {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Waits until `path` exists (a socket a daemon creates when ready) or `timeout` passes.
+pub fn wait_for_path(path: &std::path::Path, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while !path.exists() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
