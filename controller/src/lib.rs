@@ -6,3 +6,11 @@
 pub mod gateway_api {
     tonic::include_proto!("kubetun.gateway.v1");
 }
+
+pub mod cluster_info;
+pub mod conditions;
+pub mod error;
+pub mod gateway_client;
+pub mod ipam;
+pub mod keys;
+pub mod planner;

@@ -1,0 +1,403 @@
+//! The pure "custom resources -> gateway state" planner: no IO, no clock.
+//!
+//! - [`process_network_config`]: a peer's NetworkConfig -> how this cluster sees its CIDRs
+//!   (IPAM), what the receiver writes into the `from-` NetworkConfig's status.
+//! - [`tunnel_endpoint_spec`]: our processed `to-` NetworkConfig + the peer's processed
+//!   `from-` NetworkConfig -> the TunnelEndpoint of that peer.
+//! - [`desired_state`]: every TunnelEndpoint -> the gateway's whole desired state, in a
+//!   deterministic order, versioned by a hash of its content.
+//!
+//! Naming conventions shared with the connector live here too ([`local_config_name`],
+//! [`remote_config_name`], [`ROLE_LABEL`], [`PEER_LABEL`]).
+
+use std::str::FromStr;
+
+use ipnet::IpNet;
+use kubetun_crds::{
+    CidrMapping, NetworkConfig, NetworkConfigSpec, NetworkConfigStatus, TunnelEndpointSpec,
+};
+use prost::Message as _;
+
+use crate::gateway_api::{self, DesiredState};
+use crate::ipam::{Ipam, IpamError};
+use crate::keys::{KeyError, parse_public_key};
+
+/// Label telling whether a NetworkConfig is ours (`local`) or a peer's (`remote`).
+pub const ROLE_LABEL: &str = "net.kubetun.io/role";
+/// Label naming the peer cluster id of a NetworkConfig.
+pub const PEER_LABEL: &str = "net.kubetun.io/peer";
+/// [`ROLE_LABEL`] value of the NetworkConfig this cluster sends to a peer.
+pub const ROLE_LOCAL: &str = "local";
+/// [`ROLE_LABEL`] value of the NetworkConfig a peer sent to this cluster.
+pub const ROLE_REMOTE: &str = "remote";
+
+/// Name of the NetworkConfig this cluster sends to `peer_id` (its status mirrors the peer's
+/// processing).
+pub fn local_config_name(peer_id: &str) -> String {
+    format!("to-{peer_id}")
+}
+
+/// Name of the NetworkConfig `peer_id` sent to this cluster.
+pub fn remote_config_name(peer_id: &str) -> String {
+    format!("from-{peer_id}")
+}
+
+/// Why a NetworkConfig cannot be processed or turned into a TunnelEndpoint. Every message
+/// names the offending field and value so a person can fix it.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// A CIDR does not parse or has host bits set.
+    #[error("spec.{field} entry {cidr:?} is not a valid CIDR: {reason}")]
+    InvalidCidr {
+        /// `podCIDRs` or `externalCIDRs`.
+        field: &'static str,
+        /// The offending value.
+        cidr: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The peer announces no pod CIDR.
+    #[error("spec.podCIDRs is empty: the peer must announce at least one pod CIDR")]
+    NoPodCidr,
+    /// The public key is malformed.
+    #[error("spec.publicKey: {0}")]
+    InvalidPublicKey(#[source] KeyError),
+    /// The NetworkConfig is addressed to another cluster.
+    #[error(
+        "spec.destinationCluster.id is {got:?} but this cluster is {expected:?}: the NetworkConfig was \
+         created in the wrong cluster"
+    )]
+    WrongDestination {
+        /// This cluster's id.
+        expected: String,
+        /// The destination in the spec.
+        got: String,
+    },
+    /// Labels and spec disagree about the sender.
+    #[error("label {PEER_LABEL}={label:?} does not match spec.sourceCluster.id {source_id:?}")]
+    InvalidSource {
+        /// The peer label.
+        label: String,
+        /// The source in the spec.
+        source_id: String,
+    },
+    /// IPAM could not map or restore a CIDR.
+    #[error(transparent)]
+    Ipam(#[from] IpamError),
+    /// One of the two NetworkConfigs has not been processed for its current spec.
+    #[error("NetworkConfig {name} is not processed yet ({why})")]
+    NotProcessed {
+        /// Which NetworkConfig.
+        name: String,
+        /// What is missing.
+        why: &'static str,
+    },
+}
+
+impl PlanError {
+    /// The condition reason for this error.
+    pub fn reason(&self) -> &'static str {
+        use crate::conditions::reason;
+        match self {
+            Self::InvalidCidr { .. } => reason::INVALID_CIDR,
+            Self::NoPodCidr | Self::NotProcessed { .. } => reason::INVALID_SPEC,
+            Self::InvalidPublicKey(_) => reason::INVALID_PUBLIC_KEY,
+            Self::WrongDestination { .. } => reason::WRONG_DESTINATION,
+            Self::InvalidSource { .. } => reason::INVALID_SOURCE,
+            Self::Ipam(IpamError::PoolExhausted { .. }) => reason::POOL_EXHAUSTED,
+            Self::Ipam(IpamError::RestoreConflict { .. }) => reason::INVALID_SPEC,
+        }
+    }
+}
+
+/// How this cluster sees a peer's CIDRs, in the order the peer announced them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerView {
+    /// The peer's pod CIDRs and their views.
+    pub pod_cidrs: Vec<CidrMapping>,
+    /// The peer's external CIDRs and their views.
+    pub external_cidrs: Vec<CidrMapping>,
+}
+
+/// Parses a CIDR strictly: host bits must be zero.
+pub fn parse_cidr(field: &'static str, cidr: &str) -> Result<IpNet, PlanError> {
+    let invalid = |reason: String| PlanError::InvalidCidr {
+        field,
+        cidr: cidr.to_owned(),
+        reason,
+    };
+    let net = IpNet::from_str(cidr.trim()).map_err(|e| invalid(e.to_string()))?;
+    if net != net.trunc() {
+        return Err(invalid(format!(
+            "host bits are set, did you mean {}?",
+            net.trunc()
+        )));
+    }
+    Ok(net)
+}
+
+fn parse_cidrs(field: &'static str, cidrs: &[String]) -> Result<Vec<IpNet>, PlanError> {
+    cidrs.iter().map(|c| parse_cidr(field, c)).collect()
+}
+
+/// Checks that a peer's NetworkConfig is addressed to `local_cluster_id` and, when the
+/// peer label is known, that it names the sender.
+pub fn check_addressing(
+    spec: &NetworkConfigSpec,
+    local_cluster_id: &str,
+    peer_label: Option<&str>,
+) -> Result<(), PlanError> {
+    if spec.destination_cluster.id != local_cluster_id {
+        return Err(PlanError::WrongDestination {
+            expected: local_cluster_id.to_owned(),
+            got: spec.destination_cluster.id.clone(),
+        });
+    }
+    match peer_label {
+        Some(label) if label != spec.source_cluster.id => Err(PlanError::InvalidSource {
+            label: label.to_owned(),
+            source_id: spec.source_cluster.id.clone(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Maps a peer's CIDRs (owner: `spec.sourceCluster.id`). Idempotent; prefixes the peer no
+/// longer announces are released. On error nothing new stays allocated.
+pub fn process_network_config(
+    ipam: &mut Ipam,
+    spec: &NetworkConfigSpec,
+) -> Result<PeerView, PlanError> {
+    let owner = spec.source_cluster.id.as_str();
+    parse_public_key(&spec.public_key).map_err(PlanError::InvalidPublicKey)?;
+    if spec.pod_cidrs.is_empty() {
+        return Err(PlanError::NoPodCidr);
+    }
+    let pods = parse_cidrs("podCIDRs", &spec.pod_cidrs)?;
+    let externals = parse_cidrs("externalCIDRs", &spec.external_cidrs)?;
+    let announced: Vec<IpNet> = pods.iter().chain(&externals).copied().collect();
+    ipam.release_except(owner, &announced);
+
+    let mut added = Vec::new();
+    let mut map_all = |reals: &[IpNet]| -> Result<Vec<CidrMapping>, IpamError> {
+        reals
+            .iter()
+            .map(|real| {
+                let existed = ipam.view_of(owner, *real).is_some();
+                let view = ipam.map(owner, *real)?;
+                if !existed {
+                    added.push(*real);
+                }
+                Ok(CidrMapping {
+                    real: real.to_string(),
+                    view: view.to_string(),
+                })
+            })
+            .collect()
+    };
+    let result = map_all(&pods).and_then(|pod_cidrs| {
+        map_all(&externals).map(|external_cidrs| PeerView {
+            pod_cidrs,
+            external_cidrs,
+        })
+    });
+    match result {
+        Ok(view) => Ok(view),
+        Err(e) => {
+            let kept: Vec<IpNet> = announced
+                .iter()
+                .filter(|r| !added.contains(r))
+                .copied()
+                .collect();
+            ipam.release_except(owner, &kept);
+            Err(e.into())
+        }
+    }
+}
+
+/// Re-registers the views recorded in a processed `from-` NetworkConfig's status, so that a
+/// restarted controller gives the peer the same views. Statuses that do not describe the
+/// current spec are skipped (the peer is processed again).
+pub fn restore_from_status(
+    ipam: &mut Ipam,
+    spec: &NetworkConfigSpec,
+    status: &NetworkConfigStatus,
+) -> Result<bool, PlanError> {
+    if !status.processed || !status_matches_spec(spec, status) {
+        return Ok(false);
+    }
+    let owner = spec.source_cluster.id.as_str();
+    for (field, mapping) in status
+        .pod_cidrs
+        .iter()
+        .map(|m| ("status.podCIDRs", m))
+        .chain(
+            status
+                .external_cidrs
+                .iter()
+                .map(|m| ("status.externalCIDRs", m)),
+        )
+    {
+        let real = parse_cidr(field, &mapping.real)?;
+        let view = parse_cidr(field, &mapping.view)?;
+        ipam.restore(owner, real, view)?;
+    }
+    Ok(true)
+}
+
+/// True when the status maps exactly the CIDRs the spec announces, in order.
+pub fn status_matches_spec(spec: &NetworkConfigSpec, status: &NetworkConfigStatus) -> bool {
+    fn same(reals: &[String], mappings: &[CidrMapping]) -> bool {
+        reals.len() == mappings.len()
+            && reals.iter().zip(mappings).all(|(r, m)| {
+                match (IpNet::from_str(r.trim()), IpNet::from_str(&m.real)) {
+                    (Ok(a), Ok(b)) => a.trunc() == b.trunc(),
+                    _ => false,
+                }
+            })
+    }
+    same(&spec.pod_cidrs, &status.pod_cidrs) && same(&spec.external_cidrs, &status.external_cidrs)
+}
+
+fn processed_status<'a>(
+    config: &'a NetworkConfig,
+    why: &'static str,
+) -> Result<&'a NetworkConfigStatus, PlanError> {
+    let not_processed = || PlanError::NotProcessed {
+        name: config.metadata.name.clone().unwrap_or_default(),
+        why,
+    };
+    let status = config
+        .status
+        .as_ref()
+        .filter(|s| s.processed)
+        .ok_or_else(not_processed)?;
+    if status_matches_spec(&config.spec, status) {
+        Ok(status)
+    } else {
+        Err(not_processed())
+    }
+}
+
+/// The TunnelEndpoint of the peer `remote` comes from. `local` is our `to-` NetworkConfig
+/// whose status says how the peer sees us; `remote` is the peer's `from-` NetworkConfig whose
+/// status says how we see the peer. `allowed_prefixes` is left to the caller (Network ACL).
+pub fn tunnel_endpoint_spec(
+    local: &NetworkConfig,
+    remote: &NetworkConfig,
+) -> Result<TunnelEndpointSpec, PlanError> {
+    let ours = processed_status(local, "the peer has not mapped our CIDRs yet")?;
+    let theirs = processed_status(remote, "this cluster has not mapped the peer's CIDRs yet")?;
+    parse_public_key(&remote.spec.public_key).map_err(PlanError::InvalidPublicKey)?;
+    let mtu = match (local.spec.mtu, remote.spec.mtu) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Ok(TunnelEndpointSpec {
+        cluster: remote.spec.source_cluster.clone(),
+        local_pod_cidrs: ours.pod_cidrs.clone(),
+        local_external_cidrs: ours.external_cidrs.clone(),
+        remote_pod_cidrs: theirs.pod_cidrs.clone(),
+        remote_external_cidrs: theirs.external_cidrs.clone(),
+        endpoint: remote.spec.endpoint.clone(),
+        public_key: remote.spec.public_key.clone(),
+        mtu,
+        allowed_prefixes: None,
+    })
+}
+
+/// Interface settings of the local gateway. `Debug` never prints the private key.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct GatewaySettings {
+    /// Base64 private key (sent to the gateway only).
+    pub private_key: String,
+    /// Base64 public key of `private_key`; what the version hash covers instead of it.
+    pub public_key: String,
+    /// UDP listen port.
+    pub listen_port: u32,
+    /// Tunnel MTU.
+    pub mtu: u32,
+    /// Addresses of the TUN device.
+    pub addresses: Vec<String>,
+    /// Local pod, service and external prefixes allowed to reach peers.
+    pub local_prefixes: Vec<String>,
+    /// Whether the gateway installs routes for the views.
+    pub manage_routes: bool,
+    /// Persistent keepalive for every peer, seconds (0: off).
+    pub persistent_keepalive: u32,
+}
+
+impl std::fmt::Debug for GatewaySettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewaySettings")
+            .field("public_key", &self.public_key)
+            .field("listen_port", &self.listen_port)
+            .field("mtu", &self.mtu)
+            .field("addresses", &self.addresses)
+            .field("local_prefixes", &self.local_prefixes)
+            .field("manage_routes", &self.manage_routes)
+            .field("persistent_keepalive", &self.persistent_keepalive)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The gateway's whole desired state: one peer per TunnelEndpoint (sorted by cluster id), its
+/// routes real -> view (pod CIDRs first, then external), and its ACL. The version is a hash
+/// of everything but the private key (its public key stands in for it).
+pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec]) -> DesiredState {
+    let mut sorted: Vec<&TunnelEndpointSpec> = endpoints.iter().collect();
+    sorted.sort_by(|a, b| a.cluster.id.cmp(&b.cluster.id));
+    let peers = sorted
+        .into_iter()
+        .map(|te| gateway_api::Peer {
+            public_key: te.public_key.clone(),
+            name: te.cluster.id.clone(),
+            preshared_key: String::new(),
+            endpoint: te.endpoint.to_string(),
+            persistent_keepalive: settings.persistent_keepalive,
+            routes: te
+                .remote_pod_cidrs
+                .iter()
+                .chain(&te.remote_external_cidrs)
+                .map(|m| gateway_api::Route {
+                    real: m.real.clone(),
+                    view: m.view.clone(),
+                })
+                .collect(),
+            acl: te
+                .allowed_prefixes
+                .as_ref()
+                .map(|allowed| gateway_api::Acl {
+                    allowed: allowed.clone(),
+                }),
+        })
+        .collect();
+    let mut state = DesiredState {
+        version: String::new(),
+        interface: Some(gateway_api::Interface {
+            private_key: settings.public_key.clone(),
+            listen_port: settings.listen_port,
+            fwmark: 0,
+            mtu: settings.mtu,
+            addresses: settings.addresses.clone(),
+            local_prefixes: settings.local_prefixes.clone(),
+            manage_routes: settings.manage_routes,
+        }),
+        peers,
+    };
+    state.version = format!("{:016x}", fnv1a64(&state.encode_to_vec()));
+    if let Some(interface) = state.interface.as_mut() {
+        interface.private_key.clone_from(&settings.private_key);
+    }
+    state
+}
+
+/// FNV-1a, 64 bit: stable across processes and releases, unlike `std`'s hasher.
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests;

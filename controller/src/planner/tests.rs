@@ -1,0 +1,341 @@
+use super::*;
+use crate::ipam::{IpamConfig, rfc1918_pools};
+use crate::keys::GatewayKey;
+use kube::api::ObjectMeta;
+use kubetun_crds::{ClusterRef, Endpoint};
+
+fn net(s: &str) -> IpNet {
+    s.parse().expect("valid CIDR in test")
+}
+
+fn cluster(id: &str) -> ClusterRef {
+    ClusterRef {
+        id: id.into(),
+        name: id.into(),
+    }
+}
+
+fn spec(from: &str, to: &str, pod: &str, ext: &str, key: &str) -> NetworkConfigSpec {
+    NetworkConfigSpec {
+        source_cluster: cluster(from),
+        destination_cluster: cluster(to),
+        pod_cidrs: vec![pod.into()],
+        external_cidrs: vec![ext.into()],
+        endpoint: Endpoint {
+            address: format!("{from}.example"),
+            port: 51820,
+        },
+        public_key: key.into(),
+        mtu: Some(1420),
+    }
+}
+
+fn europe_ipam() -> Ipam {
+    Ipam::new(IpamConfig {
+        pools: rfc1918_pools(),
+        reserved: vec![net("10.200.0.0/16"), net("10.70.0.0/16")],
+    })
+}
+
+fn mapping(real: &str, view: &str) -> CidrMapping {
+    CidrMapping {
+        real: real.into(),
+        view: view.into(),
+    }
+}
+
+#[test]
+fn seed_topology_views_on_europe() {
+    let key = GatewayKey::generate();
+    let mut ipam = europe_ipam();
+    let rome = process_network_config(
+        &mut ipam,
+        &spec(
+            "rome",
+            "europe",
+            "10.202.0.0/16",
+            "10.70.0.0/16",
+            key.public_base64(),
+        ),
+    )
+    .unwrap();
+    let milan = process_network_config(
+        &mut ipam,
+        &spec(
+            "milan",
+            "europe",
+            "10.203.0.0/16",
+            "10.70.0.0/16",
+            key.public_base64(),
+        ),
+    )
+    .unwrap();
+    assert_eq!(
+        rome.pod_cidrs,
+        vec![mapping("10.202.0.0/16", "10.202.0.0/16")]
+    );
+    assert_eq!(
+        milan.pod_cidrs,
+        vec![mapping("10.203.0.0/16", "10.203.0.0/16")]
+    );
+    assert!(rome.external_cidrs[0].is_remapped());
+    assert!(milan.external_cidrs[0].is_remapped());
+    assert_ne!(rome.external_cidrs[0].view, milan.external_cidrs[0].view);
+}
+
+#[test]
+fn invalid_specs_have_actionable_errors() {
+    let key = GatewayKey::generate();
+    let mut ipam = europe_ipam();
+    let err = process_network_config(
+        &mut ipam,
+        &spec(
+            "rome",
+            "europe",
+            "10.202.0.1/16",
+            "10.70.0.0/16",
+            key.public_base64(),
+        ),
+    )
+    .unwrap_err();
+    assert_eq!(err.reason(), "InvalidCIDR");
+    assert!(
+        err.to_string().contains("did you mean 10.202.0.0/16"),
+        "{err}"
+    );
+
+    let err = process_network_config(
+        &mut ipam,
+        &spec("rome", "europe", "10.202.0.0/16", "10.70.0.0/16", "short"),
+    )
+    .unwrap_err();
+    assert_eq!(err.reason(), "InvalidPublicKey");
+
+    let s = spec(
+        "rome",
+        "milan",
+        "10.202.0.0/16",
+        "10.70.0.0/16",
+        key.public_base64(),
+    );
+    let err = check_addressing(&s, "europe", Some("rome")).unwrap_err();
+    assert_eq!(err.reason(), "WrongDestination");
+    assert!(err.to_string().contains("\"milan\""), "{err}");
+    let s = spec(
+        "rome",
+        "europe",
+        "10.202.0.0/16",
+        "10.70.0.0/16",
+        key.public_base64(),
+    );
+    assert_eq!(
+        check_addressing(&s, "europe", Some("milan"))
+            .unwrap_err()
+            .reason(),
+        "InvalidSource"
+    );
+    assert!(check_addressing(&s, "europe", Some("rome")).is_ok());
+    assert_eq!(
+        ipam.allocations().count(),
+        0,
+        "failed processing allocates nothing"
+    );
+}
+
+#[test]
+fn exhaustion_rolls_back_partial_allocations() {
+    let key = GatewayKey::generate();
+    let mut ipam = Ipam::new(IpamConfig {
+        pools: vec![net("10.0.0.0/23")],
+        reserved: vec![net("10.0.0.0/24")],
+    });
+    // The pod CIDR fits (kept), the external overlaps the local range and there is no room
+    // left once the pod CIDR holds the only free /24.
+    let err = process_network_config(
+        &mut ipam,
+        &spec(
+            "rome",
+            "europe",
+            "10.0.1.0/24",
+            "10.0.0.0/24",
+            key.public_base64(),
+        ),
+    )
+    .unwrap_err();
+    assert_eq!(err.reason(), "PoolExhausted");
+    assert_eq!(ipam.allocations().count(), 0);
+}
+
+#[test]
+fn spec_changes_release_prefixes_no_longer_announced() {
+    let key = GatewayKey::generate();
+    let mut ipam = europe_ipam();
+    let mut s = spec(
+        "rome",
+        "europe",
+        "10.202.0.0/16",
+        "10.70.0.0/16",
+        key.public_base64(),
+    );
+    process_network_config(&mut ipam, &s).unwrap();
+    s.external_cidrs.clear();
+    process_network_config(&mut ipam, &s).unwrap();
+    assert_eq!(ipam.allocations().count(), 1);
+}
+
+#[test]
+fn restore_from_status_gives_the_same_views() {
+    let key = GatewayKey::generate();
+    let mut ipam = europe_ipam();
+    let s = spec(
+        "rome",
+        "europe",
+        "10.202.0.0/16",
+        "10.70.0.0/16",
+        key.public_base64(),
+    );
+    let view = process_network_config(&mut ipam, &s).unwrap();
+    let status = NetworkConfigStatus {
+        processed: true,
+        pod_cidrs: view.pod_cidrs.clone(),
+        external_cidrs: view.external_cidrs.clone(),
+        ..NetworkConfigStatus::default()
+    };
+    let mut restarted = europe_ipam();
+    assert!(restore_from_status(&mut restarted, &s, &status).unwrap());
+    assert_eq!(process_network_config(&mut restarted, &s).unwrap(), view);
+
+    let mut stale = s.clone();
+    stale.pod_cidrs = vec!["10.99.0.0/16".into()];
+    assert!(!restore_from_status(&mut europe_ipam(), &stale, &status).unwrap());
+}
+
+fn config(
+    name: &str,
+    spec: NetworkConfigSpec,
+    status: Option<NetworkConfigStatus>,
+) -> NetworkConfig {
+    NetworkConfig {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        spec,
+        status,
+    }
+}
+
+fn processed(pod: CidrMapping, ext: CidrMapping) -> Option<NetworkConfigStatus> {
+    Some(NetworkConfigStatus {
+        processed: true,
+        pod_cidrs: vec![pod],
+        external_cidrs: vec![ext],
+        ..NetworkConfigStatus::default()
+    })
+}
+
+#[test]
+fn tunnel_endpoint_merges_both_sides() {
+    let europe_key = GatewayKey::generate();
+    let rome_key = GatewayKey::generate();
+    let mut to_rome = config(
+        "to-rome",
+        spec(
+            "europe",
+            "rome",
+            "10.200.0.0/16",
+            "10.70.0.0/16",
+            europe_key.public_base64(),
+        ),
+        None,
+    );
+    let from_rome = config(
+        "from-rome",
+        spec(
+            "rome",
+            "europe",
+            "10.202.0.0/16",
+            "10.70.0.0/16",
+            rome_key.public_base64(),
+        ),
+        processed(
+            mapping("10.202.0.0/16", "10.202.0.0/16"),
+            mapping("10.70.0.0/16", "10.71.0.0/16"),
+        ),
+    );
+    let err = tunnel_endpoint_spec(&to_rome, &from_rome).unwrap_err();
+    assert!(matches!(err, PlanError::NotProcessed { ref name, .. } if name == "to-rome"));
+
+    to_rome.status = processed(
+        mapping("10.200.0.0/16", "10.200.0.0/16"),
+        mapping("10.70.0.0/16", "10.201.0.0/16"),
+    );
+    let te = tunnel_endpoint_spec(&to_rome, &from_rome).unwrap();
+    assert_eq!(te.cluster.id, "rome");
+    assert_eq!(te.public_key, rome_key.public_base64());
+    assert_eq!(te.local_external_cidrs[0].view, "10.201.0.0/16");
+    assert_eq!(te.remote_external_cidrs[0].view, "10.71.0.0/16");
+    assert_eq!(te.endpoint.to_string(), "rome.example:51820");
+    assert_eq!(te.allowed_prefixes, None);
+
+    // A status describing an older spec is not good enough.
+    let mut changed = from_rome.clone();
+    changed.spec.external_cidrs = vec!["10.80.0.0/16".into()];
+    assert!(tunnel_endpoint_spec(&to_rome, &changed).is_err());
+}
+
+fn te(id: &str, real: &str, view: &str, key: &str) -> TunnelEndpointSpec {
+    TunnelEndpointSpec {
+        cluster: cluster(id),
+        local_pod_cidrs: vec![],
+        local_external_cidrs: vec![],
+        remote_pod_cidrs: vec![mapping(real, real)],
+        remote_external_cidrs: vec![mapping("10.70.0.0/16", view)],
+        endpoint: Endpoint {
+            address: format!("{id}.example"),
+            port: 51820,
+        },
+        public_key: key.into(),
+        mtu: None,
+        allowed_prefixes: None,
+    }
+}
+
+#[test]
+fn desired_state_is_sorted_versioned_and_keeps_the_key_out_of_the_version() {
+    let key = GatewayKey::generate();
+    let settings = GatewaySettings {
+        private_key: key.private_base64(),
+        public_key: key.public_base64().to_owned(),
+        listen_port: 51820,
+        mtu: 1420,
+        ..GatewaySettings::default()
+    };
+    let milan = te("milan", "10.203.0.0/16", "10.201.0.0/16", "M");
+    let mut rome = te("rome", "10.202.0.0/16", "10.71.0.0/16", "R");
+    rome.allowed_prefixes = Some(vec!["10.202.1.0/24".into()]);
+
+    let state = desired_state(&settings, &[rome.clone(), milan.clone()]);
+    let names: Vec<_> = state.peers.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["milan", "rome"]);
+    assert_eq!(state.peers[1].routes[1].real, "10.70.0.0/16");
+    assert_eq!(state.peers[1].routes[1].view, "10.71.0.0/16");
+    assert_eq!(
+        state.peers[1].acl.as_ref().map(|a| a.allowed.clone()),
+        Some(vec!["10.202.1.0/24".to_owned()])
+    );
+    assert_eq!(state.peers[0].acl, None);
+    assert_eq!(
+        state.interface.as_ref().map(|i| i.private_key.as_str()),
+        Some(settings.private_key.as_str())
+    );
+
+    let again = desired_state(&settings, &[milan.clone(), rome.clone()]);
+    assert_eq!(again, state, "input order does not matter");
+    rome.allowed_prefixes = None;
+    assert_ne!(
+        desired_state(&settings, &[milan, rome]).version,
+        state.version
+    );
+    assert!(!format!("{settings:?}").contains(&settings.private_key));
+}
