@@ -14,3 +14,4 @@ pub mod gateway_client;
 pub mod ipam;
 pub mod keys;
 pub mod planner;
+pub mod network;
