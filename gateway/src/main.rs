@@ -1,3 +1,174 @@
-fn main() {
-    println!("kubetun-gateway: not yet implemented");
+//! `kubetun-gateway [-f] <ifname>`: creates the TUN interface `<ifname>`, serves the WireGuard
+//! UAPI on `/var/run/wireguard/<ifname>.sock`, the gRPC control API on
+//! `/var/run/kubetun/<ifname>.grpc.sock`, and optionally Prometheus metrics.
+//!
+//! Like wireguard-go, it detaches by default: the process re-executes itself with `-f` in a
+//! new process group (stdio on /dev/null, stderr kept if `RUST_LOG` is set) and exits once the
+//! child's UAPI socket accepts connections, or with an error if the child dies first. With
+//! `-f` it stays in the foreground. SIGTERM or SIGINT shut it down cleanly: the sockets are
+//! removed and the TUN device disappears.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use kubetun_gateway::device::Device;
+use kubetun_gateway::uapi::server::{SOCKET_DIR, UapiServer, socket_path};
+use kubetun_gateway::{grpc, metrics};
+use tokio::signal::unix::{SignalKind, signal};
+
+/// How long the detaching parent waits for the child to come up.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubetun-gateway",
+    version,
+    about = "Userspace WireGuard gateway with 1:1 prefix remapping"
+)]
+struct Args {
+    /// Stay in the foreground instead of detaching.
+    #[arg(short = 'f', long)]
+    foreground: bool,
+    /// Directory of the WireGuard UAPI socket (`<dir>/<ifname>.sock`).
+    #[arg(long, default_value = SOCKET_DIR, env = "KUBETUN_UAPI_DIR")]
+    uapi_dir: PathBuf,
+    /// Path of the gRPC control socket [default: /var/run/kubetun/<ifname>.grpc.sock].
+    #[arg(long, env = "KUBETUN_GRPC_SOCKET")]
+    grpc_socket: Option<PathBuf>,
+    /// Serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:9586).
+    #[arg(long, env = "KUBETUN_METRICS_ADDR")]
+    metrics_addr: Option<SocketAddr>,
+    /// Log as JSON lines.
+    #[arg(long)]
+    log_json: bool,
+    /// The TUN interface to create.
+    ifname: String,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if args.ifname.is_empty() || args.ifname.len() > 15 || args.ifname.contains('/') {
+        bail!("invalid interface name {:?}", args.ifname);
+    }
+    if !args.foreground {
+        return detach(&args);
+    }
+    init_tracing(args.log_json);
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?
+        .block_on(run(args))
+}
+
+fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Re-executes this binary with `-f` detached and waits for its UAPI socket.
+fn detach(args: &Args) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("locating the executable")?;
+    let mut child_args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    child_args.insert(0, "-f".into());
+    let stderr = if std::env::var_os("RUST_LOG").is_some() {
+        Stdio::inherit()
+    } else {
+        Stdio::null()
+    };
+    let mut child = Command::new(exe)
+        .args(child_args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .process_group(0)
+        .spawn()
+        .context("starting the gateway process")?;
+    let uapi = socket_path(&args.uapi_dir, &args.ifname);
+    let deadline = Instant::now() + STARTUP_TIMEOUT;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            bail!("the gateway exited during startup ({status}); run with -f to see why");
+        }
+        if std::os::unix::net::UnixStream::connect(&uapi).is_ok() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("the gateway did not open {} in time", uapi.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let device = Device::create(&args.ifname).context("creating the device")?;
+    let uapi_path = socket_path(&args.uapi_dir, &args.ifname);
+    let grpc_path = args
+        .grpc_socket
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("/var/run/kubetun/{}.grpc.sock", args.ifname)));
+    let (grpc_listener, grpc_file) = grpc::bind(&grpc_path)
+        .await
+        .with_context(|| format!("binding {}", grpc_path.display()))?;
+    let uapi = UapiServer::bind(&uapi_path)
+        .await
+        .with_context(|| format!("binding {}", uapi_path.display()))?;
+    tracing::info!(
+        interface = %args.ifname,
+        uapi = %uapi.path().display(),
+        grpc = %grpc_path.display(),
+        "gateway started"
+    );
+
+    let mut servers = vec![
+        tokio::spawn(uapi.serve(Arc::clone(&device))),
+        tokio::spawn({
+            let device = Arc::clone(&device);
+            async move {
+                if let Err(error) = grpc::serve(grpc_listener, grpc_file, device).await {
+                    tracing::error!(%error, "gRPC server failed");
+                }
+            }
+        }),
+    ];
+    if let Some(addr) = args.metrics_addr {
+        let device = Arc::clone(&device);
+        servers.push(tokio::spawn(async move {
+            if let Err(error) = metrics::serve(addr, device).await {
+                tracing::error!(%error, "metrics server failed");
+            }
+        }));
+    }
+
+    let mut terminate = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+    tokio::select! {
+        _ = terminate.recv() => tracing::info!("SIGTERM received"),
+        _ = interrupt.recv() => tracing::info!("SIGINT received"),
+        _ = device.stopped() => tracing::warn!("the TUN device went away"),
+    }
+    for server in &servers {
+        server.abort();
+    }
+    for server in servers {
+        let _ = server.await;
+    }
+    device.shutdown().await;
+    drop(device);
+    tracing::info!("gateway stopped");
+    Ok(())
 }

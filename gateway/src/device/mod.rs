@@ -1,0 +1,602 @@
+//! The device: one TUN interface, its UDP sockets, and the peers, driven by data-path tasks
+//! that read an immutable [`Snapshot`]. [`Device::apply`] is the single entry point for
+//! configuration changes (gRPC and UAPI alike): it validates a [`DesiredState`], builds the
+//! next snapshot (keeping the sessions of peers whose keys did not change), swaps it in, and
+//! then brings the host configuration (MTU, addresses, routes) in line.
+
+pub mod datapath;
+pub mod dispatch;
+pub mod drops;
+mod host;
+pub mod net;
+pub mod peer;
+pub mod snapshot;
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use arc_swap::ArcSwap;
+use boringtun::noise::Tunn;
+use boringtun::x25519::PublicKey;
+use ipnet::IpNet;
+use rand_core::RngCore;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use self::datapath::Shared;
+use self::net::Sockets;
+use self::peer::Peer;
+use self::snapshot::{Identity, IndexMap, PeerSlot, Snapshot};
+use crate::remap::{self, PeerId, TableBuilder};
+use crate::state::{DesiredState, Endpoint, StateError};
+
+/// TUN transmit queue length; the kernel default of 500 drops bursts under TCP load.
+pub const TUN_TX_QUEUE_LEN: u32 = 5000;
+
+/// Why the device could not be created.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    /// The TUN device could not be created.
+    #[error("creating TUN device {name}: {source}")]
+    Tun {
+        /// The interface name.
+        name: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The UDP sockets could not be bound.
+    #[error("binding UDP sockets: {0}")]
+    Bind(std::io::Error),
+}
+
+/// Why a desired state was not applied. The previous state stays active in every case.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// The state is invalid.
+    #[error(transparent)]
+    Invalid(#[from] StateError),
+    /// The remap table rejected the routes.
+    #[error(transparent)]
+    Remap(#[from] remap::RemapError),
+    /// An endpoint name did not resolve.
+    #[error("peer {peer}: cannot resolve endpoint {endpoint}: {reason}")]
+    Resolve {
+        /// The peer.
+        peer: String,
+        /// The endpoint.
+        endpoint: String,
+        /// Why.
+        reason: String,
+    },
+    /// The listen port could not be bound.
+    #[error("cannot listen on UDP port {port}: {source}")]
+    Bind {
+        /// The port.
+        port: u16,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// More peers than the remap table can index.
+    #[error("too many peers (at most {})", remap::MAX_PEER_ID + 1)]
+    TooManyPeers,
+}
+
+/// The result of an [`Device::apply`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApplyOutcome {
+    /// The generation now active.
+    pub generation: u64,
+    /// Whether anything changed.
+    pub changed: bool,
+}
+
+/// Host configuration applied so far, and the UDP reader tasks of the current sockets.
+#[derive(Debug, Default)]
+struct Control {
+    readers: Vec<JoinHandle<()>>,
+    addresses: Vec<IpNet>,
+    routes: Vec<IpNet>,
+    mtu: u16,
+}
+
+/// A running gateway device.
+#[derive(Debug)]
+pub struct Device {
+    name: String,
+    shared: Arc<Shared>,
+    control: tokio::sync::Mutex<Control>,
+    tasks: parking_lot::Mutex<Vec<JoinHandle<()>>>,
+    changes: watch::Sender<u64>,
+}
+
+impl Device {
+    /// Creates the TUN device `name`, binds UDP sockets on a kernel-chosen port, and starts the
+    /// data-path tasks with an empty configuration. Must run inside a tokio runtime.
+    pub fn create(name: &str) -> Result<Arc<Device>, DeviceError> {
+        let initial = DesiredState::default();
+        let tun = tun_rs::DeviceBuilder::new()
+            .name(name)
+            .mtu(initial.interface.mtu)
+            .with(|builder| {
+                builder.tx_queue_len(TUN_TX_QUEUE_LEN);
+            })
+            .build_async()
+            .map_err(|source| DeviceError::Tun {
+                name: name.to_owned(),
+                source,
+            })?;
+        let sockets = Sockets::bind(0, 0).map_err(DeviceError::Bind)?;
+        let snapshot = Snapshot {
+            generation: 0,
+            state: initial.clone(),
+            identity: None,
+            peers: Vec::new(),
+            by_index: IndexMap::default(),
+            by_key: HashMap::new(),
+            remap: remap::RemapTable::empty(),
+            sockets: Some(Arc::new(sockets)),
+        };
+        let shared = Arc::new(Shared {
+            tun: Arc::new(tun),
+            snapshot: Arc::new(ArcSwap::from_pointee(snapshot)),
+            drops: Default::default(),
+            stopped: watch::channel(false).0,
+        });
+        let device = Arc::new(Device {
+            name: name.to_owned(),
+            shared: Arc::clone(&shared),
+            control: tokio::sync::Mutex::new(Control {
+                mtu: initial.interface.mtu,
+                ..Control::default()
+            }),
+            tasks: parking_lot::Mutex::new(vec![
+                tokio::spawn(datapath::tun_loop(Arc::clone(&shared))),
+                tokio::spawn(datapath::timer_loop(Arc::clone(&shared))),
+            ]),
+            changes: watch::channel(0).0,
+        });
+        if let Ok(mut control) = device.control.try_lock() {
+            control.readers = spawn_readers(&shared, shared.snapshot.load().sockets.as_deref());
+        }
+        Ok(device)
+    }
+
+    /// The interface name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The current snapshot.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.shared.snapshot.load_full()
+    }
+
+    /// Drop counters.
+    pub fn drops(&self) -> &drops::Drops {
+        &self.shared.drops
+    }
+
+    /// A receiver notified with the generation after every applied change.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Completes when the data path stopped by itself (the TUN device failed or was deleted).
+    pub async fn stopped(&self) {
+        let mut stopped = self.shared.stopped.subscribe();
+        let _ = stopped.wait_for(|stopped| *stopped).await;
+    }
+
+    /// Whether the device can carry traffic: it has a private key and bound sockets.
+    pub fn is_ready(&self) -> bool {
+        let snapshot = self.shared.snapshot.load();
+        snapshot.identity.is_some() && snapshot.sockets.is_some()
+    }
+
+    /// Validates `next` and makes it the active state. Applying the state already active
+    /// changes nothing. On error the previous state stays active.
+    pub async fn apply(&self, next: DesiredState) -> Result<ApplyOutcome, ApplyError> {
+        next.validate()?;
+        let mut control = self.control.lock().await;
+        let current = self.shared.snapshot.load_full();
+        if current.state == next {
+            return Ok(ApplyOutcome {
+                generation: current.generation,
+                changed: false,
+            });
+        }
+        let resolved = resolve_endpoints(&next).await?;
+        let plan = plan_peers(&current, &next)?;
+
+        let mut builder = TableBuilder::new();
+        builder.local_prefixes(&next.interface.local_prefixes);
+        builder.mss_clamp_mtu(Some(next.interface.mtu));
+        for (peer, id) in next.peers.iter().zip(&plan.ids) {
+            let routes: Vec<remap::Route> = peer
+                .routes
+                .iter()
+                .map(|r| remap::Route {
+                    real: r.real,
+                    view: r.view,
+                })
+                .collect();
+            builder.add_peer(*id, &routes, peer.acl.as_deref())?;
+        }
+        let table = builder.build()?;
+
+        let port = next.interface.listen_port;
+        let fwmark = next.interface.fwmark;
+        let new_sockets = match current.sockets.as_deref() {
+            Some(sockets) if port == 0 || port == sockets.port => None,
+            _ => Some(Arc::new(
+                Sockets::bind(port, fwmark).map_err(|source| ApplyError::Bind { port, source })?,
+            )),
+        };
+        let sockets = match &new_sockets {
+            Some(sockets) => Arc::clone(sockets),
+            None => {
+                let sockets = current.sockets.clone().ok_or_else(|| ApplyError::Bind {
+                    port,
+                    source: std::io::Error::other("no sockets"),
+                })?;
+                if fwmark != current.state.interface.fwmark
+                    && let Err(error) = sockets.set_fwmark(fwmark)
+                {
+                    tracing::warn!(%error, "cannot set fwmark");
+                }
+                sockets
+            }
+        };
+
+        let key_changed = current.state.interface.private_key != next.interface.private_key;
+        let identity = match (&next.interface.private_key, key_changed) {
+            (None, _) => None,
+            (Some(_), false) => current.identity.clone(),
+            (Some(key), true) => Some(Arc::new(Identity::new(key))),
+        };
+
+        let mut used_indices: HashSet<u32> = plan
+            .reused
+            .iter()
+            .flatten()
+            .map(|peer| peer.index)
+            .collect();
+        let slot_count = plan
+            .ids
+            .iter()
+            .map(|id| *id as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let mut peers: Vec<Option<PeerSlot>> = Vec::with_capacity(slot_count);
+        peers.resize_with(slot_count, || None);
+        let mut by_index = IndexMap::default();
+        let mut by_key = HashMap::with_capacity(next.peers.len());
+        for (i, config) in next.peers.iter().enumerate() {
+            let id = plan.ids[i];
+            let endpoint = resolved[i];
+            let previous = current
+                .by_key
+                .get(&config.public_key)
+                .and_then(|id| current.peer(*id));
+            let runtime = match (&plan.reused[i], &identity) {
+                (Some(peer), _) => {
+                    let endpoint_changed =
+                        previous.map(|p| &p.config.endpoint) != Some(&config.endpoint);
+                    if endpoint_changed {
+                        peer.set_endpoint(endpoint);
+                    }
+                    Some(Arc::clone(peer))
+                }
+                (None, Some(identity)) => {
+                    let index = allocate_index(&mut used_indices);
+                    let tunn = Tunn::new(
+                        identity.private.clone(),
+                        PublicKey::from(*config.public_key.as_bytes()),
+                        config.preshared_key.map(|k| *k.as_bytes()),
+                        None,
+                        index,
+                        Some(Arc::clone(&identity.rate_limiter)),
+                    );
+                    Some(Arc::new(Peer::new(index, tunn, endpoint)))
+                }
+                (None, None) => None,
+            };
+            if let Some(runtime) = &runtime {
+                by_index.insert(runtime.index, id);
+            }
+            by_key.insert(config.public_key, id);
+            peers[id as usize] = Some(PeerSlot {
+                config: config.clone(),
+                resolved_endpoint: endpoint,
+                runtime,
+            });
+        }
+
+        let generation = current.generation + 1;
+        let snapshot = Snapshot {
+            generation,
+            state: next.clone(),
+            identity,
+            peers,
+            by_index,
+            by_key,
+            remap: table,
+            sockets: Some(Arc::clone(&sockets)),
+        };
+        self.shared.snapshot.store(Arc::new(snapshot));
+        tracing::info!(
+            generation,
+            version = %next.version,
+            peers = next.peers.len(),
+            listen_port = sockets.port,
+            "applied desired state"
+        );
+
+        if new_sockets.is_some() {
+            for reader in control.readers.drain(..) {
+                reader.abort();
+            }
+            control.readers = spawn_readers(&self.shared, Some(&sockets));
+        }
+        self.sync_host(&mut control, &next).await;
+        self.changes.send_replace(generation);
+        Ok(ApplyOutcome {
+            generation,
+            changed: true,
+        })
+    }
+
+    /// Brings MTU, addresses and routes in line with `state`. Failures are logged: the data
+    /// path already runs the new state, and the next apply retries.
+    async fn sync_host(&self, control: &mut Control, state: &DesiredState) {
+        let iface = &state.interface;
+        if control.mtu != iface.mtu {
+            match self.shared.tun.set_mtu(iface.mtu) {
+                Ok(()) => control.mtu = iface.mtu,
+                Err(error) => tracing::warn!(%error, mtu = iface.mtu, "cannot set MTU"),
+            }
+        }
+        if control.addresses != iface.addresses {
+            match host::sync_addresses(&self.name, &control.addresses, &iface.addresses).await {
+                Ok(()) => control.addresses = iface.addresses.clone(),
+                Err(error) => tracing::warn!(%error, "cannot set interface addresses"),
+            }
+        }
+        let routes: Vec<IpNet> = if iface.manage_routes {
+            let mut views: Vec<IpNet> = state
+                .peers
+                .iter()
+                .flat_map(|p| p.routes.iter().map(|r| r.view))
+                .collect();
+            views.sort();
+            views.dedup();
+            views
+        } else {
+            Vec::new()
+        };
+        if control.routes != routes {
+            match host::sync_routes(&self.name, &control.routes, &routes).await {
+                Ok(()) => control.routes = routes,
+                Err(error) => tracing::warn!(%error, "cannot install view routes"),
+            }
+        }
+    }
+
+    /// Stops every task; the TUN device disappears and the sockets close once the last
+    /// reference to them is dropped.
+    pub async fn shutdown(&self) {
+        let mut handles: Vec<JoinHandle<()>> = self.tasks.lock().drain(..).collect();
+        handles.extend(self.control.lock().await.readers.drain(..));
+        for handle in &handles {
+            handle.abort();
+        }
+        for handle in handles {
+            let _ = handle.await;
+        }
+    }
+
+    /// A reading of the whole device for status reports.
+    pub fn report(&self) -> DeviceReport {
+        let snapshot = self.snapshot();
+        DeviceReport {
+            interface_name: self.name.clone(),
+            version: snapshot.state.version.clone(),
+            generation: snapshot.generation,
+            private_key: snapshot.state.interface.private_key,
+            listen_port: snapshot.sockets.as_ref().map(|s| s.port),
+            fwmark: snapshot.state.interface.fwmark,
+            peers: snapshot
+                .slots()
+                .map(|(_, slot)| PeerReport::new(slot))
+                .collect(),
+            drops: self.shared.drops.snapshot(),
+            remap_rules: snapshot.remap.len(),
+        }
+    }
+}
+
+/// A status reading of the device.
+#[derive(Debug, Clone)]
+pub struct DeviceReport {
+    /// The interface name.
+    pub interface_name: String,
+    /// The version of the active desired state.
+    pub version: String,
+    /// The active generation.
+    pub generation: u64,
+    /// The private key.
+    pub private_key: Option<crate::key::Key>,
+    /// The bound UDP port.
+    pub listen_port: Option<u16>,
+    /// The socket mark.
+    pub fwmark: u32,
+    /// Every configured peer.
+    pub peers: Vec<PeerReport>,
+    /// Drop counters by reason.
+    pub drops: Vec<(&'static str, u64)>,
+    /// Number of remap rules.
+    pub remap_rules: usize,
+}
+
+/// A status reading of one peer.
+#[derive(Debug, Clone)]
+pub struct PeerReport {
+    /// Its desired configuration.
+    pub config: crate::state::PeerConfig,
+    /// The endpoint in use.
+    pub endpoint: Option<SocketAddr>,
+    /// Whether the peer has a session state machine (the interface has a key).
+    pub active: bool,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Datagrams received.
+    pub rx_packets: u64,
+    /// Datagrams sent.
+    pub tx_packets: u64,
+    /// Completed handshakes.
+    pub handshakes: u64,
+    /// Unix ms of the last handshake; 0 = never.
+    pub last_handshake_ms: u64,
+    /// Unix ms since which handshakes go unanswered; 0 = none pending.
+    pub handshake_pending_since_ms: u64,
+    /// Round-trip time of the last handshake.
+    pub latency_us: Option<u64>,
+}
+
+impl PeerReport {
+    fn new(slot: &PeerSlot) -> Self {
+        let mut report = PeerReport {
+            config: slot.config.clone(),
+            endpoint: None,
+            active: false,
+            rx_bytes: 0,
+            tx_bytes: 0,
+            rx_packets: 0,
+            tx_packets: 0,
+            handshakes: 0,
+            last_handshake_ms: 0,
+            handshake_pending_since_ms: 0,
+            latency_us: None,
+        };
+        if let Some(peer) = &slot.runtime {
+            let stats = &peer.stats;
+            report.active = true;
+            report.endpoint = peer.endpoint();
+            report.rx_bytes = stats.rx_bytes.load(Ordering::Relaxed);
+            report.tx_bytes = stats.tx_bytes.load(Ordering::Relaxed);
+            report.rx_packets = stats.rx_packets.load(Ordering::Relaxed);
+            report.tx_packets = stats.tx_packets.load(Ordering::Relaxed);
+            report.handshakes = stats.handshakes.load(Ordering::Relaxed);
+            report.last_handshake_ms = stats.last_handshake_ms.load(Ordering::Relaxed);
+            report.handshake_pending_since_ms =
+                stats.handshake_pending_since_ms.load(Ordering::Relaxed);
+            let (_, _, _, _, rtt_ms) = peer.tunn.lock().0.stats();
+            report.latency_us = rtt_ms.map(|ms| u64::from(ms) * 1000);
+        }
+        report
+    }
+}
+
+fn spawn_readers(shared: &Arc<Shared>, sockets: Option<&Sockets>) -> Vec<JoinHandle<()>> {
+    let Some(sockets) = sockets else {
+        return Vec::new();
+    };
+    sockets
+        .v4
+        .iter()
+        .chain(sockets.v6.iter())
+        .map(|socket| tokio::spawn(datapath::udp_loop(Arc::clone(shared), Arc::clone(socket))))
+        .collect()
+}
+
+/// Which peers keep their runtime and which id each peer gets.
+struct PeerPlan {
+    ids: Vec<PeerId>,
+    reused: Vec<Option<Arc<Peer>>>,
+}
+
+/// A peer keeps its `Tunn` (sessions, learned endpoint, counters) when the interface key and
+/// its own public and preshared keys are unchanged; it also keeps its id. New peers take the
+/// lowest free ids.
+fn plan_peers(current: &Snapshot, next: &DesiredState) -> Result<PeerPlan, ApplyError> {
+    let key_changed = current.state.interface.private_key != next.interface.private_key;
+    let mut ids: Vec<Option<PeerId>> = Vec::with_capacity(next.peers.len());
+    let mut reused = Vec::with_capacity(next.peers.len());
+    let mut taken = HashSet::new();
+    for config in &next.peers {
+        let previous = current
+            .by_key
+            .get(&config.public_key)
+            .and_then(|id| Some((*id, current.peer(*id)?)));
+        match previous {
+            Some((id, slot))
+                if !key_changed
+                    && slot.config.preshared_key == config.preshared_key
+                    && slot.runtime.is_some() =>
+            {
+                ids.push(Some(id));
+                taken.insert(id);
+                reused.push(slot.runtime.clone());
+            }
+            _ => {
+                ids.push(None);
+                reused.push(None);
+            }
+        }
+    }
+    let mut next_free: PeerId = 0;
+    let ids = ids
+        .into_iter()
+        .map(|id| match id {
+            Some(id) => Ok(id),
+            None => {
+                while taken.contains(&next_free) {
+                    next_free += 1;
+                }
+                if next_free > remap::MAX_PEER_ID {
+                    return Err(ApplyError::TooManyPeers);
+                }
+                taken.insert(next_free);
+                Ok(next_free)
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(PeerPlan { ids, reused })
+}
+
+/// A random, unused, non-zero 24-bit receiver index.
+fn allocate_index(used: &mut HashSet<u32>) -> u32 {
+    loop {
+        let index = rand_core::OsRng.next_u32() & 0x00ff_ffff;
+        if index != 0 && used.insert(index) {
+            return index;
+        }
+    }
+}
+
+async fn resolve_endpoints(state: &DesiredState) -> Result<Vec<Option<SocketAddr>>, ApplyError> {
+    let mut resolved = Vec::with_capacity(state.peers.len());
+    for peer in &state.peers {
+        let addr = match &peer.endpoint {
+            None => None,
+            Some(Endpoint::Addr(addr)) => Some(*addr),
+            Some(Endpoint::Host { host, port }) => {
+                let error = |reason: String| ApplyError::Resolve {
+                    peer: peer.display_name(),
+                    endpoint: format!("{host}:{port}"),
+                    reason,
+                };
+                let mut addrs = tokio::net::lookup_host((host.as_str(), *port))
+                    .await
+                    .map_err(|e| error(e.to_string()))?;
+                Some(addrs.next().ok_or_else(|| error("no addresses".into()))?)
+            }
+        };
+        resolved.push(addr);
+    }
+    Ok(resolved)
+}

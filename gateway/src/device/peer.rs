@@ -1,0 +1,122 @@
+//! A peer's runtime state: its boringtun session behind a per-peer mutex, plus the endpoint
+//! and counters as lock-free atomics so that status readers never contend with the data path.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use arc_swap::ArcSwapOption;
+use boringtun::noise::Tunn;
+use parking_lot::Mutex;
+
+/// Runtime state of one peer. Created when the peer (or its key material) first appears in
+/// the desired state and kept across applies that leave its keys unchanged.
+#[derive(Debug)]
+pub struct Peer {
+    /// The 24-bit index boringtun puts in the upper bits of our receiver indices.
+    pub index: u32,
+    /// The Noise state machine and sessions. Every packet method takes `&mut self`.
+    pub tunn: Mutex<TunnCell>,
+    /// Where datagrams for this peer go; updated by roaming.
+    endpoint: ArcSwapOption<SocketAddr>,
+    /// Counters.
+    pub stats: PeerStats,
+}
+
+/// `Tunn` does not implement `Debug`; this wrapper gives the peer a useful one.
+pub struct TunnCell(pub Tunn);
+
+impl std::fmt::Debug for TunnCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tunn")
+    }
+}
+
+/// Monotonic counters and timestamps of one peer (Unix milliseconds; 0 = never).
+#[derive(Debug, Default)]
+pub struct PeerStats {
+    /// Bytes of WireGuard datagrams received from the peer and accepted.
+    pub rx_bytes: AtomicU64,
+    /// Bytes of datagrams sent to the peer.
+    pub tx_bytes: AtomicU64,
+    /// Datagrams received and accepted.
+    pub rx_packets: AtomicU64,
+    /// Datagrams sent.
+    pub tx_packets: AtomicU64,
+    /// Completed handshakes.
+    pub handshakes: AtomicU64,
+    /// When the last handshake completed.
+    pub last_handshake_ms: AtomicU64,
+    /// When anything was last sent (drives the persistent keepalive).
+    pub last_sent_ms: AtomicU64,
+    /// When the current run of unanswered handshake initiations began; 0 when none is pending.
+    pub handshake_pending_since_ms: AtomicU64,
+}
+
+impl Peer {
+    /// Wraps a fresh `Tunn` created with local index `index`.
+    pub fn new(index: u32, tunn: Tunn, endpoint: Option<SocketAddr>) -> Self {
+        Self {
+            index,
+            tunn: Mutex::new(TunnCell(tunn)),
+            endpoint: ArcSwapOption::from_pointee(endpoint),
+            stats: PeerStats::default(),
+        }
+    }
+
+    /// The endpoint in use.
+    pub fn endpoint(&self) -> Option<SocketAddr> {
+        self.endpoint.load().as_deref().copied()
+    }
+
+    /// Replaces the endpoint (configuration change).
+    pub fn set_endpoint(&self, endpoint: Option<SocketAddr>) {
+        self.endpoint.store(endpoint.map(std::sync::Arc::new));
+    }
+
+    /// Roams to `source` if it differs from the current endpoint. Called after a datagram
+    /// from `source` was authenticated.
+    pub fn roam(&self, source: SocketAddr) {
+        if self.endpoint.load().as_deref() != Some(&source) {
+            tracing::debug!(index = self.index, endpoint = %source, "peer endpoint changed");
+            self.endpoint.store(Some(std::sync::Arc::new(source)));
+        }
+    }
+
+    /// Records a datagram sent at `now_ms`.
+    pub fn record_sent(&self, bytes: usize, now_ms: u64) {
+        self.stats
+            .tx_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+        self.stats.tx_packets.fetch_add(1, Ordering::Relaxed);
+        self.stats.last_sent_ms.store(now_ms, Ordering::Relaxed);
+    }
+
+    /// Records an accepted datagram.
+    pub fn record_received(&self, bytes: usize) {
+        self.stats
+            .rx_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+        self.stats.rx_packets.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records that a handshake initiation was sent at `now_ms`.
+    pub fn record_initiation(&self, now_ms: u64) {
+        let _ = self.stats.handshake_pending_since_ms.compare_exchange(
+            0,
+            now_ms,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Records a completed handshake at `now_ms`.
+    pub fn record_handshake(&self, now_ms: u64) {
+        self.stats.handshakes.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .last_handshake_ms
+            .store(now_ms, Ordering::Relaxed);
+        self.stats
+            .handshake_pending_since_ms
+            .store(0, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,127 @@
+//! The immutable snapshot the data path reads: identity, peers by id / receiver index / public
+//! key, the remap table and the sockets. The control plane builds a new one for every change
+//! and swaps it in; readers load it through `arc_swap::Cache` without locks.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use boringtun::noise::rate_limiter::RateLimiter;
+use boringtun::x25519::{PublicKey, StaticSecret};
+
+use super::net::Sockets;
+use super::peer::Peer;
+use crate::key::Key;
+use crate::remap::{PeerId, RemapTable};
+use crate::state::{DesiredState, PeerConfig};
+
+/// Handshakes per second across all peers before cookies are demanded (boringtun's device
+/// default).
+pub const HANDSHAKE_RATE_LIMIT: u64 = 100;
+
+/// The interface's key pair and the rate limiter bound to its public key.
+pub struct Identity {
+    /// The private key.
+    pub private: StaticSecret,
+    /// Its public key.
+    pub public: PublicKey,
+    /// Shared by every peer's `Tunn`; verified before peer lookup; reset every second.
+    pub rate_limiter: Arc<RateLimiter>,
+}
+
+impl Identity {
+    /// Derives the public key and creates the rate limiter.
+    pub fn new(private_key: &Key) -> Self {
+        let private = StaticSecret::from(*private_key.as_bytes());
+        let public = PublicKey::from(&private);
+        let rate_limiter = Arc::new(RateLimiter::new(&public, HANDSHAKE_RATE_LIMIT));
+        Self {
+            private,
+            public,
+            rate_limiter,
+        }
+    }
+}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Identity")
+            .field(
+                "public",
+                &Key::from_bytes(self.public.to_bytes()).to_base64(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// One configured peer.
+#[derive(Debug)]
+pub struct PeerSlot {
+    /// Its desired configuration.
+    pub config: PeerConfig,
+    /// The configured endpoint, resolved when the state was applied.
+    pub resolved_endpoint: Option<SocketAddr>,
+    /// Its runtime state; `None` while the interface has no private key.
+    pub runtime: Option<Arc<Peer>>,
+}
+
+/// A hasher for keys that are already uniformly random (boringtun receiver indices).
+#[derive(Debug, Default)]
+pub struct IndexHasher(u64);
+
+impl Hasher for IndexHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = (self.0 << 8) | u64::from(*byte);
+        }
+    }
+
+    fn write_u32(&mut self, value: u32) {
+        // Spread the 24 random bits over the whole word so hashbrown's top-7-bit tags differ.
+        self.0 = u64::from(value).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// Peer ids by receiver index.
+pub type IndexMap = HashMap<u32, PeerId, BuildHasherDefault<IndexHasher>>;
+
+/// Everything the data path needs, immutable once built.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// Incremented by every applied change.
+    pub generation: u64,
+    /// The desired state this snapshot implements.
+    pub state: DesiredState,
+    /// The key pair, if a private key is configured.
+    pub identity: Option<Arc<Identity>>,
+    /// Peers by [`PeerId`] (dense; `None` for free ids).
+    pub peers: Vec<Option<PeerSlot>>,
+    /// Peer ids by the 24-bit receiver index of their runtime.
+    pub by_index: IndexMap,
+    /// Peer ids by public key.
+    pub by_key: HashMap<Key, PeerId>,
+    /// Egress routing, ingress source checks, ACLs and address translation.
+    pub remap: RemapTable,
+    /// The UDP sockets, once bound.
+    pub sockets: Option<Arc<Sockets>>,
+}
+
+impl Snapshot {
+    /// The slot of peer `id`.
+    pub fn peer(&self, id: PeerId) -> Option<&PeerSlot> {
+        self.peers.get(id as usize).and_then(Option::as_ref)
+    }
+
+    /// All configured peers with their ids, in id order.
+    pub fn slots(&self) -> impl Iterator<Item = (PeerId, &PeerSlot)> {
+        self.peers
+            .iter()
+            .enumerate()
+            .filter_map(|(id, slot)| Some((id as PeerId, slot.as_ref()?)))
+    }
+}

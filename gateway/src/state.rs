@@ -1,0 +1,593 @@
+//! The gateway's desired state: one model fed by both control surfaces (the gRPC `Apply` and the
+//! WireGuard UAPI `set`). A state is parsed and validated completely before the device applies
+//! it, so an invalid request never leaves a half-applied configuration behind.
+//!
+//! Pure: no IO; DNS names in endpoints are kept as names and resolved by the device.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::SocketAddr;
+
+use ipnet::IpNet;
+
+use crate::key::{Key, KeyError};
+use crate::proto;
+
+/// Default tunnel MTU (1500 minus the IPv6 + UDP + WireGuard overhead), as wg-quick uses.
+pub const DEFAULT_MTU: u16 = 1420;
+/// The smallest MTU accepted (IPv6 minimum link MTU).
+pub const MIN_MTU: u16 = 1280;
+/// The largest MTU accepted (jumbo frames minus encapsulation overhead).
+pub const MAX_MTU: u16 = 9000;
+
+/// Why a desired state was rejected. Messages name the offending peer and value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// The interface private key is malformed.
+    #[error("interface private_key: {0}")]
+    PrivateKey(KeyError),
+    /// A peer's public or preshared key is malformed.
+    #[error("peer {peer}: {field}: {source}")]
+    PeerKey {
+        /// Index or name of the peer in the request.
+        peer: String,
+        /// `public_key` or `preshared_key`.
+        field: &'static str,
+        /// What was wrong with it.
+        source: KeyError,
+    },
+    /// A prefix or address did not parse.
+    #[error("{context}: invalid CIDR {value:?}")]
+    Cidr {
+        /// Where the value was found.
+        context: String,
+        /// The offending text.
+        value: String,
+    },
+    /// A prefix has bits set below its mask.
+    #[error("{context}: {value} has host bits set (did you mean {canonical}?)")]
+    HostBits {
+        /// Where the value was found.
+        context: String,
+        /// The offending prefix.
+        value: IpNet,
+        /// The prefix with the host bits cleared.
+        canonical: IpNet,
+    },
+    /// A route's view differs from its real prefix in family or length.
+    #[error("peer {peer}: view {view} must have the same family and length as real {real}")]
+    ViewShape {
+        /// The peer.
+        peer: String,
+        /// The real prefix.
+        real: IpNet,
+        /// The view.
+        view: IpNet,
+    },
+    /// The same view prefix is used twice.
+    #[error("view {view} is used by both peer {first} and peer {second}")]
+    DuplicateView {
+        /// The duplicated view.
+        view: IpNet,
+        /// The first peer using it.
+        first: String,
+        /// The second peer using it.
+        second: String,
+    },
+    /// Two peers share a public key.
+    #[error("peer {0}: duplicate public key")]
+    DuplicatePeer(String),
+    /// A peer has the gateway's own public key.
+    #[error("peer {0}: public key is the interface's own public key")]
+    OwnKey(String),
+    /// An endpoint is not `host:port` / `[v6]:port`.
+    #[error("peer {peer}: invalid endpoint {value:?} (expected host:port or [v6]:port)")]
+    Endpoint {
+        /// The peer.
+        peer: String,
+        /// The offending text.
+        value: String,
+    },
+    /// A numeric field is out of range.
+    #[error("{field}: {value} is out of range {min}..={max}")]
+    OutOfRange {
+        /// The field.
+        field: &'static str,
+        /// The value given.
+        value: u64,
+        /// Smallest accepted value.
+        min: u64,
+        /// Largest accepted value.
+        max: u64,
+    },
+}
+
+/// Where a peer is reached.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    /// A literal socket address.
+    Addr(SocketAddr),
+    /// A DNS name, resolved by the device.
+    Host {
+        /// The name.
+        host: String,
+        /// The UDP port.
+        port: u16,
+    },
+}
+
+impl Endpoint {
+    /// Parses `ip:port`, `[v6]:port` or `name:port`.
+    pub fn parse(text: &str) -> Option<Endpoint> {
+        if let Ok(addr) = text.parse::<SocketAddr>() {
+            return Some(Endpoint::Addr(addr));
+        }
+        let (host, port) = text.rsplit_once(':')?;
+        let port = port.parse::<u16>().ok()?;
+        let valid_host = !host.is_empty()
+            && host.len() <= 253
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_');
+        valid_host.then(|| Endpoint::Host {
+            host: host.to_owned(),
+            port,
+        })
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Endpoint::Addr(addr) => write!(f, "{addr}"),
+            Endpoint::Host { host, port } => write!(f, "{host}:{port}"),
+        }
+    }
+}
+
+/// One of a peer's real prefixes and the local view of it (equal when not remapped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RouteConfig {
+    /// The prefix as it appears on the wire (and the allowed source prefix of the peer).
+    pub real: IpNet,
+    /// The prefix local clients use to reach it.
+    pub view: IpNet,
+}
+
+impl RouteConfig {
+    /// A route that is not remapped (a plain WireGuard allowed IP).
+    pub fn identity(prefix: IpNet) -> Self {
+        Self {
+            real: prefix,
+            view: prefix,
+        }
+    }
+}
+
+/// Interface-wide settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterfaceConfig {
+    /// The X25519 private key; without one the gateway has no peers' sessions.
+    pub private_key: Option<Key>,
+    /// UDP port; 0 lets the kernel choose.
+    pub listen_port: u16,
+    /// `SO_MARK` on the UDP sockets; 0 = none.
+    pub fwmark: u32,
+    /// TUN MTU.
+    pub mtu: u16,
+    /// Addresses assigned to the TUN device.
+    pub addresses: Vec<IpNet>,
+    /// Local sources allowed to reach peers; empty = unrestricted.
+    pub local_prefixes: Vec<IpNet>,
+    /// Install a route to the TUN for every view prefix.
+    pub manage_routes: bool,
+}
+
+impl Default for InterfaceConfig {
+    fn default() -> Self {
+        Self {
+            private_key: None,
+            listen_port: 0,
+            fwmark: 0,
+            mtu: DEFAULT_MTU,
+            addresses: Vec::new(),
+            local_prefixes: Vec::new(),
+            manage_routes: false,
+        }
+    }
+}
+
+/// One peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerConfig {
+    /// The peer's identity.
+    pub public_key: Key,
+    /// Human name used in logs, metrics and status.
+    pub name: String,
+    /// Optional preshared key.
+    pub preshared_key: Option<Key>,
+    /// Where to send; `None` waits for the peer to contact us.
+    pub endpoint: Option<Endpoint>,
+    /// Persistent keepalive interval in seconds; 0 disables.
+    pub persistent_keepalive: u16,
+    /// Real prefixes with their views.
+    pub routes: Vec<RouteConfig>,
+    /// Network isolation: only these remote (real) prefixes pass, in both directions.
+    pub acl: Option<Vec<IpNet>>,
+}
+
+impl PeerConfig {
+    /// A peer with no endpoint, routes or options.
+    pub fn new(public_key: Key) -> Self {
+        Self {
+            public_key,
+            name: String::new(),
+            preshared_key: None,
+            endpoint: None,
+            persistent_keepalive: 0,
+            routes: Vec::new(),
+            acl: None,
+        }
+    }
+
+    /// The name for logs and metrics: the configured name, else the base64 public key.
+    pub fn display_name(&self) -> String {
+        if self.name.is_empty() {
+            self.public_key.to_base64()
+        } else {
+            self.name.clone()
+        }
+    }
+}
+
+/// The whole desired configuration of one gateway.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DesiredState {
+    /// Opaque caller-chosen version, echoed in status.
+    pub version: String,
+    /// Interface settings.
+    pub interface: InterfaceConfig,
+    /// Peers, in the order given.
+    pub peers: Vec<PeerConfig>,
+}
+
+impl DesiredState {
+    /// The interface public key, if a private key is set.
+    pub fn public_key(&self) -> Option<Key> {
+        self.interface.private_key.map(|k| k.public_key())
+    }
+
+    /// Checks the invariants the parsers cannot see one field at a time: unique peers, no peer
+    /// with our own key, route shapes, canonical prefixes, unique views, MTU range.
+    pub fn validate(&self) -> Result<(), StateError> {
+        let mtu = self.interface.mtu;
+        if !(MIN_MTU..=MAX_MTU).contains(&mtu) {
+            return Err(StateError::OutOfRange {
+                field: "interface mtu",
+                value: u64::from(mtu),
+                min: u64::from(MIN_MTU),
+                max: u64::from(MAX_MTU),
+            });
+        }
+        for prefix in &self.interface.local_prefixes {
+            canonical("interface local_prefixes", *prefix)?;
+        }
+        let own = self.public_key();
+        let mut keys = HashSet::new();
+        let mut views: std::collections::HashMap<IpNet, String> = Default::default();
+        for peer in &self.peers {
+            let name = peer.display_name();
+            if !keys.insert(peer.public_key) {
+                return Err(StateError::DuplicatePeer(name));
+            }
+            if Some(peer.public_key) == own {
+                return Err(StateError::OwnKey(name));
+            }
+            for route in &peer.routes {
+                let context = format!("peer {name}: route");
+                canonical(&context, route.real)?;
+                canonical(&context, route.view)?;
+                let same_family = route.real.addr().is_ipv4() == route.view.addr().is_ipv4();
+                if !same_family || route.real.prefix_len() != route.view.prefix_len() {
+                    return Err(StateError::ViewShape {
+                        peer: name,
+                        real: route.real,
+                        view: route.view,
+                    });
+                }
+                if let Some(first) = views.insert(route.view, name.clone()) {
+                    return Err(StateError::DuplicateView {
+                        view: route.view,
+                        first,
+                        second: name,
+                    });
+                }
+            }
+            for prefix in peer.acl.iter().flatten() {
+                canonical(&format!("peer {name}: acl"), *prefix)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds a state from a gRPC request. Zero/empty interface fields that the API defines
+    /// as "keep" take their value from `current`.
+    pub fn from_proto(
+        request: proto::DesiredState,
+        current: &DesiredState,
+    ) -> Result<DesiredState, StateError> {
+        let iface = request.interface.unwrap_or_default();
+        let private_key = if iface.private_key.is_empty() {
+            current.interface.private_key
+        } else {
+            Some(Key::from_base64(&iface.private_key).map_err(StateError::PrivateKey)?)
+        };
+        let listen_port = match iface.listen_port {
+            0 => current.interface.listen_port,
+            port => u16::try_from(port).map_err(|_| StateError::OutOfRange {
+                field: "interface listen_port",
+                value: u64::from(port),
+                min: 1,
+                max: u64::from(u16::MAX),
+            })?,
+        };
+        let mtu = match iface.mtu {
+            0 => current.interface.mtu,
+            mtu => u16::try_from(mtu).unwrap_or(u16::MAX),
+        };
+        let interface = InterfaceConfig {
+            private_key,
+            listen_port,
+            fwmark: iface.fwmark,
+            mtu,
+            addresses: iface
+                .addresses
+                .iter()
+                .map(|a| parse_cidr("interface addresses", a))
+                .collect::<Result<_, _>>()?,
+            local_prefixes: iface
+                .local_prefixes
+                .iter()
+                .map(|a| parse_cidr("interface local_prefixes", a))
+                .collect::<Result<_, _>>()?,
+            manage_routes: iface.manage_routes,
+        };
+        let peers = request
+            .peers
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| peer_from_proto(i, p))
+            .collect::<Result<_, _>>()?;
+        let state = DesiredState {
+            version: request.version,
+            interface,
+            peers,
+        };
+        state.validate()?;
+        Ok(state)
+    }
+}
+
+fn peer_from_proto(index: usize, peer: proto::Peer) -> Result<PeerConfig, StateError> {
+    let label = if peer.name.is_empty() {
+        format!("#{index}")
+    } else {
+        peer.name.clone()
+    };
+    let key_error = |field, source| StateError::PeerKey {
+        peer: label.clone(),
+        field,
+        source,
+    };
+    let public_key = Key::from_base64(&peer.public_key).map_err(|e| key_error("public_key", e))?;
+    let preshared_key = match peer.preshared_key.as_str() {
+        "" => None,
+        text => Some(Key::from_base64(text).map_err(|e| key_error("preshared_key", e))?),
+    };
+    let endpoint = match peer.endpoint.as_str() {
+        "" => None,
+        text => Some(Endpoint::parse(text).ok_or_else(|| StateError::Endpoint {
+            peer: label.clone(),
+            value: text.to_owned(),
+        })?),
+    };
+    let persistent_keepalive =
+        u16::try_from(peer.persistent_keepalive).map_err(|_| StateError::OutOfRange {
+            field: "peer persistent_keepalive",
+            value: u64::from(peer.persistent_keepalive),
+            min: 0,
+            max: u64::from(u16::MAX),
+        })?;
+    let context = format!("peer {label}: route");
+    let routes = peer
+        .routes
+        .iter()
+        .map(|r| {
+            let real = parse_cidr(&context, &r.real)?;
+            let view = if r.view.is_empty() {
+                real
+            } else {
+                parse_cidr(&context, &r.view)?
+            };
+            Ok(RouteConfig { real, view })
+        })
+        .collect::<Result<_, StateError>>()?;
+    let acl = peer
+        .acl
+        .map(|acl| {
+            acl.allowed
+                .iter()
+                .map(|a| parse_cidr(&format!("peer {label}: acl"), a))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .transpose()?;
+    Ok(PeerConfig {
+        public_key,
+        name: peer.name,
+        preshared_key,
+        endpoint,
+        persistent_keepalive,
+        routes,
+        acl,
+    })
+}
+
+/// Parses `addr/len`; a bare address is a host prefix.
+pub fn parse_cidr(context: &str, text: &str) -> Result<IpNet, StateError> {
+    let text = text.trim();
+    text.parse::<IpNet>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
+        .map_err(|_| StateError::Cidr {
+            context: context.to_owned(),
+            value: text.to_owned(),
+        })
+}
+
+fn canonical(context: &str, prefix: IpNet) -> Result<(), StateError> {
+    let canonical = prefix.trunc();
+    if canonical == prefix {
+        Ok(())
+    } else {
+        Err(StateError::HostBits {
+            context: context.to_owned(),
+            value: prefix,
+            canonical,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: u8) -> Key {
+        Key::from_bytes([n; 32])
+    }
+
+    fn proto_peer(n: u8, routes: &[(&str, &str)]) -> proto::Peer {
+        proto::Peer {
+            public_key: key(n).to_base64(),
+            name: format!("peer{n}"),
+            routes: routes
+                .iter()
+                .map(|(real, view)| proto::Route {
+                    real: (*real).into(),
+                    view: (*view).into(),
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn request(peers: Vec<proto::Peer>) -> proto::DesiredState {
+        proto::DesiredState {
+            version: "v1".into(),
+            interface: Some(proto::Interface {
+                private_key: key(1).to_base64(),
+                listen_port: 51820,
+                ..Default::default()
+            }),
+            peers,
+        }
+    }
+
+    #[test]
+    fn accepts_remapped_and_identity_routes() {
+        let state = DesiredState::from_proto(
+            request(vec![
+                proto_peer(2, &[("10.70.0.0/16", "10.201.0.0/16")]),
+                proto_peer(3, &[("10.70.0.0/16", "10.202.0.0/16"), ("fd00::/64", "")]),
+            ]),
+            &DesiredState::default(),
+        )
+        .expect("valid");
+        assert_eq!(state.peers.len(), 2);
+        assert_eq!(state.interface.mtu, DEFAULT_MTU);
+        assert_eq!(
+            state.peers[1].routes[1],
+            RouteConfig::identity("fd00::/64".parse().expect("cidr"))
+        );
+    }
+
+    #[test]
+    fn zero_fields_keep_current_values() {
+        let mut current = DesiredState::default();
+        current.interface.listen_port = 4242;
+        current.interface.mtu = 1380;
+        current.interface.private_key = Some(key(9));
+        let mut req = request(vec![]);
+        req.interface = Some(proto::Interface::default());
+        let state = DesiredState::from_proto(req, &current).expect("valid");
+        assert_eq!(state.interface.listen_port, 4242);
+        assert_eq!(state.interface.mtu, 1380);
+        assert_eq!(state.interface.private_key, Some(key(9)));
+    }
+
+    fn rejection(peers: Vec<proto::Peer>) -> String {
+        DesiredState::from_proto(request(peers), &DesiredState::default())
+            .expect_err("must be rejected")
+            .to_string()
+    }
+
+    #[test]
+    fn rejects_invalid_states_with_readable_messages() {
+        let mut bad_key = proto_peer(2, &[]);
+        bad_key.public_key = "nope".into();
+        assert!(rejection(vec![bad_key]).contains("peer peer2: public_key"));
+
+        assert!(rejection(vec![proto_peer(2, &[("10.70.0.0/33", "")])]).contains("invalid CIDR"));
+        assert!(
+            rejection(vec![proto_peer(2, &[("10.70.0.0/16", "10.201.0.0/24")])])
+                .contains("same family and length")
+        );
+        assert!(
+            rejection(vec![proto_peer(2, &[("10.70.0.0/16", "fd00::/16")])])
+                .contains("same family and length")
+        );
+        assert!(rejection(vec![proto_peer(2, &[("10.70.0.1/16", "")])]).contains("host bits"));
+        assert!(
+            rejection(vec![
+                proto_peer(2, &[("10.70.0.0/16", "10.201.0.0/16")]),
+                proto_peer(3, &[("10.71.0.0/16", "10.201.0.0/16")]),
+            ])
+            .contains("view 10.201.0.0/16 is used by both peer peer2 and peer peer3")
+        );
+        assert!(rejection(vec![proto_peer(2, &[]), proto_peer(2, &[])]).contains("duplicate"));
+
+        let mut own = proto_peer(2, &[]);
+        own.public_key = key(1).public_key().to_base64();
+        assert!(rejection(vec![own]).contains("own public key"));
+
+        let mut endpoint = proto_peer(2, &[]);
+        endpoint.endpoint = "10.0.0.1".into();
+        assert!(rejection(vec![endpoint]).contains("invalid endpoint"));
+    }
+
+    #[test]
+    fn rejects_mtu_out_of_range() {
+        let mut req = request(vec![]);
+        if let Some(iface) = req.interface.as_mut() {
+            iface.mtu = 100;
+        }
+        let err = DesiredState::from_proto(req, &DesiredState::default()).expect_err("mtu");
+        assert!(err.to_string().contains("mtu"));
+    }
+
+    #[test]
+    fn endpoint_forms() {
+        assert_eq!(
+            Endpoint::parse("[fd00::1]:51820"),
+            Some(Endpoint::Addr("[fd00::1]:51820".parse().expect("addr")))
+        );
+        assert_eq!(
+            Endpoint::parse("gw.example.org:51820"),
+            Some(Endpoint::Host {
+                host: "gw.example.org".into(),
+                port: 51820
+            })
+        );
+        assert_eq!(Endpoint::parse(":51820"), None);
+        assert_eq!(Endpoint::parse("host:99999"), None);
+        assert_eq!(Endpoint::parse("bad host:1"), None);
+    }
+}

@@ -1,0 +1,186 @@
+//! Peer connection state and the status reports built from device readings: the gRPC
+//! `StatusResponse` and the UAPI `get` view. Pure: time is passed in.
+
+use std::time::Duration;
+
+use crate::device::{DeviceReport, PeerReport};
+use crate::proto;
+use crate::uapi::{InterfaceView, PeerView};
+
+/// A session older than this is gone (WireGuard's REJECT_AFTER_TIME).
+pub const SESSION_LIFETIME_MS: u64 = 180_000;
+/// Handshakes unanswered for longer than this make the peer ERROR.
+pub const HANDSHAKE_FAILING_AFTER_MS: u64 = 20_000;
+
+/// The connection state of a peer at `now_ms`, with a human-readable explanation.
+pub fn connection_state(report: &PeerReport, now_ms: u64) -> (proto::ConnectionState, String) {
+    use proto::ConnectionState as S;
+    if !report.active {
+        return (S::Error, "interface has no private key".into());
+    }
+    if report.endpoint.is_none() {
+        return (
+            S::Error,
+            "no endpoint: waiting for the peer to connect".into(),
+        );
+    }
+    let pending = report.handshake_pending_since_ms;
+    if pending != 0 && now_ms.saturating_sub(pending) > HANDSHAKE_FAILING_AFTER_MS {
+        let secs = now_ms.saturating_sub(pending) / 1000;
+        return (S::Error, format!("no handshake response for {secs} s"));
+    }
+    let last = report.last_handshake_ms;
+    if last != 0 && now_ms.saturating_sub(last) < SESSION_LIFETIME_MS {
+        return (S::Connected, String::new());
+    }
+    (S::Connecting, "waiting for a handshake".into())
+}
+
+/// Builds the gRPC status of the device.
+pub fn status_response(report: &DeviceReport, now_ms: u64) -> proto::StatusResponse {
+    proto::StatusResponse {
+        version: report.version.clone(),
+        generation: report.generation,
+        interface_name: report.interface_name.clone(),
+        public_key: report
+            .private_key
+            .map(|k| k.public_key().to_base64())
+            .unwrap_or_default(),
+        listen_port: report.listen_port.map_or(0, u32::from),
+        peers: report
+            .peers
+            .iter()
+            .map(|peer| {
+                let (state, message) = connection_state(peer, now_ms);
+                proto::PeerStatus {
+                    public_key: peer.config.public_key.to_base64(),
+                    name: peer.config.name.clone(),
+                    endpoint: peer.endpoint.map(|e| e.to_string()).unwrap_or_default(),
+                    last_handshake_unix_ms: i64::try_from(peer.last_handshake_ms)
+                        .unwrap_or(i64::MAX),
+                    rx_bytes: peer.rx_bytes,
+                    tx_bytes: peer.tx_bytes,
+                    rx_packets: peer.rx_packets,
+                    tx_packets: peer.tx_packets,
+                    latency_us: peer.latency_us.unwrap_or(0),
+                    state: state.into(),
+                    message,
+                }
+            })
+            .collect(),
+        drops: report
+            .drops
+            .iter()
+            .map(|(reason, count)| ((*reason).to_owned(), *count))
+            .collect(),
+    }
+}
+
+/// Builds the UAPI `get` view of the device.
+pub fn uapi_view(report: &DeviceReport) -> InterfaceView {
+    InterfaceView {
+        private_key: report.private_key,
+        listen_port: report.listen_port,
+        fwmark: report.fwmark,
+        peers: report
+            .peers
+            .iter()
+            .map(|peer| PeerView {
+                public_key: peer.config.public_key,
+                preshared_key: peer.config.preshared_key,
+                endpoint: peer.endpoint,
+                last_handshake: (peer.last_handshake_ms != 0)
+                    .then(|| Duration::from_millis(peer.last_handshake_ms)),
+                rx_bytes: peer.rx_bytes,
+                tx_bytes: peer.tx_bytes,
+                persistent_keepalive: peer.config.persistent_keepalive,
+                allowed_ips: peer.config.routes.iter().map(|r| r.real).collect(),
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::Key;
+    use crate::state::PeerConfig;
+    use proto::ConnectionState as S;
+
+    fn report() -> PeerReport {
+        PeerReport {
+            config: PeerConfig::new(Key::from_bytes([3; 32])),
+            endpoint: Some("192.0.2.1:51820".parse().expect("addr")),
+            active: true,
+            rx_bytes: 0,
+            tx_bytes: 0,
+            rx_packets: 0,
+            tx_packets: 0,
+            handshakes: 0,
+            last_handshake_ms: 0,
+            handshake_pending_since_ms: 0,
+            latency_us: None,
+        }
+    }
+
+    const NOW: u64 = 1_700_000_000_000;
+
+    #[test]
+    fn connected_only_with_a_fresh_handshake() {
+        let mut r = report();
+        assert_eq!(connection_state(&r, NOW).0, S::Connecting);
+        r.last_handshake_ms = NOW - 5_000;
+        assert_eq!(connection_state(&r, NOW).0, S::Connected);
+        r.last_handshake_ms = NOW - SESSION_LIFETIME_MS;
+        assert_eq!(connection_state(&r, NOW).0, S::Connecting);
+    }
+
+    #[test]
+    fn error_when_unreachable_or_failing() {
+        let mut r = report();
+        r.handshake_pending_since_ms = NOW - 10_000;
+        assert_eq!(connection_state(&r, NOW).0, S::Connecting);
+        r.handshake_pending_since_ms = NOW - 25_000;
+        let (state, message) = connection_state(&r, NOW);
+        assert_eq!(state, S::Error);
+        assert!(message.contains("25 s"), "{message}");
+
+        let mut r = report();
+        r.endpoint = None;
+        assert_eq!(connection_state(&r, NOW).0, S::Error);
+        let mut r = report();
+        r.active = false;
+        assert_eq!(connection_state(&r, NOW).0, S::Error);
+    }
+
+    #[test]
+    fn uapi_view_reports_real_prefixes() {
+        let mut r = report();
+        r.config.routes = vec![crate::state::RouteConfig {
+            real: "10.70.0.0/16".parse().expect("cidr"),
+            view: "10.201.0.0/16".parse().expect("cidr"),
+        }];
+        r.last_handshake_ms = 1_500;
+        let device = DeviceReport {
+            interface_name: "kt0".into(),
+            version: String::new(),
+            generation: 1,
+            private_key: None,
+            listen_port: Some(51820),
+            fwmark: 0,
+            peers: vec![r],
+            drops: Vec::new(),
+            remap_rules: 1,
+        };
+        let view = uapi_view(&device);
+        assert_eq!(view.listen_port, Some(51820));
+        assert_eq!(
+            view.peers[0].allowed_ips,
+            vec!["10.70.0.0/16".parse().expect("cidr")]
+        );
+        assert_eq!(
+            view.peers[0].last_handshake,
+            Some(Duration::from_millis(1_500))
+        );
+    }
+}

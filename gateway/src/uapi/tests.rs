@@ -1,0 +1,1 @@
+//! Unit tests of the UAPI parser, the `set` semantics and the `get` format.
