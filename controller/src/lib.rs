@@ -15,3 +15,4 @@ pub mod ipam;
 pub mod keys;
 pub mod planner;
 pub mod network;
+pub mod connector;
