@@ -23,7 +23,7 @@ impl Delta {
     /// covered data); a value at an odd offset contributes its bytes swapped.
     #[inline]
     pub(crate) fn word_at(&mut self, offset: usize, old: u16, new: u16) {
-        if offset % 2 == 0 {
+        if offset.is_multiple_of(2) {
             self.word(old, new);
         } else {
             self.word(old.swap_bytes(), new.swap_bytes());

@@ -110,7 +110,7 @@ impl<A: Key> PrefixMap<A> {
         }
         if unique.len() <= LINEAR_MAX {
             let mut entries: Vec<_> = unique.into_iter().collect();
-            entries.sort_by(|a, b| b.0.1.cmp(&a.0.1));
+            entries.sort_by_key(|&((_, len), _)| std::cmp::Reverse(len));
             let linear = entries
                 .into_iter()
                 .map(|((net, len), value)| (net, A::mask(len), value));

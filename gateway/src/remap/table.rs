@@ -29,12 +29,12 @@ struct Rule<A> {
 
 impl<A: Key + std::ops::BitOr<Output = A>> Rule<A> {
     #[inline]
-    fn to_real(&self, view_addr: A) -> A {
+    fn real_for(&self, view_addr: A) -> A {
         self.real | view_addr.and(self.host_mask)
     }
 
     #[inline]
-    fn to_view(&self, real_addr: A) -> A {
+    fn view_for(&self, real_addr: A) -> A {
         self.view | real_addr.and(self.host_mask)
     }
 }
@@ -529,7 +529,7 @@ impl RemapTable {
             return Verdict::Drop(DropReason::BadPacket);
         };
         let family = F::table(self);
-        let Some((_, rule, real)) = egress_match::<F>(self, family, F::addr(pkt, Side::Dst)) else {
+        let Some((rule, real)) = egress_match::<F>(self, family, F::addr(pkt, Side::Dst)) else {
             return Verdict::Drop(DropReason::NoRoute);
         };
         if let Some(local) = &self.local
@@ -547,8 +547,8 @@ impl RemapTable {
         // view of a route to the same peer.
         let quoted = |addr| {
             egress_match::<F>(self, family, addr)
-                .filter(|(_, r, _)| r.peer_index == rule.peer_index)
-                .map(|(_, _, real)| real)
+                .filter(|(r, _)| r.peer_index == rule.peer_index)
+                .map(|(_, real)| real)
         };
         match F::rewrite(pkt, &meta, Side::Dst, real, quoted, F::mss_limit(self)) {
             Ok(()) => Verdict::Forward(rule.peer),
@@ -588,16 +588,16 @@ fn egress_match<'t, F: Family>(
     table: &'t RemapTable,
     family: &'t FamilyTable<F::Addr>,
     view_addr: F::Addr,
-) -> Option<(u32, &'t Rule<F::Addr>, F::Addr)> {
+) -> Option<(&'t Rule<F::Addr>, F::Addr)> {
     let index = family.views.lookup(view_addr)?;
     let rule = &family.rules[index as usize];
-    let real = rule.to_real(view_addr);
+    let real = rule.real_for(view_addr);
     if rule.real_shadowed
         && F::reals(&table.peers[rule.peer_index as usize]).lookup(real) != Some(index)
     {
         return None;
     }
-    Some((index, rule, real))
+    Some((rule, real))
 }
 
 /// The view address for a peer's real address, if its route is the longest match on both sides.
@@ -609,7 +609,7 @@ fn ingress_match<F: Family>(
 ) -> Option<F::Addr> {
     let index = reals.lookup(real_addr)?;
     let rule = &family.rules[index as usize];
-    let view = rule.to_view(real_addr);
+    let view = rule.view_for(real_addr);
     if rule.view_shadowed && family.views.lookup(view) != Some(index) {
         return None;
     }
