@@ -307,3 +307,12 @@ pub fn wait_for_path(path: &std::path::Path, timeout: Duration) -> bool {
     }
     true
 }
+
+impl Netns {
+    /// Keeps the namespace after this handle drops, for fixtures that outlive the process
+    /// (the lab); returns its name. Remove it later with [`delete_netns`].
+    pub fn into_persistent(self) -> String {
+        let mut this = std::mem::ManuallyDrop::new(self);
+        std::mem::take(&mut this.name)
+    }
+}

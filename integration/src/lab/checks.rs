@@ -1,0 +1,308 @@
+//! Connectivity checks across remapped addresses: a pod (or external endpoint) of one cluster
+//! reaches its counterpart in a peer at the address its own cluster uses for it (the view),
+//! by ping and by a short bounded iperf3 run whose server must see the client at the address
+//! the *server's* cluster uses for it.
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::time::Duration;
+
+use ipnet::Ipv4Net;
+use kubetun_crds::CidrMapping;
+use serde::Serialize;
+
+use crate::iperf::{self, ClientSpec, Mode};
+use crate::lab::fabric::Fabric;
+use crate::lab::state::{ClusterState, Member};
+use crate::topology::translate;
+
+/// How long the first packet of a path may take (it waits for a handshake).
+const FIRST_CONTACT: Duration = Duration::from_secs(10);
+/// Echo requests per ping check once the path answered.
+const PINGS: u32 = 3;
+
+/// The outcome of one check.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Check {
+    /// Which step of `up` ran it (`links`, `shortcuts`).
+    pub phase: String,
+    /// What was checked.
+    pub description: String,
+    /// Whether it passed.
+    pub passed: bool,
+    /// Measurements or the failure reason.
+    pub detail: String,
+}
+
+/// Pods or external endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Pod namespaces (pod CIDR).
+    Pod,
+    /// External-endpoint namespaces (external CIDR).
+    External,
+}
+
+impl Kind {
+    fn members(self, cluster: &ClusterState) -> &[Member] {
+        match self {
+            Self::Pod => &cluster.pods,
+            Self::External => &cluster.externals,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Pod => "pod",
+            Self::External => "ext",
+        }
+    }
+}
+
+/// The address at which `from` reaches `addr` of cluster `to`: `addr` translated into the
+/// view `from` uses for the CIDR of `to` that contains it.
+pub fn reach_address(from: &ClusterState, to: &ClusterState, addr: Ipv4Addr) -> Option<Ipv4Addr> {
+    let endpoint = from
+        .tunnel_endpoints
+        .iter()
+        .find(|te| te.cluster.id == to.id)?;
+    endpoint
+        .remote_pod_cidrs
+        .iter()
+        .chain(&endpoint.remote_external_cidrs)
+        .find_map(|mapping| view_for(mapping, addr))
+}
+
+fn view_for(mapping: &CidrMapping, addr: Ipv4Addr) -> Option<Ipv4Addr> {
+    let real: Ipv4Net = mapping.real.parse().ok()?;
+    let view: Ipv4Net = mapping.view.parse().ok()?;
+    real.contains(&addr).then(|| translate(addr, view))
+}
+
+/// Pings, in both directions, from the first pod and the first external endpoint of each
+/// cluster to their counterparts in the other.
+pub fn ping_both_ways(
+    fabric: &Fabric,
+    phase: &str,
+    a: &ClusterState,
+    b: &ClusterState,
+) -> Vec<Check> {
+    let mut checks = Vec::new();
+    for (from, to) in [(a, b), (b, a)] {
+        for kind in [Kind::Pod, Kind::External] {
+            let (Some(src), Some(dst)) = (kind.members(from).first(), kind.members(to).first())
+            else {
+                continue;
+            };
+            checks.push(ping(fabric, phase, kind, from, src, to, dst));
+        }
+    }
+    checks
+}
+
+fn ping(
+    fabric: &Fabric,
+    phase: &str,
+    kind: Kind,
+    from: &ClusterState,
+    src: &Member,
+    to: &ClusterState,
+    dst: &Member,
+) -> Check {
+    let label = kind.label();
+    let Some(target) = reach_address(from, to, dst.address) else {
+        return Check {
+            phase: phase.to_owned(),
+            description: format!("ping {} {label} -> {} {label}", from.name, to.name),
+            passed: false,
+            detail: format!(
+                "{} has no route to {} of {}",
+                from.name, dst.address, to.name
+            ),
+        };
+    };
+    let description = format!(
+        "ping {} {label} {} -> {} {label} {} at {target}",
+        from.name, src.address, to.name, dst.address
+    );
+    let result = fabric.ns(&src.namespace).map(|ns| {
+        let target = target.to_string();
+        ns.wait_ping(&target, FIRST_CONTACT) && ns.ping(&target, PINGS)
+    });
+    let (passed, detail) = match result {
+        Ok(true) => (true, "replies received".to_owned()),
+        Ok(false) => (false, "no reply".to_owned()),
+        Err(e) => (false, e.to_string()),
+    };
+    Check {
+        phase: phase.to_owned(),
+        description,
+        passed,
+        detail,
+    }
+}
+
+/// A bounded TCP iperf3 run between the first external endpoints of `from` and `to` (both in
+/// overlapping external CIDRs): the client targets the view `from` uses, and the server must
+/// see the client at the view `to` uses for `from`'s external CIDR.
+pub fn iperf_external(
+    fabric: &Fabric,
+    phase: &str,
+    from: &ClusterState,
+    to: &ClusterState,
+    seconds: u32,
+    log_dir: &Path,
+) -> Check {
+    let (Some(src), Some(dst)) = (from.externals.first(), to.externals.first()) else {
+        return Check {
+            phase: phase.to_owned(),
+            description: format!("iperf3 {} ext -> {} ext", from.name, to.name),
+            passed: true,
+            detail: "skipped: no external endpoints".to_owned(),
+        };
+    };
+    let target = reach_address(from, to, dst.address);
+    let expected_peer = reach_address(to, from, src.address);
+    let description = format!(
+        "iperf3 -t {seconds} {} ext {} -> {} ext {} at {}",
+        from.name,
+        src.address,
+        to.name,
+        dst.address,
+        target.map_or_else(|| "?".to_owned(), |t| t.to_string())
+    );
+    let outcome = match (target, expected_peer) {
+        (Some(target), Some(expected_peer)) => {
+            run_iperf(fabric, src, dst, target, expected_peer, seconds, log_dir)
+        }
+        _ => Err("no route between the two clusters".to_owned()),
+    };
+    let (passed, detail) = match outcome {
+        Ok(detail) => (true, detail),
+        Err(detail) => (false, detail),
+    };
+    Check {
+        phase: phase.to_owned(),
+        description,
+        passed,
+        detail,
+    }
+}
+
+fn run_iperf(
+    fabric: &Fabric,
+    src: &Member,
+    dst: &Member,
+    target: Ipv4Addr,
+    expected_peer: Ipv4Addr,
+    seconds: u32,
+    log_dir: &Path,
+) -> Result<String, String> {
+    let server_ns = fabric.ns(&dst.namespace).map_err(|e| e.to_string())?;
+    let client_ns = fabric.ns(&src.namespace).map_err(|e| e.to_string())?;
+    let log = log_dir.join(format!("iperf3-{}.json", dst.namespace));
+    let server = iperf::Server::start(
+        server_ns,
+        &dst.address.to_string(),
+        iperf::DEFAULT_PORT,
+        &log,
+    )
+    .map_err(|e| e.to_string())?;
+    let spec = ClientSpec {
+        server: target.to_string(),
+        port: iperf::DEFAULT_PORT,
+        mode: Mode::Tcp { streams: 1 },
+        seconds,
+        omit: 0,
+    };
+    let report = iperf::run_client(client_ns, &spec);
+    server.finish(Duration::from_secs(3));
+    let report = report.map_err(|e| e.to_string())?;
+    let seen = std::fs::read_to_string(&log)
+        .map_err(|e| format!("{}: {e}", log.display()))
+        .and_then(|json| iperf::parse_server_peer(&json).map_err(|e| e.to_string()))?;
+    let rate = format!(
+        "{:.2} Gbit/s, {} retransmits",
+        report.received_bps / 1e9,
+        report.retransmits.unwrap_or(0)
+    );
+    if report.received_bps <= 0.0 {
+        return Err(format!("no data received ({rate})"));
+    }
+    if seen != expected_peer.to_string() {
+        return Err(format!(
+            "{rate}, but the server saw the client as {seen}, expected {expected_peer}"
+        ));
+    }
+    Ok(format!("{rate}; the server saw the client as {seen}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubetun_crds::{ClusterRef, Endpoint, TunnelEndpointSpec};
+
+    fn cluster(id: &str, endpoints: Vec<TunnelEndpointSpec>) -> ClusterState {
+        ClusterState {
+            name: id.to_uppercase(),
+            id: id.into(),
+            namespace: format!("{id}-gw"),
+            interface: format!("kt-{id}"),
+            grpc_socket: "/dev/null".into(),
+            uapi_socket: "/dev/null".into(),
+            log: "/dev/null".into(),
+            pid: None,
+            public_key: String::new(),
+            underlay_address: Ipv4Addr::new(198, 18, 0, 1),
+            listen_port: 51820,
+            pod_cidr: "10.202.0.0/16".parse().unwrap(),
+            external_cidr: Some("10.70.0.0/16".parse().unwrap()),
+            pods: vec![],
+            externals: vec![],
+            tunnel_endpoints: endpoints,
+            applied_version: String::new(),
+        }
+    }
+
+    #[test]
+    fn reach_address_translates_into_the_view() {
+        let te = TunnelEndpointSpec {
+            cluster: ClusterRef {
+                id: "milan".into(),
+                name: "Milan".into(),
+            },
+            remote_pod_cidrs: vec![CidrMapping {
+                real: "10.203.0.0/16".into(),
+                view: "10.203.0.0/16".into(),
+            }],
+            remote_external_cidrs: vec![CidrMapping {
+                real: "10.70.0.0/16".into(),
+                view: "10.68.0.0/16".into(),
+            }],
+            endpoint: Endpoint {
+                address: "198.18.0.3".into(),
+                port: 51820,
+            },
+            ..TunnelEndpointSpec::default()
+        };
+        let rome = cluster("rome", vec![te]);
+        let milan = cluster("milan", vec![]);
+        assert_eq!(
+            reach_address(&rome, &milan, Ipv4Addr::new(10, 70, 0, 11)),
+            Some(Ipv4Addr::new(10, 68, 0, 11))
+        );
+        assert_eq!(
+            reach_address(&rome, &milan, Ipv4Addr::new(10, 203, 0, 11)),
+            Some(Ipv4Addr::new(10, 203, 0, 11))
+        );
+        assert_eq!(
+            reach_address(&rome, &milan, Ipv4Addr::new(10, 9, 0, 1)),
+            None
+        );
+        assert_eq!(
+            reach_address(&milan, &rome, Ipv4Addr::new(10, 70, 0, 11)),
+            None
+        );
+    }
+}

@@ -1,0 +1,847 @@
+//! The lab: a topology's clusters as network namespaces, each with a real `kubetun-gateway`
+//! configured over its gRPC socket with state computed by the controller's own IPAM and
+//! planner, proven by ping and iperf3 across remapped addresses.
+//!
+//! - [`up`] builds the topology (cleaning a previous lab first), links the clusters (first
+//!   `links`, then `shortcuts`, re-applying both ends), runs the checks and prints the remap
+//!   table of every cluster. The lab stays up afterwards, also when a check failed, so it can
+//!   be inspected; [`UpReport::passed`] says whether everything passed.
+//! - [`status`] reports, per cluster and peer, the CIDRs and views, the addresses and the link
+//!   state read from each gateway.
+//! - [`down`] removes everything recorded in the state file, also after a crash.
+
+pub mod checks;
+pub mod fabric;
+pub mod naming;
+pub mod plan;
+pub mod state;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kubetun_controller::gateway_api::ConnectionState;
+use kubetun_controller::gateway_client::{GatewayClient, GatewayClientError};
+use kubetun_controller::planner::PlanError;
+use serde::Serialize;
+
+use crate::netns::{self, NetnsError};
+use crate::table::{self, ClusterTable, PeerMapping};
+use crate::topology::{GATEWAY_PORT, Topology};
+use checks::Check;
+use fabric::Fabric;
+use naming::{Naming, PrefixError};
+use plan::ControlPlanes;
+use state::{ClusterState, LabState, Member, StateError};
+
+/// Where the user's lab keeps its state, sockets and logs.
+pub const DEFAULT_STATE_DIR: &str = "/run/kubetun-lab";
+/// How long every link may take to report Connected after the checks.
+const CONNECTED_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the lab could not be built, inspected or removed.
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    /// A precondition of the host is missing (root, /dev/net/tun, a tool).
+    #[error("{0}")]
+    Host(String),
+    /// The naming prefix is invalid.
+    #[error(transparent)]
+    Prefix(#[from] PrefixError),
+    /// A namespace, link or process operation failed.
+    #[error(transparent)]
+    Netns(#[from] NetnsError),
+    /// The state file could not be read or written.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// A file could not be created.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The controller's planner refused a NetworkConfig or TunnelEndpoint.
+    #[error("{cluster}: {source}")]
+    Plan {
+        /// The cluster whose state was being computed.
+        cluster: String,
+        /// The planner's error.
+        source: Box<PlanError>,
+    },
+    /// A gateway failed to start or rejected its state.
+    #[error("gateway of {cluster}: {message}")]
+    Gateway {
+        /// The cluster.
+        cluster: String,
+        /// What happened.
+        message: String,
+    },
+    /// The gRPC call to a gateway failed.
+    #[error("gateway of {cluster}: {source}")]
+    Rpc {
+        /// The cluster.
+        cluster: String,
+        /// The client's error.
+        source: Box<GatewayClientError>,
+    },
+    /// No lab is up (no state file).
+    #[error("no lab is up (no state in {0})")]
+    NotUp(PathBuf),
+    /// A bug: the lab's own bookkeeping is inconsistent.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// How to build a lab.
+#[derive(Debug, Clone)]
+pub struct LabOptions {
+    /// The topology.
+    pub topology: Topology,
+    /// Prefix of every name (empty for the user's lab; tests use their own).
+    pub prefix: String,
+    /// Directory of the state file, sockets and logs.
+    pub state_dir: PathBuf,
+    /// The `kubetun-gateway` binary.
+    pub gateway_binary: PathBuf,
+    /// Seconds of each iperf3 check; 0 skips them.
+    pub iperf_seconds: u32,
+}
+
+/// What [`up`] found.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpReport {
+    /// Every check, in the order run.
+    pub checks: Vec<Check>,
+    /// The remap table of every cluster.
+    pub tables: Vec<ClusterTable>,
+}
+
+impl UpReport {
+    /// True when every check passed.
+    pub fn passed(&self) -> bool {
+        self.checks.iter().all(|c| c.passed)
+    }
+
+    /// The checks that failed.
+    pub fn failures(&self) -> impl Iterator<Item = &Check> {
+        self.checks.iter().filter(|c| !c.passed)
+    }
+}
+
+/// Checks that the host can run a lab: root, /dev/net/tun, the tools used.
+pub fn preflight(options: &LabOptions) -> Result<(), LabError> {
+    if !netns::is_root() {
+        return Err(LabError::Host(
+            "the lab creates network namespaces and TUN devices: run it as root".to_owned(),
+        ));
+    }
+    if !Path::new("/dev/net/tun").exists() {
+        return Err(LabError::Host(
+            "/dev/net/tun is missing: load the tun module (modprobe tun) or give the container \
+             the device"
+                .to_owned(),
+        ));
+    }
+    let mut tools = vec!["ip", "ping", "sysctl", "timeout"];
+    if options.iperf_seconds > 0 {
+        tools.push("iperf3");
+    }
+    for tool in tools {
+        if !netns::command_exists(tool) {
+            return Err(LabError::Host(format!(
+                "`{tool}` is not installed (needs iproute2, iputils-ping, procps, coreutils, iperf3)"
+            )));
+        }
+    }
+    if !options.gateway_binary.is_file() {
+        return Err(LabError::Host(format!(
+            "gateway binary {} not found: build it with `cargo build --release -p kubetun-gateway` \
+             or pass --gateway",
+            options.gateway_binary.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Builds the lab, links it, checks it and prints progress and the remap tables to `out`.
+///
+/// Any previous lab in the same state directory is removed first. If building fails,
+/// everything created so far is removed again; once built, the lab stays up.
+pub fn up(options: &LabOptions, out: &mut dyn Write) -> Result<UpReport, LabError> {
+    preflight(options)?;
+    let naming = Naming::new(&options.prefix)?;
+    let topology = &options.topology;
+    if LabState::load(&options.state_dir)?.is_some() {
+        say(out, "removing the previous lab");
+        down(&options.state_dir, out)?;
+    }
+    let mut state = planned_state(topology, &naming, &options.state_dir);
+    // A lab whose state file was lost still holds these names.
+    for name in state.namespaces.iter().rev() {
+        netns::delete_netns(name);
+    }
+    state.save(&options.state_dir)?;
+    let mut teardown = Teardown::armed(&options.state_dir);
+
+    say(out, &format!("kubetun lab: {}", topology.description));
+    let fabric = Fabric::build(topology, &state, &naming.underlay_ns())?;
+    say(
+        out,
+        &format!("  {} namespaces created", state.namespaces.len()),
+    );
+
+    let mut planes = ControlPlanes::new(topology);
+    for (index, cluster) in state.clusters.iter_mut().enumerate() {
+        cluster.public_key = planes.public_key(index).to_owned();
+    }
+    for index in 0..state.clusters.len() {
+        let pid = fabric::start_gateway(&fabric, &state.clusters[index], &options.gateway_binary)?;
+        state.clusters[index].pid = Some(pid);
+        state.save(&options.state_dir)?;
+        let cluster = &state.clusters[index];
+        say(
+            out,
+            &format!(
+                "  {} gateway {} (pid {pid}) in {}, gRPC {}",
+                cluster.name,
+                cluster.interface,
+                cluster.namespace,
+                cluster.grpc_socket.display()
+            ),
+        );
+    }
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| LabError::Io {
+            path: "tokio runtime".into(),
+            source,
+        })?;
+    let clients: Vec<GatewayClient> = {
+        let _guard = runtime.enter();
+        state
+            .clusters
+            .iter()
+            .map(|c| GatewayClient::new(&c.grpc_socket))
+            .collect()
+    };
+    let mut lab = RunningLab {
+        topology,
+        options,
+        fabric: &fabric,
+        planes: &mut planes,
+        state: &mut state,
+        runtime: &runtime,
+        clients: &clients,
+        checks: Vec::new(),
+    };
+
+    // Phase 1: the links (hub to leaves); every gateway gets its key and port even without
+    // peers.
+    for link in &topology.links {
+        lab.link(&link.0, &link.1, out)?;
+    }
+    for index in 0..topology.clusters.len() {
+        lab.apply(index, out)?;
+    }
+    lab.check_links("links", &topology.links, out);
+
+    // Phase 2: the shortcuts, re-applying both ends; every link is checked again.
+    if !topology.shortcuts.is_empty() {
+        let mut touched = Vec::new();
+        for link in &topology.shortcuts {
+            lab.link(&link.0, &link.1, out)?;
+            touched.extend([lab.index(&link.0)?, lab.index(&link.1)?]);
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for index in touched {
+            lab.apply(index, out)?;
+        }
+        let all: Vec<_> = topology.all_links().map(|(_, l)| l.clone()).collect();
+        lab.check_links("shortcuts", &all, out);
+    }
+    lab.check_connected(out);
+
+    let tables: Vec<ClusterTable> = topology
+        .clusters
+        .iter()
+        .zip(&lab.state.clusters)
+        .map(|(spec, cluster)| plan::remap_table(topology, spec, &cluster.tunnel_endpoints))
+        .collect();
+    let checks = std::mem::take(&mut lab.checks);
+    state.tables = tables.clone();
+    state.save(&options.state_dir)?;
+    fabric.keep();
+    teardown.disarm();
+
+    say(out, "");
+    say(out, &table::render(&tables));
+    let report = UpReport { checks, tables };
+    let failed = report.failures().count();
+    if failed == 0 {
+        say(
+            out,
+            &format!(
+                "all {} checks passed; `kubetun-lab down` removes the lab",
+                report.checks.len()
+            ),
+        );
+    } else {
+        say(
+            out,
+            &format!(
+                "{failed} of {} checks FAILED; the lab stays up for inspection (`kubetun-lab down` removes it)",
+                report.checks.len()
+            ),
+        );
+    }
+    Ok(report)
+}
+
+/// The lab while `up` links and checks it.
+struct RunningLab<'a> {
+    topology: &'a Topology,
+    options: &'a LabOptions,
+    fabric: &'a Fabric,
+    planes: &'a mut ControlPlanes,
+    state: &'a mut LabState,
+    runtime: &'a tokio::runtime::Runtime,
+    clients: &'a [GatewayClient],
+    checks: Vec<Check>,
+}
+
+impl RunningLab<'_> {
+    fn index(&self, name: &str) -> Result<usize, LabError> {
+        self.topology
+            .cluster_index(name)
+            .ok_or_else(|| LabError::Internal(format!("unknown cluster {name}")))
+    }
+
+    fn link(&mut self, a: &str, b: &str, out: &mut dyn Write) -> Result<(), LabError> {
+        let (ia, ib) = (self.index(a)?, self.index(b)?);
+        self.planes.link(ia, ib).map_err(|source| LabError::Plan {
+            cluster: format!("{a} <-> {b}"),
+            source: Box::new(source),
+        })?;
+        say(
+            out,
+            &format!(
+                "  linked {} <-> {}: NetworkConfigs exchanged, each processed by the other side's IPAM",
+                self.state.clusters[ia].name, self.state.clusters[ib].name
+            ),
+        );
+        Ok(())
+    }
+
+    /// Computes the cluster's TunnelEndpoints and gateway state with the planner and applies
+    /// it over the gateway's gRPC socket.
+    fn apply(&mut self, index: usize, out: &mut dyn Write) -> Result<(), LabError> {
+        let name = self.state.clusters[index].name.clone();
+        let endpoints = self
+            .planes
+            .tunnel_endpoints(index)
+            .map_err(|source| LabError::Plan {
+                cluster: name.clone(),
+                source: Box::new(source),
+            })?;
+        let desired = self.planes.desired_state(index, &endpoints);
+        let version = desired.version.clone();
+        let peers = desired.peers.len();
+        let response = self
+            .runtime
+            .block_on(self.clients[index].apply(desired))
+            .map_err(|source| LabError::Rpc {
+                cluster: name.clone(),
+                source: Box::new(source),
+            })?;
+        let cluster = &mut self.state.clusters[index];
+        cluster.tunnel_endpoints = endpoints;
+        cluster.applied_version = version.clone();
+        self.state.save(&self.options.state_dir)?;
+        say(
+            out,
+            &format!(
+                "  applied {name}: {peers} peer(s), version {version}, generation {}{}",
+                response.generation,
+                if response.changed { "" } else { " (unchanged)" }
+            ),
+        );
+        Ok(())
+    }
+
+    fn check_links(
+        &mut self,
+        phase: &str,
+        links: &[crate::topology::LinkSpec],
+        out: &mut dyn Write,
+    ) {
+        say(out, &format!("  checks after {phase}:"));
+        for link in links {
+            let (Ok(a), Ok(b)) = (self.index(&link.0), self.index(&link.1)) else {
+                continue;
+            };
+            let (ca, cb) = (&self.state.clusters[a], &self.state.clusters[b]);
+            for check in checks::ping_both_ways(self.fabric, phase, ca, cb) {
+                report_check(out, &check);
+                self.checks.push(check);
+            }
+        }
+        // One bounded iperf3 run over the last link of the phase (leaf to hub, then over the
+        // shortcut), between overlapping external CIDRs.
+        if self.options.iperf_seconds > 0 {
+            let last = match phase {
+                "shortcuts" => self.topology.shortcuts.last(),
+                _ => self.topology.links.last(),
+            };
+            if let Some(link) = last
+                && let (Ok(a), Ok(b)) = (self.index(&link.0), self.index(&link.1))
+            {
+                let check = checks::iperf_external(
+                    self.fabric,
+                    phase,
+                    &self.state.clusters[b],
+                    &self.state.clusters[a],
+                    self.options.iperf_seconds,
+                    &self.options.state_dir,
+                );
+                report_check(out, &check);
+                self.checks.push(check);
+            }
+        }
+    }
+
+    /// Every linked peer of every gateway must report Connected (bounded wait).
+    fn check_connected(&mut self, out: &mut dyn Write) {
+        let deadline = Instant::now() + CONNECTED_TIMEOUT;
+        let mut pending = self.not_connected();
+        while !pending.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+            pending = self.not_connected();
+        }
+        let check = Check {
+            phase: "status".to_owned(),
+            description: "every gateway reports every peer Connected".to_owned(),
+            passed: pending.is_empty(),
+            detail: if pending.is_empty() {
+                "all links connected".to_owned()
+            } else {
+                format!("not connected: {}", pending.join(", "))
+            },
+        };
+        report_check(out, &check);
+        self.checks.push(check);
+    }
+
+    fn not_connected(&self) -> Vec<String> {
+        let mut pending = Vec::new();
+        for (cluster, client) in self.state.clusters.iter().zip(self.clients) {
+            match self.runtime.block_on(client.status()) {
+                Ok(status) => {
+                    for te in &cluster.tunnel_endpoints {
+                        let peer = status.peers.iter().find(|p| p.public_key == te.public_key);
+                        if peer.is_none_or(|p| p.state() != ConnectionState::Connected) {
+                            pending.push(format!("{} -> {}", cluster.name, te.cluster.name));
+                        }
+                    }
+                }
+                Err(e) => pending.push(format!("{} ({e})", cluster.name)),
+            }
+        }
+        pending
+    }
+}
+
+fn report_check(out: &mut dyn Write, check: &Check) {
+    let mark = if check.passed { "ok  " } else { "FAIL" };
+    say(
+        out,
+        &format!("    [{mark}] {} — {}", check.description, check.detail),
+    );
+}
+
+fn say(out: &mut dyn Write, line: &str) {
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// The names, addresses and files of a lab before anything exists.
+fn planned_state(topology: &Topology, naming: &Naming, state_dir: &Path) -> LabState {
+    let mut namespaces = vec![naming.underlay_ns()];
+    let clusters = topology
+        .clusters
+        .iter()
+        .enumerate()
+        .map(|(index, spec)| {
+            let id = spec.id();
+            let interface = naming.tun(&id);
+            let pods: Vec<Member> = (1..=spec.pods)
+                .map(|n| Member {
+                    namespace: naming.pod_ns(&id, n),
+                    address: spec.pod_address(n),
+                })
+                .collect();
+            let externals: Vec<Member> = (1..=spec.externals)
+                .filter_map(|n| {
+                    spec.external_address(n).map(|address| Member {
+                        namespace: naming.external_ns(&id, n),
+                        address,
+                    })
+                })
+                .collect();
+            namespaces.push(naming.gateway_ns(&id));
+            namespaces.extend(pods.iter().chain(&externals).map(|m| m.namespace.clone()));
+            ClusterState {
+                name: spec.name.clone(),
+                namespace: naming.gateway_ns(&id),
+                grpc_socket: state_dir.join(format!("{interface}.grpc.sock")),
+                uapi_socket: PathBuf::from(format!("/var/run/wireguard/{interface}.sock")),
+                log: state_dir.join(format!("{interface}.log")),
+                interface,
+                pid: None,
+                public_key: String::new(),
+                underlay_address: topology.underlay_address(index),
+                listen_port: GATEWAY_PORT,
+                pod_cidr: spec.pod_cidr,
+                external_cidr: spec.external_cidr,
+                pods,
+                externals,
+                tunnel_endpoints: Vec::new(),
+                applied_version: String::new(),
+                id,
+            }
+        })
+        .collect();
+    LabState {
+        prefix: naming.prefix().to_owned(),
+        description: topology.description.clone(),
+        namespaces,
+        clusters,
+        tables: Vec::new(),
+    }
+}
+
+/// Removes the lab recorded in `state_dir`: stops each gateway by PID, deletes the
+/// namespaces by name (stopping anything left inside), removes sockets and the state file.
+/// Without a state file there is nothing to do.
+pub fn down(state_dir: &Path, out: &mut dyn Write) -> Result<(), LabError> {
+    let Some(state) = LabState::load(state_dir)? else {
+        say(
+            out,
+            &format!("no lab state in {}: nothing to remove", state_dir.display()),
+        );
+        return Ok(());
+    };
+    for cluster in &state.clusters {
+        if let Some(pid) = cluster.pid
+            && fabric::stop_gateway(pid)
+        {
+            say(
+                out,
+                &format!("  stopped {} gateway (pid {pid})", cluster.name),
+            );
+        }
+        for socket in [&cluster.grpc_socket, &cluster.uapi_socket] {
+            let _ = std::fs::remove_file(socket);
+        }
+    }
+    for name in state.namespaces.iter().rev() {
+        netns::delete_netns(name);
+    }
+    say(
+        out,
+        &format!("  deleted {} namespaces", state.namespaces.len()),
+    );
+    LabState::remove(state_dir)?;
+    Ok(())
+}
+
+/// Removes a half-built lab when `up` fails or panics.
+struct Teardown {
+    state_dir: Option<PathBuf>,
+}
+
+impl Teardown {
+    fn armed(state_dir: &Path) -> Self {
+        Self {
+            state_dir: Some(state_dir.to_owned()),
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.state_dir = None;
+    }
+}
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        if let Some(dir) = self.state_dir.take() {
+            let _ = down(&dir, &mut std::io::sink());
+        }
+    }
+}
+
+/// The lab as [`status`] reports it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LabStatus {
+    /// The topology's description.
+    pub description: String,
+    /// The naming prefix.
+    pub prefix: String,
+    /// One entry per cluster.
+    pub clusters: Vec<ClusterStatus>,
+}
+
+/// One cluster in [`LabStatus`].
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterStatus {
+    /// Display name.
+    pub name: String,
+    /// The gateway namespace.
+    pub namespace: String,
+    /// The gateway's TUN device.
+    pub interface: String,
+    /// The gateway's PID.
+    pub pid: Option<u32>,
+    /// Whether that PID still runs the gateway.
+    pub running: bool,
+    /// The gateway's public key.
+    pub public_key: String,
+    /// The gateway's underlay endpoint.
+    pub endpoint: String,
+    /// The pod CIDR.
+    pub pod_cidr: String,
+    /// The external CIDR.
+    pub external_cidr: Option<String>,
+    /// The pods and their addresses.
+    pub pods: Vec<Member>,
+    /// The external endpoints and their addresses.
+    pub externals: Vec<Member>,
+    /// The version of the state the gateway runs (from Status).
+    pub gateway_version: Option<String>,
+    /// Why the gateway could not be queried.
+    pub error: Option<String>,
+    /// One entry per peer.
+    pub peers: Vec<PeerStatus>,
+}
+
+/// One peer of a cluster in [`LabStatus`].
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PeerStatus {
+    /// The peer's real CIDRs and the CIDRs this cluster uses for them.
+    #[serde(flatten)]
+    pub mapping: PeerMapping,
+    /// The peer's gateway endpoint.
+    pub endpoint: String,
+    /// The peer's pods and external endpoints at the addresses this cluster reaches them.
+    pub reachable_at: Vec<Member>,
+    /// Connected, Connecting, Error or Unknown (gateway Status).
+    pub state: String,
+    /// The gateway's explanation of the state.
+    pub message: String,
+    /// Unix time of the last handshake in milliseconds (0: never).
+    pub last_handshake_unix_ms: i64,
+    /// Bytes received from the peer.
+    pub rx_bytes: u64,
+    /// Bytes sent to the peer.
+    pub tx_bytes: u64,
+}
+
+/// Reads the lab's state and asks every gateway for its status.
+pub fn status(state_dir: &Path) -> Result<LabStatus, LabError> {
+    let state = LabState::load(state_dir)?.ok_or_else(|| LabError::NotUp(state_dir.to_owned()))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| LabError::Io {
+            path: "tokio runtime".into(),
+            source,
+        })?;
+    let clusters = state
+        .clusters
+        .iter()
+        .map(|cluster| cluster_status(&runtime, &state, cluster))
+        .collect();
+    Ok(LabStatus {
+        description: state.description.clone(),
+        prefix: state.prefix.clone(),
+        clusters,
+    })
+}
+
+fn cluster_status(
+    runtime: &tokio::runtime::Runtime,
+    state: &LabState,
+    cluster: &ClusterState,
+) -> ClusterStatus {
+    let running = cluster.pid.is_some_and(fabric::runs_gateway);
+    let gateway = if running {
+        let client = {
+            let _guard = runtime.enter();
+            GatewayClient::new(&cluster.grpc_socket)
+        };
+        runtime.block_on(client.status()).map_err(|e| e.to_string())
+    } else {
+        Err("the gateway is not running".to_owned())
+    };
+    let peers = cluster
+        .tunnel_endpoints
+        .iter()
+        .map(|te| {
+            let peer_status = gateway
+                .as_ref()
+                .ok()
+                .and_then(|s| s.peers.iter().find(|p| p.public_key == te.public_key));
+            let remote = state.clusters.iter().find(|c| c.id == te.cluster.id);
+            let reachable_at = remote
+                .map(|remote| {
+                    remote
+                        .pods
+                        .iter()
+                        .chain(&remote.externals)
+                        .filter_map(|m| {
+                            checks::reach_address(cluster, remote, m.address).map(|address| {
+                                Member {
+                                    namespace: m.namespace.clone(),
+                                    address,
+                                }
+                            })
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            PeerStatus {
+                mapping: PeerMapping {
+                    peer: remote.map_or_else(|| te.cluster.id.clone(), |r| r.name.clone()),
+                    pod_cidrs: te.remote_pod_cidrs.clone(),
+                    external_cidrs: te.remote_external_cidrs.clone(),
+                },
+                endpoint: te.endpoint.to_string(),
+                reachable_at,
+                state: peer_status.map_or_else(|| "Unknown".to_owned(), |p| state_name(p.state())),
+                message: peer_status.map(|p| p.message.clone()).unwrap_or_default(),
+                last_handshake_unix_ms: peer_status.map_or(0, |p| p.last_handshake_unix_ms),
+                rx_bytes: peer_status.map_or(0, |p| p.rx_bytes),
+                tx_bytes: peer_status.map_or(0, |p| p.tx_bytes),
+            }
+        })
+        .collect();
+    ClusterStatus {
+        name: cluster.name.clone(),
+        namespace: cluster.namespace.clone(),
+        interface: cluster.interface.clone(),
+        pid: cluster.pid,
+        running,
+        public_key: cluster.public_key.clone(),
+        endpoint: format!("{}:{}", cluster.underlay_address, cluster.listen_port),
+        pod_cidr: cluster.pod_cidr.to_string(),
+        external_cidr: cluster.external_cidr.map(|c| c.to_string()),
+        pods: cluster.pods.clone(),
+        externals: cluster.externals.clone(),
+        gateway_version: gateway.as_ref().ok().map(|s| s.version.clone()),
+        error: gateway.err(),
+        peers,
+    }
+}
+
+fn state_name(state: ConnectionState) -> String {
+    match state {
+        ConnectionState::Connected => "Connected",
+        ConnectionState::Connecting => "Connecting",
+        ConnectionState::Error => "Error",
+        ConnectionState::Unspecified => "Unknown",
+    }
+    .to_owned()
+}
+
+/// The status as text: per cluster its gateway and addresses, per peer the remap table lines
+/// and the link state.
+pub fn render_status(status: &LabStatus) -> String {
+    use std::fmt::Write as _;
+    let mut text = String::new();
+    let _ = writeln!(text, "kubetun lab: {}", status.description);
+    for cluster in &status.clusters {
+        let _ = writeln!(
+            text,
+            "\nCLUSTER {} — gateway {} in {} (pid {}, {}), endpoint {}",
+            cluster.name.to_uppercase(),
+            cluster.interface,
+            cluster.namespace,
+            cluster
+                .pid
+                .map_or_else(|| "-".to_owned(), |p| p.to_string()),
+            if cluster.running {
+                "running"
+            } else {
+                "NOT running"
+            },
+            cluster.endpoint
+        );
+        let members: Vec<String> = cluster
+            .pods
+            .iter()
+            .chain(&cluster.externals)
+            .map(|m| format!("{} {}", m.namespace, m.address))
+            .collect();
+        let _ = writeln!(text, "  members: {}", members.join(", "));
+        if let Some(error) = &cluster.error {
+            let _ = writeln!(text, "  gateway status unavailable: {error}");
+        }
+        for peer in &cluster.peers {
+            let _ = writeln!(
+                text,
+                "  {} -> {}: {}{} (rx {} B, tx {} B)",
+                cluster.name,
+                peer.mapping.peer,
+                peer.state,
+                if peer.message.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", peer.message)
+                },
+                peer.rx_bytes,
+                peer.tx_bytes
+            );
+            for (label, mappings) in [
+                ("Pod CIDR", &peer.mapping.pod_cidrs),
+                ("External CIDR", &peer.mapping.external_cidrs),
+            ] {
+                for m in mappings {
+                    let _ = writeln!(text, "    {label}: {} → Remapped to {}", m.real, m.view);
+                }
+            }
+            let reach: Vec<String> = peer
+                .reachable_at
+                .iter()
+                .map(|m| format!("{} at {}", m.namespace, m.address))
+                .collect();
+            let _ = writeln!(text, "    reaches {}", reach.join(", "));
+        }
+    }
+    text
+}
+
+/// The `kubetun-gateway` next to the running executable, else on `PATH`.
+pub fn default_gateway_binary() -> PathBuf {
+    const NAME: &str = "kubetun-gateway";
+    let sibling = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join(NAME)));
+    if let Some(path) = sibling.filter(|p| p.is_file()) {
+        return path;
+    }
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join(NAME))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_else(|| PathBuf::from(NAME))
+}

@@ -1,0 +1,114 @@
+//! Names of everything the lab creates, derived from the cluster names and an optional prefix,
+//! so that several labs (e.g. tests running in parallel next to a user's lab) never collide.
+//!
+//! Without a prefix: namespaces `<cluster>-gw`, `<cluster>-pod<N>`, `<cluster>-ext<N>` and
+//! `kt-underlay`, TUN devices `kt-<cluster>`. With prefix `t1`: `t1-<cluster>-gw`, …,
+//! `t1-kt-underlay`, `t1-kt-<cluster>`. Cluster names contain no `-`, so prefixed and
+//! unprefixed names never coincide.
+
+use crate::topology::MAX_CLUSTER_NAME;
+
+/// The longest prefix: `<prefix>-kt-<cluster>` must fit the 15-byte interface name limit.
+pub const MAX_PREFIX: usize = 15 - 4 - MAX_CLUSTER_NAME;
+
+/// Why a prefix was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "prefix {0:?} must start with a lowercase letter, contain only lowercase letters and digits \
+     and have at most {MAX_PREFIX} characters"
+)]
+pub struct PrefixError(pub String);
+
+/// Derives namespace, interface and file names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Naming {
+    prefix: String,
+}
+
+impl Naming {
+    /// Names with `prefix` (empty: the user's lab).
+    pub fn new(prefix: &str) -> Result<Self, PrefixError> {
+        let valid = prefix.is_empty()
+            || (prefix.len() <= MAX_PREFIX
+                && prefix.starts_with(|c: char| c.is_ascii_lowercase())
+                && prefix
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit()));
+        if valid {
+            Ok(Self {
+                prefix: prefix.to_owned(),
+            })
+        } else {
+            Err(PrefixError(prefix.to_owned()))
+        }
+    }
+
+    /// The prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn with_prefix(&self, name: String) -> String {
+        if self.prefix.is_empty() {
+            name
+        } else {
+            format!("{}-{name}", self.prefix)
+        }
+    }
+
+    /// The namespace holding the bridge that joins all gateways.
+    pub fn underlay_ns(&self) -> String {
+        self.with_prefix("kt-underlay".to_owned())
+    }
+
+    /// The gateway namespace of cluster `id`.
+    pub fn gateway_ns(&self, id: &str) -> String {
+        self.with_prefix(format!("{id}-gw"))
+    }
+
+    /// The namespace of pod `n` (1-based) of cluster `id`.
+    pub fn pod_ns(&self, id: &str, n: u8) -> String {
+        self.with_prefix(format!("{id}-pod{n}"))
+    }
+
+    /// The namespace of external endpoint `n` (1-based) of cluster `id`.
+    pub fn external_ns(&self, id: &str, n: u8) -> String {
+        self.with_prefix(format!("{id}-ext{n}"))
+    }
+
+    /// The gateway's TUN device (also names its UAPI and gRPC sockets, which live in the
+    /// shared filesystem, so it is unique across labs).
+    pub fn tun(&self, id: &str) -> String {
+        self.with_prefix(format!("kt-{id}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unprefixed_names() {
+        let naming = Naming::new("").unwrap();
+        assert_eq!(naming.gateway_ns("europe"), "europe-gw");
+        assert_eq!(naming.pod_ns("rome", 1), "rome-pod1");
+        assert_eq!(naming.external_ns("milan", 2), "milan-ext2");
+        assert_eq!(naming.underlay_ns(), "kt-underlay");
+        assert_eq!(naming.tun("europe"), "kt-europe");
+    }
+
+    #[test]
+    fn prefixed_names_fit_interface_limits() {
+        let naming = Naming::new("t12").unwrap();
+        assert_eq!(naming.gateway_ns("rome"), "t12-rome-gw");
+        let longest = naming.tun(&"x".repeat(MAX_CLUSTER_NAME));
+        assert_eq!(longest.len(), 15, "{longest}");
+    }
+
+    #[test]
+    fn rejects_bad_prefixes() {
+        for bad in ["T1", "1t", "t-1", "toolong", "t 1"] {
+            assert!(Naming::new(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! The lab's state file (`<state dir>/state.json`): every name and PID the lab created, written
+//! before anything is created and updated as the lab comes up, so `down` can remove everything
+//! even after a crash.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+use ipnet::Ipv4Net;
+use kubetun_crds::TunnelEndpointSpec;
+use serde::{Deserialize, Serialize};
+
+use crate::table::ClusterTable;
+
+/// File name of the state inside the state directory.
+pub const STATE_FILE: &str = "state.json";
+
+/// Why the state file could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// Reading, writing or renaming failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file is not a lab state.
+    #[error("{path} is not a lab state file: {source}")]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// What did not parse.
+        source: serde_json::Error,
+    },
+}
+
+/// A pod or external endpoint: its namespace and address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Member {
+    /// The namespace.
+    pub namespace: String,
+    /// Its address (in the cluster's pod or external CIDR).
+    pub address: Ipv4Addr,
+}
+
+/// One cluster of the lab.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterState {
+    /// Display name.
+    pub name: String,
+    /// Cluster ID (lowercase name).
+    pub id: String,
+    /// The gateway namespace.
+    pub namespace: String,
+    /// The gateway's TUN device.
+    pub interface: String,
+    /// The gateway's gRPC control socket.
+    pub grpc_socket: PathBuf,
+    /// The gateway's WireGuard UAPI socket.
+    pub uapi_socket: PathBuf,
+    /// The gateway's log file.
+    pub log: PathBuf,
+    /// The gateway's PID once started.
+    #[serde(default)]
+    pub pid: Option<u32>,
+    /// The gateway's WireGuard public key (base64).
+    #[serde(default)]
+    pub public_key: String,
+    /// The gateway's address on the underlay.
+    pub underlay_address: Ipv4Addr,
+    /// The gateway's UDP port.
+    pub listen_port: u16,
+    /// The cluster's pod CIDR.
+    pub pod_cidr: Ipv4Net,
+    /// The cluster's external CIDR.
+    #[serde(default)]
+    pub external_cidr: Option<Ipv4Net>,
+    /// The pods.
+    pub pods: Vec<Member>,
+    /// The external endpoints.
+    pub externals: Vec<Member>,
+    /// The TunnelEndpoints last applied to the gateway (computed by the controller's planner).
+    #[serde(default)]
+    pub tunnel_endpoints: Vec<TunnelEndpointSpec>,
+    /// The version of the desired state last applied.
+    #[serde(default)]
+    pub applied_version: String,
+}
+
+/// Everything the lab created.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LabState {
+    /// The naming prefix (empty for the user's lab).
+    pub prefix: String,
+    /// The topology's description.
+    pub description: String,
+    /// The namespaces, in creation order (deleted in reverse).
+    pub namespaces: Vec<String>,
+    /// The clusters, in topology order.
+    pub clusters: Vec<ClusterState>,
+    /// The remap table of every cluster, once applied.
+    #[serde(default)]
+    pub tables: Vec<ClusterTable>,
+}
+
+impl LabState {
+    /// The state file inside `dir`.
+    pub fn path(dir: &Path) -> PathBuf {
+        dir.join(STATE_FILE)
+    }
+
+    /// Loads the state from `dir`; `None` when there is none.
+    pub fn load(dir: &Path) -> Result<Option<Self>, StateError> {
+        let path = Self::path(dir);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(StateError::Io { path, source }),
+        };
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|source| StateError::Json { path, source })
+    }
+
+    /// Writes the state to `dir` atomically (a temporary file renamed over the old one).
+    pub fn save(&self, dir: &Path) -> Result<(), StateError> {
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| StateError::Io { path, source }
+        };
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        let path = Self::path(dir);
+        let tmp = dir.join(format!("{STATE_FILE}.tmp"));
+        let text = serde_json::to_string_pretty(self).map_err(|source| StateError::Json {
+            path: path.clone(),
+            source,
+        })?;
+        std::fs::write(&tmp, text).map_err(io(&tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io(&path))
+    }
+
+    /// Removes the state file from `dir` (absent is fine).
+    pub fn remove(dir: &Path) -> Result<(), StateError> {
+        let path = Self::path(dir);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(StateError::Io { path, source: e })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The cluster with ID `id`.
+    pub fn cluster_mut(&mut self, id: &str) -> Option<&mut ClusterState> {
+        self.clusters.iter_mut().find(|c| c.id == id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> LabState {
+        LabState {
+            prefix: "t1".into(),
+            description: "test".into(),
+            namespaces: vec!["t1-kt-underlay".into(), "t1-rome-gw".into()],
+            clusters: vec![ClusterState {
+                name: "Rome".into(),
+                id: "rome".into(),
+                namespace: "t1-rome-gw".into(),
+                interface: "t1-kt-rome".into(),
+                grpc_socket: "/run/x/t1-kt-rome.grpc.sock".into(),
+                uapi_socket: "/var/run/wireguard/t1-kt-rome.sock".into(),
+                log: "/run/x/t1-kt-rome.log".into(),
+                pid: Some(42),
+                public_key: String::new(),
+                underlay_address: Ipv4Addr::new(198, 18, 0, 2),
+                listen_port: 51820,
+                pod_cidr: "10.202.0.0/16".parse().unwrap(),
+                external_cidr: Some("10.70.0.0/16".parse().unwrap()),
+                pods: vec![Member {
+                    namespace: "t1-rome-pod1".into(),
+                    address: Ipv4Addr::new(10, 202, 0, 11),
+                }],
+                externals: vec![],
+                tunnel_endpoints: vec![],
+                applied_version: String::new(),
+            }],
+            tables: vec![],
+        }
+    }
+
+    #[test]
+    fn state_round_trips_through_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(LabState::load(dir.path()).unwrap(), None);
+        let state = sample();
+        state.save(dir.path()).unwrap();
+        assert_eq!(LabState::load(dir.path()).unwrap(), Some(state));
+        LabState::remove(dir.path()).unwrap();
+        LabState::remove(dir.path()).unwrap();
+        assert_eq!(LabState::load(dir.path()).unwrap(), None);
+    }
+
+    #[test]
+    fn a_foreign_file_is_a_readable_error() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(LabState::path(dir.path()), "{}").unwrap();
+        let message = LabState::load(dir.path()).unwrap_err().to_string();
+        assert!(message.contains("is not a lab state file"), "{message}");
+    }
+}

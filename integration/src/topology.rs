@@ -1,0 +1,580 @@
+//! Lab topologies: which clusters exist (pod and external CIDRs, how many pods and external
+//! endpoints each has), the underlay that joins their gateways, and which clusters are linked —
+//! first the hub `links`, then the leaf-to-leaf `shortcuts`.
+//!
+//! A topology is a YAML file; [`Topology::seed`] is the built-in Europe/Rome/Milan topology
+//! (`examples/seed.yaml`). Parsing validates everything the lab relies on, so a bad file fails
+//! before any namespace exists.
+
+use std::collections::HashSet;
+use std::net::Ipv4Addr;
+
+use ipnet::Ipv4Net;
+use serde::{Deserialize, Serialize};
+
+/// The seed topology (Europe hub; Rome and Milan leaves; all with external CIDR 10.70.0.0/16).
+pub const SEED_YAML: &str = include_str!("../../examples/seed.yaml");
+
+/// Host offset of the gateway's own address in every local CIDR (`.1`).
+pub const GATEWAY_HOST: u32 = 1;
+/// Host offset of the first pod or external endpoint; endpoint `n` (1-based) gets
+/// `FIRST_ENDPOINT_HOST + n - 1`.
+pub const FIRST_ENDPOINT_HOST: u32 = 11;
+/// The most pods or external endpoints a cluster may have.
+pub const MAX_ENDPOINTS: u8 = 32;
+/// The longest cluster name: namespace and interface names are derived from it and an
+/// interface name has at most 15 bytes.
+pub const MAX_CLUSTER_NAME: usize = 8;
+/// UDP port every lab gateway listens on (each in its own namespace).
+pub const GATEWAY_PORT: u16 = 51820;
+
+/// Why a topology was rejected.
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyError {
+    /// Not valid YAML, or fields of the wrong type.
+    #[error("topology is not valid YAML: {0}")]
+    Yaml(#[from] serde_yaml::Error),
+    /// No clusters.
+    #[error("topology has no clusters")]
+    NoClusters,
+    /// A cluster name cannot be used in namespace and interface names.
+    #[error(
+        "cluster name {0:?} must start with a letter, contain only ASCII letters and digits and \
+         have at most {MAX_CLUSTER_NAME} characters"
+    )]
+    ClusterName(String),
+    /// Two clusters have the same name (case-insensitively).
+    #[error("cluster {0:?} is defined twice")]
+    DuplicateCluster(String),
+    /// A CIDR has host bits set.
+    #[error("{context}: {value} has host bits set (did you mean {canonical}?)")]
+    HostBits {
+        /// Where it was found.
+        context: String,
+        /// The value as written.
+        value: Ipv4Net,
+        /// The value with host bits cleared.
+        canonical: Ipv4Net,
+    },
+    /// A CIDR is too small for the addresses the lab assigns in it.
+    #[error("{context}: {cidr} is too small for {needed} addresses")]
+    TooSmall {
+        /// Where it was found.
+        context: String,
+        /// The CIDR.
+        cidr: Ipv4Net,
+        /// How many host addresses are needed.
+        needed: u32,
+    },
+    /// Two CIDRs that must be disjoint overlap.
+    #[error("{first} overlaps {second}")]
+    Overlap {
+        /// The first CIDR, with where it was found.
+        first: String,
+        /// The second CIDR, with where it was found.
+        second: String,
+    },
+    /// External endpoints without an external CIDR, or too many endpoints.
+    #[error("cluster {cluster}: {message}")]
+    Endpoints {
+        /// The cluster.
+        cluster: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A link names a cluster that does not exist.
+    #[error("{kind} {a} <-> {b}: unknown cluster {unknown:?}")]
+    UnknownCluster {
+        /// `link` or `shortcut`.
+        kind: &'static str,
+        /// First end.
+        a: String,
+        /// Second end.
+        b: String,
+        /// The name that matched no cluster.
+        unknown: String,
+    },
+    /// A link joins a cluster to itself.
+    #[error("{kind} {name} <-> {name} joins a cluster to itself")]
+    SelfLink {
+        /// `link` or `shortcut`.
+        kind: &'static str,
+        /// The cluster.
+        name: String,
+    },
+    /// The same pair of clusters is linked twice.
+    #[error("{a} <-> {b} is linked twice")]
+    DuplicateLink {
+        /// First end.
+        a: String,
+        /// Second end.
+        b: String,
+    },
+    /// The tunnel MTU is out of range.
+    #[error("mtu {0} is outside 1280..=9000")]
+    Mtu(u32),
+}
+
+/// A topology as written in YAML.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Topology {
+    /// A short description printed by the lab.
+    #[serde(default)]
+    pub description: String,
+    /// The network joining the gateways (one address per gateway, in cluster order from
+    /// `.1`). Keep it outside the private pools IPAM hands out (e.g. 198.18.0.0/24, RFC 2544).
+    pub underlay: Ipv4Net,
+    /// Tunnel MTU of every gateway.
+    #[serde(default = "default_mtu")]
+    pub mtu: u32,
+    /// The clusters, in order (the first one gets the first underlay address).
+    pub clusters: Vec<ClusterSpec>,
+    /// Links set up first (e.g. hub to leaves).
+    #[serde(default)]
+    pub links: Vec<LinkSpec>,
+    /// Links added afterwards, each re-applying both ends (leaf-to-leaf shortcuts).
+    #[serde(default)]
+    pub shortcuts: Vec<LinkSpec>,
+}
+
+fn default_mtu() -> u32 {
+    1420
+}
+
+fn default_one() -> u8 {
+    1
+}
+
+/// One cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ClusterSpec {
+    /// Display name (e.g. `Europe`); its lowercase form names namespaces and interfaces.
+    pub name: String,
+    /// The cluster's pod CIDR.
+    pub pod_cidr: Ipv4Net,
+    /// The cluster's external CIDR (non-pod endpoints reachable through its gateway).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external_cidr: Option<Ipv4Net>,
+    /// How many pod namespaces to create.
+    #[serde(default = "default_one")]
+    pub pods: u8,
+    /// How many external-endpoint namespaces to create (needs `externalCidr`).
+    #[serde(default = "default_one")]
+    pub externals: u8,
+}
+
+impl ClusterSpec {
+    /// The lowercase identifier used in namespace and interface names and as the cluster ID.
+    pub fn id(&self) -> String {
+        self.name.to_ascii_lowercase()
+    }
+
+    /// The gateway's own address in the pod CIDR.
+    pub fn gateway_pod_address(&self) -> Ipv4Addr {
+        host(self.pod_cidr, GATEWAY_HOST)
+    }
+
+    /// The gateway's own address in the external CIDR.
+    pub fn gateway_external_address(&self) -> Option<Ipv4Addr> {
+        self.external_cidr.map(|cidr| host(cidr, GATEWAY_HOST))
+    }
+
+    /// The address of pod `n` (1-based).
+    pub fn pod_address(&self, n: u8) -> Ipv4Addr {
+        host(self.pod_cidr, endpoint_host(n))
+    }
+
+    /// The address of external endpoint `n` (1-based), if the cluster has an external CIDR.
+    pub fn external_address(&self, n: u8) -> Option<Ipv4Addr> {
+        self.external_cidr.map(|cidr| host(cidr, endpoint_host(n)))
+    }
+}
+
+/// Two clusters to link, written `[Europe, Rome]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkSpec(pub String, pub String);
+
+impl Topology {
+    /// Parses and validates a topology.
+    pub fn from_yaml(text: &str) -> Result<Self, TopologyError> {
+        let topology: Topology = serde_yaml::from_str(text)?;
+        topology.validate()?;
+        Ok(topology)
+    }
+
+    /// The built-in seed topology.
+    pub fn seed() -> Self {
+        Self::from_yaml(SEED_YAML).expect("examples/seed.yaml is a valid topology")
+    }
+
+    /// Checks everything the lab relies on; see [`TopologyError`] for the rules.
+    pub fn validate(&self) -> Result<(), TopologyError> {
+        if self.clusters.is_empty() {
+            return Err(TopologyError::NoClusters);
+        }
+        if !(1280..=9000).contains(&self.mtu) {
+            return Err(TopologyError::Mtu(self.mtu));
+        }
+        check_canonical("underlay", self.underlay)?;
+        check_size("underlay", self.underlay, self.clusters.len() as u32)?;
+
+        let mut ids = HashSet::new();
+        for cluster in &self.clusters {
+            validate_cluster(cluster)?;
+            if !ids.insert(cluster.id()) {
+                return Err(TopologyError::DuplicateCluster(cluster.name.clone()));
+            }
+            for (kind, cidr) in cluster_cidrs(cluster) {
+                if cidr.contains(&self.underlay.network())
+                    || self.underlay.contains(&cidr.network())
+                {
+                    return Err(TopologyError::Overlap {
+                        first: format!("underlay {}", self.underlay),
+                        second: format!("{} {kind} CIDR {cidr}", cluster.name),
+                    });
+                }
+            }
+        }
+
+        let mut pairs = HashSet::new();
+        for (kind, link) in self.all_links() {
+            let a = self.cluster(&link.0);
+            let b = self.cluster(&link.1);
+            for (name, found) in [(&link.0, a), (&link.1, b)] {
+                if found.is_none() {
+                    return Err(TopologyError::UnknownCluster {
+                        kind,
+                        a: link.0.clone(),
+                        b: link.1.clone(),
+                        unknown: name.clone(),
+                    });
+                }
+            }
+            let (a, b) = (link.0.to_ascii_lowercase(), link.1.to_ascii_lowercase());
+            if a == b {
+                return Err(TopologyError::SelfLink {
+                    kind,
+                    name: link.0.clone(),
+                });
+            }
+            let pair = if a < b { (a, b) } else { (b, a) };
+            if !pairs.insert(pair) {
+                return Err(TopologyError::DuplicateLink {
+                    a: link.0.clone(),
+                    b: link.1.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The cluster named `name` (case-insensitively).
+    pub fn cluster(&self, name: &str) -> Option<&ClusterSpec> {
+        self.clusters
+            .iter()
+            .find(|c| c.name.eq_ignore_ascii_case(name))
+    }
+
+    /// Index of the cluster named `name` (case-insensitively).
+    pub fn cluster_index(&self, name: &str) -> Option<usize> {
+        self.clusters
+            .iter()
+            .position(|c| c.name.eq_ignore_ascii_case(name))
+    }
+
+    /// The underlay address of the gateway of cluster `index`.
+    pub fn underlay_address(&self, index: usize) -> Ipv4Addr {
+        host(self.underlay, index as u32 + 1)
+    }
+
+    /// Every link with its kind (`link` first, then `shortcut`).
+    pub fn all_links(&self) -> impl Iterator<Item = (&'static str, &LinkSpec)> {
+        self.links
+            .iter()
+            .map(|l| ("link", l))
+            .chain(self.shortcuts.iter().map(|l| ("shortcut", l)))
+    }
+
+    /// The peers of cluster `name` over `links`, plus over `shortcuts` when `with_shortcuts`,
+    /// in link order.
+    pub fn peers_of(&self, name: &str, with_shortcuts: bool) -> Vec<&ClusterSpec> {
+        let links = self
+            .links
+            .iter()
+            .chain(self.shortcuts.iter().filter(move |_| with_shortcuts));
+        links
+            .filter_map(|link| {
+                if link.0.eq_ignore_ascii_case(name) {
+                    self.cluster(&link.1)
+                } else if link.1.eq_ignore_ascii_case(name) {
+                    self.cluster(&link.0)
+                } else {
+                    None
+                }
+            })
+            .collect()
+    }
+}
+
+fn validate_cluster(cluster: &ClusterSpec) -> Result<(), TopologyError> {
+    let name = &cluster.name;
+    let valid_name = name.len() <= MAX_CLUSTER_NAME
+        && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && name.chars().all(|c| c.is_ascii_alphanumeric());
+    if !valid_name {
+        return Err(TopologyError::ClusterName(name.clone()));
+    }
+    if cluster.pods > MAX_ENDPOINTS || cluster.externals > MAX_ENDPOINTS {
+        return Err(TopologyError::Endpoints {
+            cluster: name.clone(),
+            message: format!("at most {MAX_ENDPOINTS} pods and {MAX_ENDPOINTS} externals"),
+        });
+    }
+    let needed = endpoint_host(cluster.pods.max(cluster.externals).max(1));
+    check_canonical(&format!("{name} pod CIDR"), cluster.pod_cidr)?;
+    check_size(&format!("{name} pod CIDR"), cluster.pod_cidr, needed)?;
+    match cluster.external_cidr {
+        Some(cidr) => {
+            check_canonical(&format!("{name} external CIDR"), cidr)?;
+            check_size(&format!("{name} external CIDR"), cidr, needed)?;
+            if cidr.contains(&cluster.pod_cidr.network())
+                || cluster.pod_cidr.contains(&cidr.network())
+            {
+                return Err(TopologyError::Overlap {
+                    first: format!("{name} pod CIDR {}", cluster.pod_cidr),
+                    second: format!("{name} external CIDR {cidr}"),
+                });
+            }
+        }
+        None if cluster.externals > 0 => {
+            return Err(TopologyError::Endpoints {
+                cluster: name.clone(),
+                message: format!(
+                    "{} external endpoints need an externalCidr (or set externals: 0)",
+                    cluster.externals
+                ),
+            });
+        }
+        None => {}
+    }
+    Ok(())
+}
+
+fn cluster_cidrs(cluster: &ClusterSpec) -> impl Iterator<Item = (&'static str, Ipv4Net)> {
+    std::iter::once(("pod", cluster.pod_cidr)).chain(cluster.external_cidr.map(|c| ("external", c)))
+}
+
+fn check_canonical(context: &str, cidr: Ipv4Net) -> Result<(), TopologyError> {
+    if cidr.trunc() == cidr {
+        Ok(())
+    } else {
+        Err(TopologyError::HostBits {
+            context: context.to_owned(),
+            value: cidr,
+            canonical: cidr.trunc(),
+        })
+    }
+}
+
+/// Usable host offsets are 1..=2^(32-len)-2 (no network or broadcast address).
+fn check_size(context: &str, cidr: Ipv4Net, needed: u32) -> Result<(), TopologyError> {
+    let host_bits = 32 - u32::from(cidr.prefix_len());
+    let usable = if host_bits >= 32 {
+        u32::MAX
+    } else {
+        (1u32 << host_bits).saturating_sub(2)
+    };
+    if needed <= usable {
+        Ok(())
+    } else {
+        Err(TopologyError::TooSmall {
+            context: context.to_owned(),
+            cidr,
+            needed,
+        })
+    }
+}
+
+fn endpoint_host(n: u8) -> u32 {
+    FIRST_ENDPOINT_HOST + u32::from(n.max(1)) - 1
+}
+
+/// The address at host offset `offset` inside `cidr`.
+pub fn host(cidr: Ipv4Net, offset: u32) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from(cidr.network()) | (offset & !u32::from(cidr.netmask())))
+}
+
+/// The address in `view` with the same host bits as `addr` has in its own prefix: where a
+/// cluster reaches `addr` of a peer whose prefix it sees as `view`.
+pub fn translate(addr: Ipv4Addr, view: Ipv4Net) -> Ipv4Addr {
+    let host_bits = u32::from(addr) & !u32::from(view.netmask());
+    Ipv4Addr::from(u32::from(view.network()) | host_bits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seed_with(edit: impl FnOnce(&mut Topology)) -> Result<(), TopologyError> {
+        let mut topology = Topology::seed();
+        edit(&mut topology);
+        topology.validate()
+    }
+
+    #[test]
+    fn seed_topology_parses() {
+        let seed = Topology::seed();
+        let names: Vec<_> = seed.clusters.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["Europe", "Rome", "Milan"]);
+        let external: Vec<_> = seed.clusters.iter().map(|c| c.external_cidr).collect();
+        assert!(
+            external
+                .iter()
+                .all(|c| *c == Some("10.70.0.0/16".parse().unwrap()))
+        );
+        assert_eq!(seed.links.len(), 2);
+        assert_eq!(seed.shortcuts, [LinkSpec("Rome".into(), "Milan".into())]);
+        assert_eq!(seed.mtu, 1420);
+    }
+
+    #[test]
+    fn addresses_follow_the_layout() {
+        let seed = Topology::seed();
+        let rome = seed.cluster("rome").unwrap();
+        assert_eq!(rome.gateway_pod_address(), Ipv4Addr::new(10, 202, 0, 1));
+        assert_eq!(rome.pod_address(1), Ipv4Addr::new(10, 202, 0, 11));
+        assert_eq!(rome.external_address(2), Some(Ipv4Addr::new(10, 70, 0, 12)));
+        assert_eq!(seed.underlay_address(0), Ipv4Addr::new(198, 18, 0, 1));
+        assert_eq!(seed.underlay_address(2), Ipv4Addr::new(198, 18, 0, 3));
+    }
+
+    #[test]
+    fn translate_keeps_host_bits() {
+        let view: Ipv4Net = "10.201.0.0/16".parse().unwrap();
+        assert_eq!(
+            translate(Ipv4Addr::new(10, 70, 3, 4), view),
+            Ipv4Addr::new(10, 201, 3, 4)
+        );
+    }
+
+    #[test]
+    fn peers_by_phase() {
+        let seed = Topology::seed();
+        let names = |peers: Vec<&ClusterSpec>| -> Vec<String> {
+            peers.into_iter().map(|c| c.name.clone()).collect()
+        };
+        assert_eq!(names(seed.peers_of("Europe", false)), ["Rome", "Milan"]);
+        assert_eq!(names(seed.peers_of("Rome", false)), ["Europe"]);
+        assert_eq!(names(seed.peers_of("Rome", true)), ["Europe", "Milan"]);
+        assert_eq!(names(seed.peers_of("Milan", true)), ["Europe", "Rome"]);
+    }
+
+    #[test]
+    fn rejects_unknown_fields_and_bad_yaml() {
+        let err = Topology::from_yaml("underlay: 198.18.0.0/24\nclusters: []\nfoo: 1\n");
+        assert!(matches!(err, Err(TopologyError::Yaml(_))), "{err:?}");
+        let err = Topology::from_yaml("underlay: not-a-cidr\nclusters: []\n");
+        assert!(matches!(err, Err(TopologyError::Yaml(_))), "{err:?}");
+    }
+
+    #[test]
+    fn rejects_empty_topology() {
+        let err = Topology::from_yaml("underlay: 198.18.0.0/24\nclusters: []\n");
+        assert!(matches!(err, Err(TopologyError::NoClusters)), "{err:?}");
+    }
+
+    #[test]
+    fn rejects_bad_cluster_names() {
+        for bad in ["", "9lives", "new-york", "toolongname", "über"] {
+            let err = seed_with(|t| t.clusters[0].name = bad.into());
+            assert!(
+                matches!(err, Err(TopologyError::ClusterName(_))),
+                "{bad}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn rejects_duplicate_clusters_case_insensitively() {
+        let err = seed_with(|t| t.clusters[1].name = "EUROPE".into());
+        assert!(
+            matches!(err, Err(TopologyError::DuplicateCluster(_))),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn rejects_host_bits_and_tiny_cidrs() {
+        let err = seed_with(|t| t.clusters[0].pod_cidr = "10.200.0.1/16".parse().unwrap());
+        let message = err.unwrap_err().to_string();
+        assert!(message.contains("did you mean 10.200.0.0/16"), "{message}");
+        let err = seed_with(|t| t.clusters[0].pod_cidr = "10.200.0.0/29".parse().unwrap());
+        assert!(
+            matches!(err, Err(TopologyError::TooSmall { .. })),
+            "{err:?}"
+        );
+        let err = seed_with(|t| t.underlay = "198.18.0.0/31".parse().unwrap());
+        assert!(
+            matches!(err, Err(TopologyError::TooSmall { .. })),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn rejects_overlaps_inside_a_cluster_and_with_the_underlay() {
+        let err =
+            seed_with(|t| t.clusters[0].external_cidr = Some("10.200.4.0/24".parse().unwrap()));
+        assert!(matches!(err, Err(TopologyError::Overlap { .. })), "{err:?}");
+        let err = seed_with(|t| t.underlay = "10.0.0.0/8".parse().unwrap());
+        assert!(matches!(err, Err(TopologyError::Overlap { .. })), "{err:?}");
+    }
+
+    #[test]
+    fn overlapping_cidrs_across_clusters_are_allowed() {
+        seed_with(|t| t.clusters[1].pod_cidr = t.clusters[0].pod_cidr).unwrap();
+    }
+
+    #[test]
+    fn rejects_externals_without_cidr_and_too_many_endpoints() {
+        let err = seed_with(|t| t.clusters[0].external_cidr = None);
+        assert!(
+            matches!(err, Err(TopologyError::Endpoints { .. })),
+            "{err:?}"
+        );
+        seed_with(|t| {
+            t.clusters[0].external_cidr = None;
+            t.clusters[0].externals = 0;
+        })
+        .unwrap();
+        let err = seed_with(|t| t.clusters[0].pods = MAX_ENDPOINTS + 1);
+        assert!(
+            matches!(err, Err(TopologyError::Endpoints { .. })),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn rejects_bad_links() {
+        let err = seed_with(|t| t.links.push(LinkSpec("Rome".into(), "Paris".into())));
+        let message = err.unwrap_err().to_string();
+        assert!(message.contains("unknown cluster \"Paris\""), "{message}");
+        let err = seed_with(|t| t.links.push(LinkSpec("Rome".into(), "rome".into())));
+        assert!(
+            matches!(err, Err(TopologyError::SelfLink { .. })),
+            "{err:?}"
+        );
+        let err = seed_with(|t| t.shortcuts.push(LinkSpec("rome".into(), "europe".into())));
+        assert!(
+            matches!(err, Err(TopologyError::DuplicateLink { .. })),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn rejects_bad_mtu() {
+        let err = seed_with(|t| t.mtu = 576);
+        assert!(matches!(err, Err(TopologyError::Mtu(576))), "{err:?}");
+    }
+}
