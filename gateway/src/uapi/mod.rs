@@ -384,6 +384,46 @@ pub fn format_get(view: &InterfaceView) -> String {
     out
 }
 
+/// The oracle of the `uapi` fuzz target, also replayed over the committed corpus by the unit
+/// tests: parses arbitrary bytes as a request and, for a `set`, applies it to an empty and to a
+/// populated state. Panics if parsing or applying panics, or if the result breaks an invariant
+/// of the UAPI semantics (duplicate peers, one allowed IP on two peers, a peer with our key).
+pub fn fuzz_check(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(Request::Set(command)) = parse_request(text) else {
+        return;
+    };
+    let mut populated = DesiredState::default();
+    populated.interface.private_key = Some(Key::from_bytes([1; 32]));
+    let mut peer = PeerConfig::new(Key::from_bytes([2; 32]));
+    peer.routes
+        .push(RouteConfig::identity(IpNet::from(std::net::IpAddr::from(
+            [10, 0, 0, 1],
+        ))));
+    populated.peers.push(peer);
+    for state in [DesiredState::default(), populated] {
+        let next = command.apply_to(&state);
+        let mut keys = std::collections::HashSet::new();
+        let mut views = std::collections::HashSet::new();
+        let own = next.public_key();
+        for peer in &next.peers {
+            assert!(keys.insert(peer.public_key), "duplicate peer after set");
+            assert_ne!(
+                Some(peer.public_key),
+                own,
+                "peer with the interface's own key"
+            );
+            for route in &peer.routes {
+                assert!(views.insert(route.view), "allowed IP on two peers");
+            }
+        }
+        // Validation must not panic either, whatever it decides.
+        let _ = next.validate();
+    }
+}
+
 /// Renders the reply to a `set`.
 pub fn format_errno(errno: i32) -> String {
     format!("errno={errno}\n\n")
