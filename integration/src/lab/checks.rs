@@ -190,6 +190,11 @@ pub fn iperf_external(
     }
 }
 
+/// File name of the iperf3 server report of a check whose server runs in `namespace`.
+pub fn iperf_log_name(namespace: &str) -> String {
+    format!("iperf3-{namespace}.json")
+}
+
 fn run_iperf(
     fabric: &Fabric,
     src: &Member,
@@ -201,7 +206,7 @@ fn run_iperf(
 ) -> Result<String, String> {
     let server_ns = fabric.ns(&dst.namespace).map_err(|e| e.to_string())?;
     let client_ns = fabric.ns(&src.namespace).map_err(|e| e.to_string())?;
-    let log = log_dir.join(format!("iperf3-{}.json", dst.namespace));
+    let log = log_dir.join(iperf_log_name(&dst.namespace));
     let server = iperf::Server::start(
         server_ns,
         &dst.address.to_string(),

@@ -556,8 +556,26 @@ pub fn down(state_dir: &Path, out: &mut dyn Write) -> Result<(), LabError> {
         out,
         &format!("  deleted {} namespaces", state.namespaces.len()),
     );
+    remove_files(state_dir, &state);
     LabState::remove(state_dir)?;
+    // The directory goes too when nothing else is in it.
+    let _ = std::fs::remove_dir(state_dir);
     Ok(())
+}
+
+/// Removes the gateway logs and iperf3 reports the lab wrote into its state directory.
+fn remove_files(state_dir: &Path, state: &LabState) {
+    for cluster in &state.clusters {
+        let _ = std::fs::remove_file(&cluster.log);
+    }
+    let reports = state
+        .clusters
+        .iter()
+        .flat_map(|c| c.externals.iter())
+        .map(|m| state_dir.join(checks::iperf_log_name(&m.namespace)));
+    for report in reports {
+        let _ = std::fs::remove_file(report);
+    }
 }
 
 /// Removes a half-built lab when `up` fails or panics.

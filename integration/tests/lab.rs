@@ -1,0 +1,116 @@
+//! The lab end to end: the seed topology (Europe hub, Rome and Milan leaves, all with external
+//! CIDR 10.70.0.0/16) built as namespaces with real gateways, linked with the controller's
+//! IPAM and planner over gRPC, checked by ping and a 1 s iperf3, then removed — also after a
+//! gateway was killed, as after a crash. Needs root.
+
+use std::path::{Path, PathBuf};
+
+use kubetun_integration::lab::fabric::runs_gateway;
+use kubetun_integration::lab::{self, LabOptions};
+use kubetun_integration::netns::{bin_path, require_root};
+use kubetun_integration::topology::Topology;
+
+/// Names of this test's namespaces start with it (never a user's lab or another test).
+const PREFIX: &str = "tl";
+
+/// Runs `down` when the test ends, also when it panics.
+struct Down(PathBuf);
+
+impl Drop for Down {
+    fn drop(&mut self) {
+        let _ = lab::down(&self.0, &mut std::io::sink());
+    }
+}
+
+fn lab_namespaces() -> Vec<String> {
+    let out = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| name.starts_with(&format!("{PREFIX}-")))
+        .map(str::to_owned)
+        .collect()
+}
+
+fn kill_hard(pid: u32) {
+    std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .expect("kill");
+}
+
+fn state_dir(dir: &Path) -> PathBuf {
+    dir.join("lab")
+}
+
+#[test]
+fn seed_topology_links_remaps_and_tears_down() {
+    if !require_root("lab::seed_topology_links_remaps_and_tears_down") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = state_dir(tmp.path());
+    let _down = Down(dir.clone());
+    let options = LabOptions {
+        topology: Topology::seed(),
+        prefix: PREFIX.to_owned(),
+        state_dir: dir.clone(),
+        gateway_binary: bin_path("kubetun-gateway"),
+        iperf_seconds: 1,
+    };
+
+    let mut out = Vec::new();
+    let result = lab::up(&options, &mut out);
+    print!("{}", String::from_utf8_lossy(&out));
+    let report = result.expect("lab up");
+    let failures: Vec<_> = report.failures().collect();
+    assert!(failures.is_empty(), "failed checks: {failures:#?}");
+    assert!(
+        report
+            .checks
+            .iter()
+            .any(|c| c.description.starts_with("iperf3")),
+        "an iperf3 check ran"
+    );
+
+    // Every cluster sees both peers' 10.70.0.0/16 under distinct views, none of them its own.
+    for table in &report.tables {
+        let views: Vec<&str> = table
+            .peers
+            .iter()
+            .flat_map(|p| &p.external_cidrs)
+            .map(|m| m.view.as_str())
+            .collect();
+        assert_eq!(views.len(), 2, "{} has two peers: {table:?}", table.cluster);
+        assert!(!views.contains(&"10.70.0.0/16"), "{table:?}");
+        assert_ne!(views[0], views[1], "{table:?}");
+    }
+
+    let status = lab::status(&dir).expect("status");
+    assert_eq!(status.clusters.len(), 3);
+    for cluster in &status.clusters {
+        assert!(cluster.running, "{} gateway runs", cluster.name);
+        for peer in &cluster.peers {
+            assert_eq!(
+                peer.state, "Connected",
+                "{} -> {}",
+                cluster.name, peer.mapping.peer
+            );
+            assert!(!peer.reachable_at.is_empty());
+        }
+    }
+
+    // A crashed gateway: `down` still removes everything.
+    let europe_pid = status.clusters[0].pid.expect("pid");
+    kill_hard(europe_pid);
+    lab::down(&dir, &mut std::io::sink()).expect("down");
+    assert_eq!(lab_namespaces(), Vec::<String>::new());
+    for cluster in &status.clusters {
+        let pid = cluster.pid.expect("pid");
+        assert!(!runs_gateway(pid), "gateway {pid} stopped");
+    }
+    assert!(!dir.exists(), "the state directory is removed");
+}
