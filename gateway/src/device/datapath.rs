@@ -172,7 +172,6 @@ async fn ingress(
         TunnResult::Err(error) => {
             tracing::trace!(?error, %source, "datagram rejected");
             shared.drops.device(DeviceDrop::Rejected);
-            return;
         }
         TunnResult::WriteToNetwork(reply) => {
             accepted(peer, kind, source, datagram.len());
@@ -362,7 +361,7 @@ pub async fn timer_loop(shared: Arc<Shared>) {
         interval.tick().await;
         ticks = ticks.wrapping_add(1);
         let snapshot = shared.snapshot.load_full();
-        if ticks % RATE_LIMIT_RESET_TICKS == 0
+        if ticks.is_multiple_of(RATE_LIMIT_RESET_TICKS)
             && let Some(identity) = &snapshot.identity
         {
             identity.rate_limiter.reset_count();

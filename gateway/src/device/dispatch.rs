@@ -141,6 +141,52 @@ mod tests {
         assert!(!Incoming::Invalid.authenticates_source());
     }
 
+    /// Real boringtun messages carry our 24-bit peer index in the receiver field.
+    #[test]
+    fn boringtun_messages_dispatch_to_the_creating_index() {
+        use boringtun::noise::{Tunn, TunnResult};
+        use boringtun::x25519::{PublicKey, StaticSecret};
+
+        let a_secret = StaticSecret::from([1u8; 32]);
+        let b_secret = StaticSecret::from([2u8; 32]);
+        let a_public = PublicKey::from(&a_secret);
+        let b_public = PublicKey::from(&b_secret);
+        let mut a = Tunn::new(a_secret, b_public, None, None, 0x00ab_cdef, None);
+        let mut b = Tunn::new(b_secret, a_public, None, None, 0x0012_3456, None);
+        let mut buf = vec![0u8; 2048];
+        let mut out = vec![0u8; 2048];
+
+        let TunnResult::WriteToNetwork(init) = a.format_handshake_initiation(&mut buf, false)
+        else {
+            panic!("initiation expected");
+        };
+        assert_eq!(classify(init), Incoming::Initiation);
+        assert!(is_initiation(init));
+        let init = init.to_vec();
+
+        let TunnResult::WriteToNetwork(response) = b.decapsulate(None, &init, &mut out) else {
+            panic!("response expected");
+        };
+        assert_eq!(
+            classify(response),
+            Incoming::Response {
+                receiver: 0x00ab_cdef
+            }
+        );
+        let response = response.to_vec();
+
+        let TunnResult::WriteToNetwork(keepalive) = a.decapsulate(None, &response, &mut buf)
+        else {
+            panic!("keepalive expected");
+        };
+        assert_eq!(
+            classify(keepalive),
+            Incoming::Data {
+                receiver: 0x0012_3456
+            }
+        );
+    }
+
     #[test]
     fn never_panics_on_arbitrary_prefixes() {
         let data = message(4, 200, Some((4, 7)));

@@ -10,26 +10,23 @@ pub mod drops;
 mod host;
 pub mod net;
 pub mod peer;
+mod plan;
 pub mod snapshot;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use arc_swap::ArcSwap;
-use boringtun::noise::Tunn;
-use boringtun::x25519::PublicKey;
 use ipnet::IpNet;
-use rand_core::RngCore;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use self::datapath::Shared;
 use self::net::Sockets;
-use self::peer::Peer;
-use self::snapshot::{Identity, IndexMap, PeerSlot, Snapshot};
-use crate::remap::{self, PeerId, TableBuilder};
+use self::snapshot::{IndexMap, PeerSlot, Snapshot};
+use crate::remap;
 use crate::state::{DesiredState, Endpoint, StateError};
 
 /// TUN transmit queue length; the kernel default of 500 drops bursts under TCP load.
@@ -208,24 +205,6 @@ impl Device {
             });
         }
         let resolved = resolve_endpoints(&next).await?;
-        let plan = plan_peers(&current, &next)?;
-
-        let mut builder = TableBuilder::new();
-        builder.local_prefixes(&next.interface.local_prefixes);
-        builder.mss_clamp_mtu(Some(next.interface.mtu));
-        for (peer, id) in next.peers.iter().zip(&plan.ids) {
-            let routes: Vec<remap::Route> = peer
-                .routes
-                .iter()
-                .map(|r| remap::Route {
-                    real: r.real,
-                    view: r.view,
-                })
-                .collect();
-            builder.add_peer(*id, &routes, peer.acl.as_deref())?;
-        }
-        let table = builder.build()?;
-
         let port = next.interface.listen_port;
         let fwmark = next.interface.fwmark;
         let new_sockets = match current.sockets.as_deref() {
@@ -249,82 +228,8 @@ impl Device {
                 sockets
             }
         };
-
-        let key_changed = current.state.interface.private_key != next.interface.private_key;
-        let identity = match (&next.interface.private_key, key_changed) {
-            (None, _) => None,
-            (Some(_), false) => current.identity.clone(),
-            (Some(key), true) => Some(Arc::new(Identity::new(key))),
-        };
-
-        let mut used_indices: HashSet<u32> = plan
-            .reused
-            .iter()
-            .flatten()
-            .map(|peer| peer.index)
-            .collect();
-        let slot_count = plan
-            .ids
-            .iter()
-            .map(|id| *id as usize + 1)
-            .max()
-            .unwrap_or(0);
-        let mut peers: Vec<Option<PeerSlot>> = Vec::with_capacity(slot_count);
-        peers.resize_with(slot_count, || None);
-        let mut by_index = IndexMap::default();
-        let mut by_key = HashMap::with_capacity(next.peers.len());
-        for (i, config) in next.peers.iter().enumerate() {
-            let id = plan.ids[i];
-            let endpoint = resolved[i];
-            let previous = current
-                .by_key
-                .get(&config.public_key)
-                .and_then(|id| current.peer(*id));
-            let runtime = match (&plan.reused[i], &identity) {
-                (Some(peer), _) => {
-                    let endpoint_changed =
-                        previous.map(|p| &p.config.endpoint) != Some(&config.endpoint);
-                    if endpoint_changed {
-                        peer.set_endpoint(endpoint);
-                    }
-                    Some(Arc::clone(peer))
-                }
-                (None, Some(identity)) => {
-                    let index = allocate_index(&mut used_indices);
-                    let tunn = Tunn::new(
-                        identity.private.clone(),
-                        PublicKey::from(*config.public_key.as_bytes()),
-                        config.preshared_key.map(|k| *k.as_bytes()),
-                        None,
-                        index,
-                        Some(Arc::clone(&identity.rate_limiter)),
-                    );
-                    Some(Arc::new(Peer::new(index, tunn, endpoint)))
-                }
-                (None, None) => None,
-            };
-            if let Some(runtime) = &runtime {
-                by_index.insert(runtime.index, id);
-            }
-            by_key.insert(config.public_key, id);
-            peers[id as usize] = Some(PeerSlot {
-                config: config.clone(),
-                resolved_endpoint: endpoint,
-                runtime,
-            });
-        }
-
-        let generation = current.generation + 1;
-        let snapshot = Snapshot {
-            generation,
-            state: next.clone(),
-            identity,
-            peers,
-            by_index,
-            by_key,
-            remap: table,
-            sockets: Some(Arc::clone(&sockets)),
-        };
+        let snapshot = plan::next_snapshot(&current, &next, &resolved, Some(Arc::clone(&sockets)))?;
+        let generation = snapshot.generation;
         self.shared.snapshot.store(Arc::new(snapshot));
         tracing::info!(
             generation,
@@ -388,7 +293,7 @@ impl Device {
     /// reference to them is dropped.
     pub async fn shutdown(&self) {
         let mut handles: Vec<JoinHandle<()>> = self.tasks.lock().drain(..).collect();
-        handles.extend(self.control.lock().await.readers.drain(..));
+        handles.append(&mut self.control.lock().await.readers);
         for handle in &handles {
             handle.abort();
         }
@@ -511,71 +416,6 @@ fn spawn_readers(shared: &Arc<Shared>, sockets: Option<&Sockets>) -> Vec<JoinHan
         .chain(sockets.v6.iter())
         .map(|socket| tokio::spawn(datapath::udp_loop(Arc::clone(shared), Arc::clone(socket))))
         .collect()
-}
-
-/// Which peers keep their runtime and which id each peer gets.
-struct PeerPlan {
-    ids: Vec<PeerId>,
-    reused: Vec<Option<Arc<Peer>>>,
-}
-
-/// A peer keeps its `Tunn` (sessions, learned endpoint, counters) when the interface key and
-/// its own public and preshared keys are unchanged; it also keeps its id. New peers take the
-/// lowest free ids.
-fn plan_peers(current: &Snapshot, next: &DesiredState) -> Result<PeerPlan, ApplyError> {
-    let key_changed = current.state.interface.private_key != next.interface.private_key;
-    let mut ids: Vec<Option<PeerId>> = Vec::with_capacity(next.peers.len());
-    let mut reused = Vec::with_capacity(next.peers.len());
-    let mut taken = HashSet::new();
-    for config in &next.peers {
-        let previous = current
-            .by_key
-            .get(&config.public_key)
-            .and_then(|id| Some((*id, current.peer(*id)?)));
-        match previous {
-            Some((id, slot))
-                if !key_changed
-                    && slot.config.preshared_key == config.preshared_key
-                    && slot.runtime.is_some() =>
-            {
-                ids.push(Some(id));
-                taken.insert(id);
-                reused.push(slot.runtime.clone());
-            }
-            _ => {
-                ids.push(None);
-                reused.push(None);
-            }
-        }
-    }
-    let mut next_free: PeerId = 0;
-    let ids = ids
-        .into_iter()
-        .map(|id| match id {
-            Some(id) => Ok(id),
-            None => {
-                while taken.contains(&next_free) {
-                    next_free += 1;
-                }
-                if next_free > remap::MAX_PEER_ID {
-                    return Err(ApplyError::TooManyPeers);
-                }
-                taken.insert(next_free);
-                Ok(next_free)
-            }
-        })
-        .collect::<Result<_, _>>()?;
-    Ok(PeerPlan { ids, reused })
-}
-
-/// A random, unused, non-zero 24-bit receiver index.
-fn allocate_index(used: &mut HashSet<u32>) -> u32 {
-    loop {
-        let index = rand_core::OsRng.next_u32() & 0x00ff_ffff;
-        if index != 0 && used.insert(index) {
-            return index;
-        }
-    }
 }
 
 async fn resolve_endpoints(state: &DesiredState) -> Result<Vec<Option<SocketAddr>>, ApplyError> {

@@ -1,0 +1,351 @@
+//! Building the next snapshot from the current one and a validated desired state: which
+//! peers keep their runtime (sessions, learned endpoint, counters), which ids and receiver
+//! indices the others get, and the remap table. No IO; the sockets are bound by the caller.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use boringtun::noise::Tunn;
+use boringtun::x25519::PublicKey;
+use rand_core::RngCore;
+
+use super::ApplyError;
+use super::net::Sockets;
+use super::peer::Peer;
+use super::snapshot::{Identity, IndexMap, PeerSlot, Snapshot};
+use crate::remap::{self, PeerId, RemapTable, TableBuilder};
+use crate::state::DesiredState;
+
+/// The snapshot implementing `next`, given the endpoints resolved for its peers (same order)
+/// and the sockets to use. Fails if the remap table rejects the routes.
+pub fn next_snapshot(
+    current: &Snapshot,
+    next: &DesiredState,
+    resolved: &[Option<SocketAddr>],
+    sockets: Option<Arc<Sockets>>,
+) -> Result<Snapshot, ApplyError> {
+    let plan = plan_peers(current, next)?;
+    let table = remap_table(next, &plan.ids)?;
+    let key_changed = current.state.interface.private_key != next.interface.private_key;
+    let identity = match (&next.interface.private_key, key_changed) {
+        (None, _) => None,
+        (Some(_), false) => current.identity.clone(),
+        (Some(key), true) => Some(Arc::new(Identity::new(key))),
+    };
+
+    let mut used_indices: HashSet<u32> = plan
+        .reused
+        .iter()
+        .flatten()
+        .map(|peer| peer.index)
+        .collect();
+    let slot_count = plan
+        .ids
+        .iter()
+        .map(|id| *id as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let mut peers: Vec<Option<PeerSlot>> = Vec::with_capacity(slot_count);
+    peers.resize_with(slot_count, || None);
+    let mut by_index = IndexMap::default();
+    let mut by_key = HashMap::with_capacity(next.peers.len());
+    for (i, config) in next.peers.iter().enumerate() {
+        let id = plan.ids[i];
+        let endpoint = resolved[i];
+        let previous = current
+            .by_key
+            .get(&config.public_key)
+            .and_then(|id| current.peer(*id));
+        let runtime = match (&plan.reused[i], &identity) {
+            (Some(peer), _) => {
+                let endpoint_changed =
+                    previous.map(|p| &p.config.endpoint) != Some(&config.endpoint);
+                if endpoint_changed {
+                    peer.set_endpoint(endpoint);
+                }
+                Some(Arc::clone(peer))
+            }
+            (None, Some(identity)) => {
+                let index = allocate_index(&mut used_indices);
+                let tunn = Tunn::new(
+                    identity.private.clone(),
+                    PublicKey::from(*config.public_key.as_bytes()),
+                    config.preshared_key.map(|k| *k.as_bytes()),
+                    None,
+                    index,
+                    Some(Arc::clone(&identity.rate_limiter)),
+                );
+                Some(Arc::new(Peer::new(index, tunn, endpoint)))
+            }
+            (None, None) => None,
+        };
+        if let Some(runtime) = &runtime {
+            by_index.insert(runtime.index, id);
+        }
+        by_key.insert(config.public_key, id);
+        peers[id as usize] = Some(PeerSlot {
+            config: config.clone(),
+            resolved_endpoint: endpoint,
+            runtime,
+        });
+    }
+
+    let snapshot = Snapshot {
+        generation: current.generation + 1,
+        state: next.clone(),
+        identity,
+        peers,
+        by_index,
+        by_key,
+        remap: table,
+        sockets,
+    };
+    Ok(snapshot)
+}
+
+/// The remap table of `state` with peer ids `ids` (same order as `state.peers`).
+pub fn remap_table(state: &DesiredState, ids: &[PeerId]) -> Result<RemapTable, ApplyError> {
+    let mut builder = TableBuilder::new();
+    builder.local_prefixes(&state.interface.local_prefixes);
+    builder.mss_clamp_mtu(Some(state.interface.mtu));
+    for (peer, id) in state.peers.iter().zip(ids) {
+        let routes: Vec<remap::Route> = peer
+            .routes
+            .iter()
+            .map(|r| remap::Route {
+                real: r.real,
+                view: r.view,
+            })
+            .collect();
+        builder.add_peer(*id, &routes, peer.acl.as_deref())?;
+    }
+
+    Ok(builder.build()?)
+}
+
+/// Which peers keep their runtime and which id each peer gets.
+struct PeerPlan {
+    ids: Vec<PeerId>,
+    reused: Vec<Option<Arc<Peer>>>,
+}
+
+/// A peer keeps its `Tunn` (sessions, learned endpoint, counters) when the interface key and
+/// its own public and preshared keys are unchanged; it also keeps its id. New peers take the
+/// lowest free ids.
+fn plan_peers(current: &Snapshot, next: &DesiredState) -> Result<PeerPlan, ApplyError> {
+    let key_changed = current.state.interface.private_key != next.interface.private_key;
+    let mut ids: Vec<Option<PeerId>> = Vec::with_capacity(next.peers.len());
+    let mut reused = Vec::with_capacity(next.peers.len());
+    let mut taken = HashSet::new();
+    for config in &next.peers {
+        let previous = current
+            .by_key
+            .get(&config.public_key)
+            .and_then(|id| Some((*id, current.peer(*id)?)));
+        match previous {
+            Some((id, slot))
+                if !key_changed
+                    && slot.config.preshared_key == config.preshared_key
+                    && slot.runtime.is_some() =>
+            {
+                ids.push(Some(id));
+                taken.insert(id);
+                reused.push(slot.runtime.clone());
+            }
+            _ => {
+                ids.push(None);
+                reused.push(None);
+            }
+        }
+    }
+    let mut next_free: PeerId = 0;
+    let ids = ids
+        .into_iter()
+        .map(|id| match id {
+            Some(id) => Ok(id),
+            None => {
+                while taken.contains(&next_free) {
+                    next_free += 1;
+                }
+                if next_free > remap::MAX_PEER_ID {
+                    return Err(ApplyError::TooManyPeers);
+                }
+                taken.insert(next_free);
+                Ok(next_free)
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(PeerPlan { ids, reused })
+}
+
+/// A random, unused, non-zero 24-bit receiver index.
+fn allocate_index(used: &mut HashSet<u32>) -> u32 {
+    loop {
+        let index = rand_core::OsRng.next_u32() & 0x00ff_ffff;
+        if index != 0 && used.insert(index) {
+            return index;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::Key;
+    use crate::state::{Endpoint, PeerConfig, RouteConfig};
+
+    fn key(n: u8) -> Key {
+        Key::from_bytes([n; 32])
+    }
+
+    fn net(text: &str) -> ipnet::IpNet {
+        text.parse().expect("cidr")
+    }
+
+    fn addr(text: &str) -> SocketAddr {
+        text.parse().expect("socket address")
+    }
+
+    fn empty() -> Snapshot {
+        Snapshot {
+            generation: 0,
+            state: DesiredState::default(),
+            identity: None,
+            peers: Vec::new(),
+            by_index: IndexMap::default(),
+            by_key: HashMap::new(),
+            remap: RemapTable::empty(),
+            sockets: None,
+        }
+    }
+
+    fn peer(n: u8, real: &str, view: &str, endpoint: Option<&str>) -> PeerConfig {
+        let mut peer = PeerConfig::new(key(n));
+        peer.name = format!("peer{n}");
+        peer.routes = vec![RouteConfig {
+            real: net(real),
+            view: net(view),
+        }];
+        peer.endpoint = endpoint.map(|e| Endpoint::Addr(addr(e)));
+        peer
+    }
+
+    fn state(peers: Vec<PeerConfig>) -> DesiredState {
+        let mut state = DesiredState::default();
+        state.interface.private_key = Some(key(1));
+        state.peers = peers;
+        state.validate().expect("valid test state");
+        state
+    }
+
+    fn apply(current: &Snapshot, next: &DesiredState) -> Snapshot {
+        let resolved: Vec<Option<SocketAddr>> = next
+            .peers
+            .iter()
+            .map(|p| match &p.endpoint {
+                Some(Endpoint::Addr(a)) => Some(*a),
+                _ => None,
+            })
+            .collect();
+        next_snapshot(current, next, &resolved, None).expect("apply")
+    }
+
+    fn runtime(snapshot: &Snapshot, n: u8) -> (PeerId, Arc<Peer>) {
+        let id = snapshot.by_key[&key(n)];
+        let slot = snapshot.peer(id).expect("slot");
+        (id, Arc::clone(slot.runtime.as_ref().expect("runtime")))
+    }
+
+    #[test]
+    fn unchanged_keys_keep_session_id_and_roamed_endpoint() {
+        let s1 = apply(
+            &empty(),
+            &state(vec![
+                peer(2, "10.70.0.0/16", "10.201.0.0/16", Some("192.0.2.2:51820")),
+                peer(3, "10.70.0.0/16", "10.202.0.0/16", None),
+            ]),
+        );
+        assert_eq!(s1.generation, 1);
+        assert_eq!(s1.remap.len(), 2);
+        let (id2, peer2) = runtime(&s1, 2);
+        peer2.roam(addr("198.51.100.7:4000"));
+
+        // New routes, keepalive and a new peer: peer 2 keeps everything it learned.
+        let mut changed = peer(2, "10.70.0.0/16", "10.205.0.0/16", Some("192.0.2.2:51820"));
+        changed.persistent_keepalive = 25;
+        let s2 = apply(
+            &s1,
+            &state(vec![
+                changed.clone(),
+                peer(4, "10.80.0.0/16", "10.80.0.0/16", None),
+            ]),
+        );
+        let (id2_after, peer2_after) = runtime(&s2, 2);
+        assert!(Arc::ptr_eq(&peer2, &peer2_after), "session must survive");
+        assert_eq!(id2, id2_after);
+        assert_eq!(peer2_after.endpoint(), Some(addr("198.51.100.7:4000")));
+        assert_eq!(s2.by_index[&peer2.index], id2);
+        // Peer 3 left; peer 4 reuses the lowest free id.
+        let (id4, peer4) = runtime(&s2, 4);
+        assert_eq!(id4, 1);
+        assert_ne!(peer4.index, peer2.index);
+        assert_eq!(s2.by_index.len(), 2);
+        assert!(!s2.by_key.contains_key(&key(3)));
+
+        // A new desired endpoint replaces the roamed one.
+        changed.endpoint = Some(Endpoint::Addr(addr("192.0.2.9:51820")));
+        let s3 = apply(&s2, &state(vec![changed.clone()]));
+        let (_, peer2_s3) = runtime(&s3, 2);
+        assert!(Arc::ptr_eq(&peer2, &peer2_s3));
+        assert_eq!(peer2_s3.endpoint(), Some(addr("192.0.2.9:51820")));
+
+        // A new preshared key means a new session.
+        changed.preshared_key = Some(key(9));
+        let s4 = apply(&s3, &state(vec![changed.clone()]));
+        assert!(!Arc::ptr_eq(&peer2, &runtime(&s4, 2).1));
+
+        // A new interface key resets every peer.
+        let mut rekeyed = state(vec![changed]);
+        rekeyed.interface.private_key = Some(key(7));
+        let s5 = apply(&s4, &rekeyed);
+        assert!(!Arc::ptr_eq(&runtime(&s4, 2).1, &runtime(&s5, 2).1));
+        assert!(s5.identity.is_some());
+    }
+
+    #[test]
+    fn without_a_private_key_peers_have_no_runtime() {
+        let mut keyless = state(vec![peer(2, "10.70.0.0/16", "10.70.0.0/16", None)]);
+        keyless.interface.private_key = None;
+        let snapshot = apply(&empty(), &keyless);
+        assert!(snapshot.identity.is_none());
+        assert!(snapshot.by_index.is_empty());
+        assert!(snapshot.peer(0).expect("slot").runtime.is_none());
+        // Adding the key later creates the runtime.
+        let keyed = apply(&snapshot, &state(keyless.peers.clone()));
+        assert!(runtime(&keyed, 2).1.index != 0);
+    }
+
+    #[test]
+    fn remap_conflicts_are_rejected() {
+        let mut conflicting = peer(2, "10.70.0.0/16", "10.201.0.0/16", None);
+        conflicting.routes.push(RouteConfig {
+            real: net("10.70.0.0/16"),
+            view: net("10.202.0.0/16"),
+        });
+        let next = state(vec![conflicting]);
+        let error = next_snapshot(&empty(), &next, &[None], None).expect_err("conflict");
+        assert!(matches!(error, ApplyError::Remap(_)), "{error}");
+        assert!(error.to_string().contains("two views"), "{error}");
+    }
+
+    #[test]
+    fn receiver_indices_are_24_bit_and_unique() {
+        let mut used = HashSet::new();
+        for _ in 0..10_000 {
+            let index = allocate_index(&mut used);
+            assert!(index != 0 && index < (1 << 24));
+        }
+        assert_eq!(used.len(), 10_000);
+    }
+}
