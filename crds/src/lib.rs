@@ -103,8 +103,28 @@ impl CidrMapping {
     }
 }
 
-/// Pattern an IPv4 or IPv6 CIDR must match in the schema (the controller parses it fully).
-pub const CIDR_PATTERN: &str = r"^(([0-9]{1,3}\.){3}[0-9]{1,3}/([0-9]|[12][0-9]|3[0-2])|[0-9a-fA-F:.]*:[0-9a-fA-F:.]*/([0-9]|[1-9][0-9]|1[01][0-9]|12[0-8]))$";
+/// Pattern an IPv4 or IPv6 CIDR must match in the schema. It accepts exactly the address
+/// forms the controller parses (IPv6 in full or `::`-compressed form, no zone, no embedded
+/// IPv4) and prefix lengths in range; host bits are checked by the controller. RE2 syntax, as
+/// the API server evaluates it.
+pub const CIDR_PATTERN: &str = concat!(
+    "^(",
+    r"((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])/([0-9]|[12][0-9]|3[0-2])",
+    "|",
+    "(",
+    r"([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}",
+    r"|([0-9a-fA-F]{1,4}:){1,7}:",
+    r"|([0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}",
+    r"|([0-9a-fA-F]{1,4}:){1,5}(:[0-9a-fA-F]{1,4}){1,2}",
+    r"|([0-9a-fA-F]{1,4}:){1,4}(:[0-9a-fA-F]{1,4}){1,3}",
+    r"|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}",
+    r"|([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}",
+    r"|[0-9a-fA-F]{1,4}:(:[0-9a-fA-F]{1,4}){1,6}",
+    r"|:((:[0-9a-fA-F]{1,4}){1,7}|:)",
+    ")",
+    r"/([0-9]|[1-9][0-9]|1[01][0-9]|12[0-8])",
+    ")$"
+);
 
 /// Schema of one CIDR string.
 pub fn cidr_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {

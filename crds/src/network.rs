@@ -1,6 +1,6 @@
 //! `Network` and `NetworkId`: isolated networks with a unique ID and mutual peerings.
 
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -8,10 +8,11 @@ use crate::{Condition, cidr_list_schema};
 
 /// An isolated network. It gets a vacant ID from [`NetworkId`] objects; peerings with other
 /// Networks that reference it back become Ready and their prefixes become the gateway ACL.
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[kube(
     group = "net.kubetun.io",
     version = "v1alpha1",
+    derive = "Default",
     kind = "Network",
     namespaced,
     status = "NetworkStatus",
@@ -22,21 +23,25 @@ use crate::{Condition, cidr_list_schema};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(oldSelf.id) || (has(self.id) && self.id == oldSelf.id)").message("spec.id cannot change once set"))]
 pub struct NetworkSpec {
-    /// Requested ID (canonical decimal); empty to get any vacant one.
+    /// Requested ID (canonical decimal); absent to get any vacant one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[1-9][0-9]{0,7}$"))]
     pub id: Option<String>,
     /// The remote cluster this network lives in; absent for a local network.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
     pub cluster_id: Option<String>,
     /// Prefixes of this network.
     #[serde(default)]
     #[schemars(schema_with = "cidr_list_schema")]
     pub prefixes: Vec<String>,
     /// Networks this one peers with; a peering is Ready only when the other side references
-    /// this network back.
+    /// this network back. Names are unique (a list map keyed by name).
     #[serde(default)]
+    #[schemars(length(max = 64))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub peerings: Vec<NetworkPeering>,
 }
 
@@ -60,9 +65,11 @@ pub struct NetworkPeering {
 #[serde(rename_all = "camelCase")]
 pub struct NetworkRef {
     /// Network name.
+    #[schemars(length(min = 1, max = 253))]
     pub name: String,
     /// Namespace; defaults to the referencing Network's namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
     pub namespace: Option<String>,
 }
 
@@ -121,6 +128,7 @@ pub struct NetworkStatus {
     pub phase: NetworkPhase,
     /// Peerings, sorted by name.
     #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub peerings: Vec<NetworkPeeringStatus>,
     /// The spec generation the status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -132,21 +140,24 @@ pub struct NetworkStatus {
 
 /// A claimed network ID. Cluster-scoped; `metadata.name` is the canonical decimal ID, so
 /// creating it is the lock (AlreadyExists means taken).
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[kube(
     group = "net.kubetun.io",
     version = "v1alpha1",
+    derive = "Default",
     kind = "NetworkId",
     plural = "networkids",
     shortname = "nid",
     category = "kubetun",
     printcolumn = r#"{"name":"Network","type":"string","jsonPath":".spec.claimRef.name"}"#,
     printcolumn = r#"{"name":"Namespace","type":"string","jsonPath":".spec.claimRef.namespace"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = Rule::new("self.metadata.name.matches('^[1-9][0-9]{0,7}$')").message("metadata.name must be a network ID in canonical decimal form")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkIdSpec {
-    /// The Network holding this ID.
+    /// The Network holding this ID; immutable (release deletes the object).
+    #[x_kube(validation = Rule::new("self == oldSelf").message("claimRef is immutable"))]
     pub claim_ref: ClaimRef,
 }
 
@@ -163,5 +174,6 @@ pub struct ClaimRef {
     /// Name of the claimer.
     pub name: String,
     /// UID of the claimer.
+    #[schemars(length(min = 1))]
     pub uid: String,
 }

@@ -14,6 +14,7 @@ use crate::{CidrMapping, ClusterRef, Condition, Endpoint, cidr_list_schema};
 #[kube(
     group = "net.kubetun.io",
     version = "v1alpha1",
+    derive = "Default",
     kind = "NetworkConfig",
     namespaced,
     status = "NetworkConfigStatus",

@@ -12,6 +12,7 @@ use crate::{CidrMapping, Condition, ConnectionState, Endpoint};
 #[kube(
     group = "net.kubetun.io",
     version = "v1alpha1",
+    derive = "Default",
     kind = "ShortcutConnection",
     namespaced,
     status = "ShortcutConnectionStatus",

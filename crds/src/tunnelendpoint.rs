@@ -12,6 +12,7 @@ use crate::{CidrMapping, ClusterRef, Condition, Endpoint, optional_cidr_list_sch
 #[kube(
     group = "net.kubetun.io",
     version = "v1alpha1",
+    derive = "Default",
     kind = "TunnelEndpoint",
     namespaced,
     status = "TunnelEndpointStatus",
