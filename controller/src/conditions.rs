@@ -29,6 +29,8 @@ pub mod reason {
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// The gateway accepted the state.
     pub const APPLIED: &str = "Applied";
+    /// The gateway does not run the desired state (yet).
+    pub const PENDING: &str = "Pending";
     /// The gateway refused the state.
     pub const REJECTED: &str = "Rejected";
     /// The gateway cannot be reached.

@@ -9,10 +9,14 @@ pub mod gateway_api {
 
 pub mod cluster_info;
 pub mod conditions;
+pub mod context;
 pub mod error;
 pub mod gateway_client;
 pub mod ipam;
 pub mod keys;
 pub mod planner;
+pub mod reconcile;
+#[doc(hidden)]
+pub mod testing;
 pub mod network;
 pub mod connector;

@@ -81,6 +81,16 @@ pub enum PlanError {
         /// The source in the spec.
         source_id: String,
     },
+    /// A peer's NetworkConfig is not named after its sender.
+    #[error("a NetworkConfig from {source_id:?} must be named {expected:?}, not {name:?}")]
+    Misnamed {
+        /// The object's name.
+        name: String,
+        /// The name it must have.
+        expected: String,
+        /// The source in the spec.
+        source_id: String,
+    },
     /// IPAM could not map or restore a CIDR.
     #[error(transparent)]
     Ipam(#[from] IpamError),
@@ -103,7 +113,7 @@ impl PlanError {
             Self::NoPodCidr | Self::NotProcessed { .. } => reason::INVALID_SPEC,
             Self::InvalidPublicKey(_) => reason::INVALID_PUBLIC_KEY,
             Self::WrongDestination { .. } => reason::WRONG_DESTINATION,
-            Self::InvalidSource { .. } => reason::INVALID_SOURCE,
+            Self::InvalidSource { .. } | Self::Misnamed { .. } => reason::INVALID_SOURCE,
             Self::Ipam(IpamError::PoolExhausted { .. }) => reason::POOL_EXHAUSTED,
             Self::Ipam(IpamError::RestoreConflict { .. }) => reason::INVALID_SPEC,
         }
@@ -140,13 +150,22 @@ fn parse_cidrs(field: &'static str, cidrs: &[String]) -> Result<Vec<IpNet>, Plan
     cidrs.iter().map(|c| parse_cidr(field, c)).collect()
 }
 
-/// Checks that a peer's NetworkConfig is addressed to `local_cluster_id` and, when the
-/// peer label is known, that it names the sender.
+/// Checks that a peer's NetworkConfig named `name` is addressed to `local_cluster_id`, is
+/// named after its sender and, when the peer label is known, that the label names the sender.
 pub fn check_addressing(
+    name: &str,
     spec: &NetworkConfigSpec,
     local_cluster_id: &str,
     peer_label: Option<&str>,
 ) -> Result<(), PlanError> {
+    let expected = remote_config_name(&spec.source_cluster.id);
+    if name != expected {
+        return Err(PlanError::Misnamed {
+            name: name.to_owned(),
+            expected,
+            source_id: spec.source_cluster.id.clone(),
+        });
+    }
     if spec.destination_cluster.id != local_cluster_id {
         return Err(PlanError::WrongDestination {
             expected: local_cluster_id.to_owned(),

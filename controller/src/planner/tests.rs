@@ -118,7 +118,7 @@ fn invalid_specs_have_actionable_errors() {
         "10.70.0.0/16",
         key.public_base64(),
     );
-    let err = check_addressing(&s, "europe", Some("rome")).unwrap_err();
+    let err = check_addressing("from-rome", &s, "europe", Some("rome")).unwrap_err();
     assert_eq!(err.reason(), "WrongDestination");
     assert!(err.to_string().contains("\"milan\""), "{err}");
     let s = spec(
@@ -129,12 +129,15 @@ fn invalid_specs_have_actionable_errors() {
         key.public_base64(),
     );
     assert_eq!(
-        check_addressing(&s, "europe", Some("milan"))
+        check_addressing("from-rome", &s, "europe", Some("milan"))
             .unwrap_err()
             .reason(),
         "InvalidSource"
     );
-    assert!(check_addressing(&s, "europe", Some("rome")).is_ok());
+    assert!(check_addressing("from-rome", &s, "europe", Some("rome")).is_ok());
+    let err = check_addressing("from-milan", &s, "europe", None).unwrap_err();
+    assert_eq!(err.reason(), "InvalidSource");
+    assert!(err.to_string().contains("\"from-rome\""), "{err}");
     assert_eq!(
         ipam.allocations().count(),
         0,

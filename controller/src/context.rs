@@ -1,0 +1,272 @@
+//! Shared state of the reconcilers: the API client, this cluster's identity and settings, the
+//! IPAM (rebuilt from the API on start), the gateway connection and the metrics.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt as _;
+use kube::api::{Api, ListParams};
+use kubetun_crds::NetworkConfig;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use tokio::sync::Notify;
+
+use crate::cluster_info::ClusterInfo;
+use crate::error::Error;
+use crate::gateway_api::StatusResponse;
+use crate::gateway_client::GatewayClient;
+use crate::ipam::{Ipam, IpamConfig};
+use crate::planner::{self, GatewaySettings, ROLE_LABEL, ROLE_REMOTE};
+
+/// Static configuration of one controller instance.
+#[derive(Debug, Clone)]
+pub struct ControllerConfig {
+    /// Namespace of every kubetun object of this cluster.
+    pub namespace: String,
+    /// What this cluster announces.
+    pub cluster: ClusterInfo,
+    /// IPAM pools and extra reserved ranges (local CIDRs of `cluster` are added).
+    pub ipam: IpamConfig,
+    /// The local gateway's interface settings.
+    pub gateway: GatewaySettings,
+}
+
+/// Labels of the per-controller counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    /// `networkconfig`, `gateway`.
+    pub controller: &'static str,
+}
+
+/// Labels of the failure counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    /// Which reconciler failed.
+    pub controller: &'static str,
+    /// [`Error::metric_label`].
+    pub error: &'static str,
+}
+
+/// Controller metrics (`kubetun_controller_*`).
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Reconciliations run.
+    pub reconciliations: Family<ControllerLabels, Counter>,
+    /// Reconciliations that failed, by error class.
+    pub failures: Family<FailureLabels, Counter>,
+    /// Desired states pushed to the gateway.
+    pub gateway_applies: Counter,
+    /// Desired states the gateway refused.
+    pub gateway_rejections: Counter,
+}
+
+impl Metrics {
+    /// Registers every metric under `kubetun_controller`.
+    pub fn register(&self, registry: &mut Registry) {
+        let sub = registry.sub_registry_with_prefix("kubetun_controller");
+        sub.register(
+            "reconciliations",
+            "Reconciliations run",
+            self.reconciliations.clone(),
+        );
+        sub.register(
+            "reconcile_failures",
+            "Reconciliations that failed",
+            self.failures.clone(),
+        );
+        sub.register(
+            "gateway_applies",
+            "Desired states pushed to the gateway",
+            self.gateway_applies.clone(),
+        );
+        sub.register(
+            "gateway_rejections",
+            "Desired states the gateway refused",
+            self.gateway_rejections.clone(),
+        );
+    }
+
+    /// Counts one reconciliation.
+    pub fn reconciled(&self, controller: &'static str) {
+        self.reconciliations
+            .get_or_create(&ControllerLabels { controller })
+            .inc();
+    }
+
+    /// Counts one failure.
+    pub fn failed(&self, controller: &'static str, error: &Error) {
+        self.failures
+            .get_or_create(&FailureLabels {
+                controller,
+                error: error.metric_label(),
+            })
+            .inc();
+    }
+}
+
+/// Per-object exponential backoff for `error_policy`.
+#[derive(Debug, Default)]
+pub struct Backoff {
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Backoff {
+    const BASE: Duration = Duration::from_secs(1);
+    const MAX: Duration = Duration::from_secs(300);
+
+    /// Records a failure of `key` and returns how long to wait before retrying.
+    pub fn failed(&self, key: &str) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = failures.entry(key.to_owned()).or_default();
+        *count = count.saturating_add(1);
+        Self::BASE
+            .saturating_mul(1u32 << (*count - 1).min(16))
+            .min(Self::MAX)
+    }
+
+    /// Forgets the failures of `key`.
+    pub fn succeeded(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+    }
+}
+
+/// Everything a reconciler needs. Shared behind an `Arc`.
+pub struct Context {
+    /// API client of this cluster.
+    pub client: kube::Client,
+    /// Namespace of every kubetun object.
+    pub namespace: String,
+    /// This cluster's identity and CIDRs.
+    pub cluster: ClusterInfo,
+    /// The local gateway's interface settings.
+    pub gateway_settings: GatewaySettings,
+    /// The local gateway, if one is configured.
+    pub gateway: Option<GatewayClient>,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Per-object retry backoff.
+    pub backoff: Backoff,
+    ipam: Mutex<Ipam>,
+    gateway_status: Mutex<Option<StatusResponse>>,
+    gateway_wakeup: Notify,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("namespace", &self.namespace)
+            .field("cluster", &self.cluster.cluster)
+            .field("gateway", &self.gateway)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// Builds the context and rebuilds the IPAM from the statuses of the processed `from-`
+    /// NetworkConfigs (sorted by name), so every peer keeps its views across restarts.
+    /// A status that cannot be restored is skipped; that peer is processed afresh.
+    pub async fn new(
+        client: kube::Client,
+        config: ControllerConfig,
+        gateway: Option<GatewayClient>,
+    ) -> Result<Arc<Self>, Error> {
+        let mut ipam_config = config.ipam;
+        ipam_config.reserved.extend(config.cluster.local_ranges());
+        let mut ipam = Ipam::new(ipam_config);
+
+        let configs: Api<NetworkConfig> = Api::namespaced(client.clone(), &config.namespace);
+        let mut remote = configs
+            .list(&ListParams::default().labels(&format!("{ROLE_LABEL}={ROLE_REMOTE}")))
+            .await?
+            .items;
+        remote.sort_by_key(|nc| nc.name_any());
+        for nc in &remote {
+            let Some(status) = &nc.status else { continue };
+            match planner::restore_from_status(&mut ipam, &nc.spec, status) {
+                Ok(true) => tracing::debug!(networkconfig = %nc.name_any(), "restored views"),
+                Ok(false) => {}
+                Err(error) => tracing::warn!(
+                    networkconfig = %nc.name_any(), %error,
+                    "persisted views cannot be restored; the peer will be processed again"
+                ),
+            }
+        }
+        Ok(Arc::new(Self {
+            client,
+            namespace: config.namespace,
+            cluster: config.cluster,
+            gateway_settings: config.gateway,
+            gateway,
+            metrics: Metrics::default(),
+            backoff: Backoff::default(),
+            ipam: Mutex::new(ipam),
+            gateway_status: Mutex::new(None),
+            gateway_wakeup: Notify::new(),
+        }))
+    }
+
+    /// The IPAM. Never held across an `.await`.
+    pub fn ipam(&self) -> MutexGuard<'_, Ipam> {
+        self.ipam.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The current time, for conditions.
+    pub fn now(&self) -> Time {
+        Time(Timestamp::now())
+    }
+
+    /// Asks the gateway sync to push the desired state again.
+    pub fn wake_gateway_sync(&self) {
+        self.gateway_wakeup.notify_one();
+    }
+
+    /// Resolves when [`Self::wake_gateway_sync`] was called (a call made while nobody waits
+    /// is remembered).
+    pub async fn gateway_sync_requested(&self) {
+        self.gateway_wakeup.notified().await;
+    }
+
+    /// The latest status the gateway reported, if any.
+    pub fn gateway_status(&self) -> Option<StatusResponse> {
+        self.gateway_status
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Records the latest gateway status (`None`: the gateway is unreachable).
+    pub fn set_gateway_status(&self, status: Option<StatusResponse>) {
+        *self
+            .gateway_status
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = status;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap_and_resets() {
+        let backoff = Backoff::default();
+        assert_eq!(backoff.failed("a"), Duration::from_secs(1));
+        assert_eq!(backoff.failed("a"), Duration::from_secs(2));
+        assert_eq!(backoff.failed("a"), Duration::from_secs(4));
+        assert_eq!(backoff.failed("b"), Duration::from_secs(1));
+        for _ in 0..20 {
+            backoff.failed("a");
+        }
+        assert_eq!(backoff.failed("a"), Duration::from_secs(300));
+        backoff.succeeded("a");
+        assert_eq!(backoff.failed("a"), Duration::from_secs(1));
+    }
+}

@@ -1,0 +1,281 @@
+//! The gateway sync: pushes the desired state built from every TunnelEndpoint to the local
+//! gateway and brings the gateway's status back into the TunnelEndpoints.
+//!
+//! The gateway is watched (gRPC `Watch`); whenever it reports a version other than the
+//! desired one (it restarted, someone else applied) or the stream breaks and comes back, the
+//! whole state is applied again. A state the gateway rejected is not retried until it
+//! changes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::ResourceExt as _;
+use kube::api::{Api, ListParams};
+use kubetun_crds::TunnelEndpoint;
+
+use crate::context::Context;
+use crate::error::Error;
+use crate::gateway_api::{DesiredState, StatusResponse};
+use crate::gateway_client::{GatewayClient, GatewayClientError};
+use crate::planner;
+use crate::reconcile::tunnel_endpoint::{self, GatewayReport};
+
+/// How often the gateway pushes its status on the watch stream.
+const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+/// Full resync even without any trigger.
+const RESYNC: Duration = Duration::from_secs(30);
+/// First and largest delay between attempts to reach a gateway that is down.
+const RECONNECT_MIN: Duration = Duration::from_millis(100);
+const RECONNECT_MAX: Duration = Duration::from_secs(1);
+/// How often changed counters (bytes, latency) alone are written to TunnelEndpoint statuses.
+const COUNTER_REFRESH: Duration = Duration::from_secs(10);
+
+/// What one sync did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewaySyncOutcome {
+    /// Version of the desired state.
+    pub version: String,
+    /// Peers in the desired state.
+    pub peers: usize,
+    /// Whether an Apply was sent (the gateway ran another version).
+    pub applied: bool,
+    /// Why the gateway does not run the desired state, if it does not.
+    pub error: Option<String>,
+}
+
+/// The sync loop's state. One per gateway.
+#[derive(Debug)]
+pub struct GatewaySync {
+    ctx: Arc<Context>,
+    gateway: GatewayClient,
+    counter_refresh: Duration,
+    desired_version: Option<String>,
+    rejected: Option<(String, String)>,
+    last_write: HashMap<String, Instant>,
+}
+
+impl GatewaySync {
+    /// A sync for `gateway`.
+    pub fn new(ctx: Arc<Context>, gateway: GatewayClient) -> Self {
+        Self {
+            ctx,
+            gateway,
+            counter_refresh: COUNTER_REFRESH,
+            desired_version: None,
+            rejected: None,
+            last_write: HashMap::new(),
+        }
+    }
+
+    /// Writes counter-only status changes at most every `refresh` (zero: always).
+    pub fn with_counter_refresh(mut self, refresh: Duration) -> Self {
+        self.counter_refresh = refresh;
+        self
+    }
+
+    /// One pass: desired state from every TunnelEndpoint, Apply unless the gateway already
+    /// runs it, then every TunnelEndpoint's status from the gateway's answer.
+    pub async fn sync(&mut self) -> Result<GatewaySyncOutcome, Error> {
+        self.ctx.metrics.reconciled("gateway");
+        let api: Api<TunnelEndpoint> =
+            Api::namespaced(self.ctx.client.clone(), &self.ctx.namespace);
+        let mut endpoints = api.list(&ListParams::default()).await?.items;
+        endpoints.sort_by_key(|te| te.name_any());
+        let specs: Vec<_> = endpoints.iter().map(|te| te.spec.clone()).collect();
+        let desired = planner::desired_state(&self.ctx.gateway_settings, &specs);
+        let version = desired.version.clone();
+        let peers = desired.peers.len();
+        self.desired_version = Some(version.clone());
+
+        let pushed = self.push(desired).await;
+        let applied = matches!(pushed, Ok((_, true)));
+        let report = match &pushed {
+            Ok((status, _)) => {
+                self.ctx.set_gateway_status(Some(status.clone()));
+                GatewayReport::Reported {
+                    status,
+                    desired_version: &version,
+                }
+            }
+            Err(error) => {
+                self.ctx.set_gateway_status(None);
+                GatewayReport::Failed(error)
+            }
+        };
+        self.write_statuses(&endpoints, report).await?;
+        Ok(GatewaySyncOutcome {
+            version,
+            peers,
+            applied,
+            error: pushed.err().map(|e| e.to_string()),
+        })
+    }
+
+    async fn push(
+        &mut self,
+        desired: DesiredState,
+    ) -> Result<(StatusResponse, bool), GatewayClientError> {
+        let current = self.gateway.status().await?;
+        if current.version == desired.version {
+            self.rejected = None;
+            return Ok((current, false));
+        }
+        if let Some((version, message)) = &self.rejected
+            && *version == desired.version
+        {
+            return Err(GatewayClientError::Rejected {
+                socket: self.gateway.socket().to_owned(),
+                message: message.clone(),
+            });
+        }
+        let version = desired.version.clone();
+        let peers = desired.peers.len();
+        match self.gateway.apply(desired).await {
+            Ok(response) => {
+                self.ctx.metrics.gateway_applies.inc();
+                self.rejected = None;
+                tracing::info!(
+                    version,
+                    peers,
+                    generation = response.generation,
+                    changed = response.changed,
+                    previous = current.version,
+                    "desired state applied to the gateway"
+                );
+            }
+            Err(error) => {
+                if let GatewayClientError::Rejected { message, .. } = &error {
+                    self.ctx.metrics.gateway_rejections.inc();
+                    tracing::warn!(version, %error, "the gateway rejected the desired state");
+                    self.rejected = Some((version, message.clone()));
+                }
+                return Err(error);
+            }
+        }
+        Ok((self.gateway.status().await?, true))
+    }
+
+    async fn write_statuses(
+        &mut self,
+        endpoints: &[TunnelEndpoint],
+        report: GatewayReport<'_>,
+    ) -> Result<(), Error> {
+        let now = self.ctx.now();
+        for endpoint in endpoints {
+            let status = tunnel_endpoint::status_from_report(endpoint, report, now.clone());
+            let name = endpoint.name_any();
+            let due = self
+                .last_write
+                .get(&name)
+                .is_none_or(|at| at.elapsed() >= self.counter_refresh);
+            let write = tunnel_endpoint::differs_significantly(endpoint.status.as_ref(), &status)
+                || (due && endpoint.status.as_ref() != Some(&status));
+            if write {
+                tunnel_endpoint::write_status(&self.ctx, endpoint, &status).await?;
+                self.last_write.insert(name, Instant::now());
+            }
+        }
+        self.last_write
+            .retain(|name, _| endpoints.iter().any(|e| e.name_any() == *name));
+        Ok(())
+    }
+
+    async fn sync_logged(&mut self) {
+        match self.sync().await {
+            Ok(outcome) => {
+                if let Some(error) = outcome.error {
+                    tracing::debug!(%error, "gateway does not run the desired state");
+                }
+            }
+            Err(error) => {
+                self.ctx.metrics.failed("gateway", &error);
+                tracing::warn!(%error, "gateway sync failed");
+            }
+        }
+    }
+
+    /// Runs until the task is dropped: keeps the gateway on the desired state and the
+    /// TunnelEndpoint statuses current.
+    pub async fn run(mut self) {
+        let mut resync = tokio::time::interval(RESYNC);
+        resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut reconnect_delay = RECONNECT_MIN;
+        let mut reachable = None;
+        loop {
+            let stream = self.gateway.watch(WATCH_INTERVAL).await;
+            let now_reachable = stream.is_ok();
+            if reachable != Some(now_reachable) || now_reachable {
+                // A (re)connected gateway gets the state again if it lost it; a gateway that
+                // just went away shows up in the TunnelEndpoint statuses.
+                self.sync_logged().await;
+            }
+            if reachable != Some(now_reachable) {
+                match &stream {
+                    Ok(_) => {
+                        tracing::info!(socket = %self.gateway.socket().display(), "gateway connected")
+                    }
+                    Err(error) => tracing::warn!(%error, "gateway unreachable; retrying"),
+                }
+            }
+            reachable = Some(now_reachable);
+            let mut stream = match stream {
+                Ok(stream) => {
+                    reconnect_delay = RECONNECT_MIN;
+                    stream
+                }
+                Err(_) => {
+                    tokio::select! {
+                        () = tokio::time::sleep(reconnect_delay) => {}
+                        () = self.ctx.gateway_sync_requested() => self.sync_logged().await,
+                    }
+                    reconnect_delay = (reconnect_delay * 2).min(RECONNECT_MAX);
+                    continue;
+                }
+            };
+            loop {
+                tokio::select! {
+                    () = self.ctx.gateway_sync_requested() => self.sync_logged().await,
+                    _ = resync.tick() => self.sync_logged().await,
+                    message = stream.message() => match message {
+                        Ok(Some(status)) => self.on_status(status).await,
+                        Ok(None) | Err(_) => {
+                            tracing::info!("gateway watch stream ended; reconnecting");
+                            break;
+                        }
+                    },
+                }
+            }
+        }
+    }
+
+    async fn on_status(&mut self, status: StatusResponse) {
+        if self.desired_version.as_deref() != Some(status.version.as_str()) {
+            tracing::info!(
+                gateway_version = status.version,
+                desired_version = self.desired_version.as_deref().unwrap_or(""),
+                "gateway runs another state; applying"
+            );
+            self.sync_logged().await;
+            return;
+        }
+        self.ctx.set_gateway_status(Some(status.clone()));
+        let api: Api<TunnelEndpoint> =
+            Api::namespaced(self.ctx.client.clone(), &self.ctx.namespace);
+        let result = match api.list(&ListParams::default()).await {
+            Ok(list) => {
+                let version = status.version.clone();
+                let report = GatewayReport::Reported {
+                    status: &status,
+                    desired_version: &version,
+                };
+                self.write_statuses(&list.items, report).await
+            }
+            Err(e) => Err(e.into()),
+        };
+        if let Err(error) = result {
+            self.ctx.metrics.failed("gateway", &error);
+            tracing::warn!(%error, "cannot update TunnelEndpoint statuses");
+        }
+    }
+}

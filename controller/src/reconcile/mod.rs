@@ -1,0 +1,232 @@
+//! The reconcilers (the IO shell around [`crate::planner`] and [`crate::ipam`]).
+//!
+//! - [`network_config`]: processes peers' NetworkConfigs (IPAM, status, finalizer).
+//! - [`tunnel_endpoint`]: one TunnelEndpoint per fully processed pair of NetworkConfigs, and
+//!   its status from the gateway.
+//! - [`gateway`]: pushes the desired state of all TunnelEndpoints to the gateway.
+//!
+//! [`run`] wires them to watches with the kube-runtime `Controller`; [`sync_once`] is one
+//! complete pass over every object of the namespace (what the watches do over time), used
+//! by tests and benchmarks against in-memory API servers.
+
+pub mod gateway;
+pub mod network_config;
+pub mod tunnel_endpoint;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Resource, ResourceExt as _};
+use kubetun_crds::{Network, NetworkConfig, TunnelEndpoint};
+use serde::Serialize;
+
+use crate::cluster_info::FIELD_MANAGER;
+use crate::conditions;
+use crate::context::Context;
+use crate::error::Error;
+use crate::planner;
+
+pub use gateway::{GatewaySync, GatewaySyncOutcome};
+
+/// Finalizer on peers' NetworkConfigs: their views are released before they go.
+pub const FINALIZER: &str = "net.kubetun.io/ipam";
+
+/// How often the garbage collector of [`run`] looks for leftovers.
+const GC_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Writes `status` with server-side apply on the status subresource.
+pub(crate) async fn apply_status<K>(
+    api: &Api<K>,
+    name: &str,
+    status: &impl Serialize,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// What one [`sync_once`] pass found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Peers' NetworkConfigs processed successfully.
+    pub processed: Vec<String>,
+    /// Peers' NetworkConfigs that could not be processed, with the condition reason.
+    pub rejected: Vec<(String, String)>,
+    /// TunnelEndpoints present after the pass.
+    pub tunnel_endpoints: Vec<String>,
+    /// Peers whose views were released because their NetworkConfig is gone.
+    pub released: Vec<String>,
+    /// The gateway sync, when a gateway is configured.
+    pub gateway: Option<GatewaySyncOutcome>,
+}
+
+/// One complete reconciliation of the namespace: every NetworkConfig (finalizers included),
+/// garbage collection of leftovers, and one gateway sync.
+pub async fn sync_once(ctx: &Arc<Context>) -> Result<SyncReport, Error> {
+    let configs: Api<NetworkConfig> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let mut report = SyncReport::default();
+    let mut names: Vec<String> = configs
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|nc| nc.name_any())
+        .collect();
+    names.sort();
+    for name in names {
+        if let Some(nc) = configs.get_opt(&name).await? {
+            network_config::reconcile(Arc::new(nc), ctx.clone()).await?;
+        }
+        if let Some(nc) = configs.get_opt(&name).await?
+            && matches!(
+                network_config::role_of(&nc),
+                Some(network_config::Role::Remote { .. })
+            )
+            && let Some(status) = &nc.status
+        {
+            match conditions::find(&status.conditions, conditions::PROCESSED) {
+                Some(c) if c.status == "True" => report.processed.push(name.clone()),
+                Some(c) => report.rejected.push((name.clone(), c.reason.clone())),
+                None => {}
+            }
+        }
+    }
+    report.released = collect_garbage(ctx).await?;
+    if let Some(gateway) = &ctx.gateway {
+        let mut sync =
+            GatewaySync::new(ctx.clone(), gateway.clone()).with_counter_refresh(Duration::ZERO);
+        report.gateway = Some(sync.sync().await?);
+    }
+    let endpoints: Api<TunnelEndpoint> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    report.tunnel_endpoints = endpoints
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .map(|te| te.name_any())
+        .collect();
+    report.tunnel_endpoints.sort();
+    Ok(report)
+}
+
+/// Releases the views of peers whose `from-` NetworkConfig is gone and deletes
+/// TunnelEndpoints without one. The finalizer normally does this; this catches objects
+/// removed while the controller was down or forcibly (finalizer stripped). Returns the
+/// released peers.
+pub async fn collect_garbage(ctx: &Context) -> Result<Vec<String>, Error> {
+    let configs: Api<NetworkConfig> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let present: BTreeSet<String> = configs
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|nc| nc.name_any())
+        .collect();
+    let gone: Vec<String> = ctx
+        .ipam()
+        .owners()
+        .filter(|owner| !present.contains(&planner::remote_config_name(owner)))
+        .map(str::to_owned)
+        .collect();
+    for owner in &gone {
+        ctx.ipam().release(owner);
+        tracing::info!(peer = owner, "views released: its NetworkConfig is gone");
+    }
+    let endpoints: Api<TunnelEndpoint> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    for te in endpoints.list(&ListParams::default()).await?.items {
+        let peer = te.name_any();
+        if !present.contains(&planner::remote_config_name(&peer)) {
+            tunnel_endpoint::remove(ctx, &peer).await?;
+        }
+    }
+    Ok(gone)
+}
+
+/// `error_policy` of the NetworkConfig controller: count, then retry with per-object
+/// exponential backoff.
+fn error_policy(nc: Arc<NetworkConfig>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.failed("networkconfig", error);
+    let delay = ctx.backoff.failed(&nc.name_any());
+    tracing::warn!(networkconfig = %nc.name_any(), %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Runs the NetworkConfig controller (owning TunnelEndpoints, re-run on Network changes for
+/// the ACLs), the periodic garbage collector and, when a gateway is configured, the gateway
+/// sync, until the process is asked to stop.
+pub async fn run(ctx: Arc<Context>) {
+    let configs: Api<NetworkConfig> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let endpoints: Api<TunnelEndpoint> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let networks: Api<Network> = Api::all(ctx.client.clone());
+    let network_changes = watcher(networks, watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .filter_map(|event| async move { event.ok().map(|_: Network| ()) });
+
+    let controller = Controller::new(configs, watcher::Config::default())
+        .owns(endpoints, watcher::Config::default())
+        .reconcile_all_on(network_changes)
+        .shutdown_on_signal()
+        .run(
+            |nc, ctx: Arc<Context>| async move {
+                let name = nc.name_any();
+                let result = network_config::reconcile(nc, ctx.clone()).await;
+                if result.is_ok() {
+                    ctx.backoff.succeeded(&name);
+                }
+                result
+            },
+            error_policy,
+            ctx.clone(),
+        )
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::debug!(networkconfig = %object.name, "reconciled"),
+                Err(error) => tracing::debug!(%error, "reconcile error"),
+            }
+        });
+
+    let gc_ctx = ctx.clone();
+    let gc = async move {
+        let mut interval = tokio::time::interval(GC_INTERVAL);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            if let Err(error) = collect_garbage(&gc_ctx).await {
+                gc_ctx.metrics.failed("gc", &error);
+                tracing::warn!(%error, "garbage collection failed");
+            }
+        }
+    };
+
+    let gateway = async {
+        match ctx.gateway.clone() {
+            Some(client) => GatewaySync::new(ctx.clone(), client).run().await,
+            None => futures::future::pending().await,
+        }
+    };
+
+    // The controller ends on SIGTERM/SIGINT; everything else ends with it.
+    tokio::select! {
+        () = controller => {}
+        () = gc => {}
+        () = gateway => {}
+    }
+}

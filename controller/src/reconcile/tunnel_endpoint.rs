@@ -1,0 +1,443 @@
+//! TunnelEndpoints: created, updated and deleted from the `to-`/`from-` NetworkConfig pair of
+//! a peer, and their status computed from what the gateway reports.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::Resource as _;
+use kube::ResourceExt as _;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams};
+use kubetun_crds::{
+    ConnectionState, ConnectionStatus, Network, NetworkConfig, TunnelEndpoint, TunnelEndpointStatus,
+};
+
+use crate::cluster_info::FIELD_MANAGER;
+use crate::conditions::{self, reason};
+use crate::context::Context;
+use crate::error::Error;
+use crate::gateway_api::{self, PeerStatus, StatusResponse};
+use crate::gateway_client::GatewayClientError;
+use crate::planner::{self, PEER_LABEL};
+
+/// Creates or updates the TunnelEndpoint of `peer` when both NetworkConfigs exist and are
+/// processed for their current spec; removes it otherwise.
+pub async fn ensure(ctx: &Context, peer: &str) -> Result<(), Error> {
+    let configs: Api<NetworkConfig> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let local = configs.get_opt(&planner::local_config_name(peer)).await?;
+    let remote = configs.get_opt(&planner::remote_config_name(peer)).await?;
+    let alive = |nc: &NetworkConfig| nc.metadata.deletion_timestamp.is_none();
+    let (Some(local), Some(remote)) = (local.filter(alive), remote.filter(alive)) else {
+        return remove(ctx, peer).await;
+    };
+    let mut spec = match planner::tunnel_endpoint_spec(&local, &remote) {
+        Ok(spec) => spec,
+        Err(error) => {
+            tracing::debug!(peer, %error, "TunnelEndpoint not ready");
+            return remove(ctx, peer).await;
+        }
+    };
+    spec.allowed_prefixes = allowed_prefixes(ctx, peer).await?;
+    let owner = remote
+        .controller_owner_ref(&())
+        .ok_or(Error::MissingField {
+            kind: "NetworkConfig",
+            field: "metadata.uid",
+        })?;
+
+    let endpoints: Api<TunnelEndpoint> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    if let Some(existing) = endpoints.get_opt(peer).await?
+        && existing.spec == spec
+        && existing.owner_references().contains(&owner)
+    {
+        return Ok(());
+    }
+    let endpoint = TunnelEndpoint {
+        metadata: ObjectMeta {
+            name: Some(peer.to_owned()),
+            namespace: Some(ctx.namespace.clone()),
+            labels: Some(BTreeMap::from([(PEER_LABEL.to_owned(), peer.to_owned())])),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        spec,
+        status: None,
+    };
+    endpoints
+        .patch(
+            peer,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&endpoint),
+        )
+        .await?;
+    tracing::info!(peer, "TunnelEndpoint applied");
+    ctx.wake_gateway_sync();
+    Ok(())
+}
+
+/// Deletes the TunnelEndpoint of `peer` if it exists.
+pub async fn remove(ctx: &Context, peer: &str) -> Result<(), Error> {
+    let endpoints: Api<TunnelEndpoint> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    match endpoints.delete(peer, &DeleteParams::default()).await {
+        Ok(_) => {
+            tracing::info!(peer, "TunnelEndpoint deleted");
+            ctx.wake_gateway_sync();
+            Ok(())
+        }
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The remote prefixes Network peerings allow from `peer` (see
+/// [`crate::network::acl_for_cluster`]); `None` when no Network mentions it or the Network
+/// API is not installed.
+async fn allowed_prefixes(ctx: &Context, peer: &str) -> Result<Option<Vec<String>>, Error> {
+    let networks: Api<Network> = Api::all(ctx.client.clone());
+    match networks.list(&ListParams::default()).await {
+        Ok(list) => Ok(crate::network::acl_for_cluster(&list.items, peer)
+            .map(|prefixes| prefixes.iter().map(ToString::to_string).collect())),
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What the gateway said about the last push.
+#[derive(Debug, Clone, Copy)]
+pub enum GatewayReport<'a> {
+    /// The gateway answered with its status; `desired_version` is what we want it to run.
+    Reported {
+        /// The gateway's status.
+        status: &'a StatusResponse,
+        /// Version of the desired state.
+        desired_version: &'a str,
+    },
+    /// The gateway could not be reached or refused the state.
+    Failed(&'a GatewayClientError),
+}
+
+/// The connection status of a peer as the gateway reports it (`None`: not in the gateway).
+pub fn connection_status(peer: Option<&PeerStatus>) -> ConnectionStatus {
+    let Some(peer) = peer else {
+        return ConnectionStatus {
+            status: ConnectionState::Connecting,
+            message: "the gateway does not run this peer yet".to_owned(),
+            ..ConnectionStatus::default()
+        };
+    };
+    let state = gateway_api::ConnectionState::try_from(peer.state).unwrap_or_default();
+    let (status, default_message) = match state {
+        gateway_api::ConnectionState::Connected => {
+            (ConnectionState::Connected, "VPN connection established")
+        }
+        gateway_api::ConnectionState::Error => (
+            ConnectionState::Error,
+            "no network connectivity towards the remote cluster",
+        ),
+        gateway_api::ConnectionState::Connecting | gateway_api::ConnectionState::Unspecified => (
+            ConnectionState::Connecting,
+            "waiting for the VPN connection to be established",
+        ),
+    };
+    let latency_us = (peer.latency_us > 0).then_some(peer.latency_us);
+    ConnectionStatus {
+        status,
+        message: if peer.message.is_empty() {
+            default_message.to_owned()
+        } else {
+            peer.message.clone()
+        },
+        latency: latency_us.map(format_latency),
+        latency_us,
+        last_handshake: (peer.last_handshake_unix_ms > 0)
+            .then(|| Timestamp::from_millisecond(peer.last_handshake_unix_ms).ok())
+            .flatten()
+            .map(|t| t.to_string()),
+        rx_bytes: peer.rx_bytes,
+        tx_bytes: peer.tx_bytes,
+        endpoint: (!peer.endpoint.is_empty()).then(|| peer.endpoint.clone()),
+    }
+}
+
+fn format_latency(us: u64) -> String {
+    if us < 1000 {
+        format!("{us}µs")
+    } else {
+        format!("{:.1}ms", us as f64 / 1000.0)
+    }
+}
+
+/// The status `endpoint` should have given the gateway's report: condition `Applied`, the
+/// connection, and condition `Connected`.
+pub fn status_from_report(
+    endpoint: &TunnelEndpoint,
+    report: GatewayReport<'_>,
+    now: Time,
+) -> TunnelEndpointStatus {
+    let mut status = endpoint.status.clone().unwrap_or_default();
+    let generation = endpoint.metadata.generation;
+    status.observed_generation = generation;
+    let connection = match report {
+        GatewayReport::Reported {
+            status: gateway,
+            desired_version,
+        } => {
+            let peer = gateway
+                .peers
+                .iter()
+                .find(|p| p.public_key == endpoint.spec.public_key);
+            let (applied, why, message) = if gateway.version != desired_version {
+                (
+                    false,
+                    reason::PENDING,
+                    format!(
+                        "the gateway runs state {:?}, waiting for {desired_version:?}",
+                        gateway.version
+                    ),
+                )
+            } else if peer.is_none() {
+                (
+                    false,
+                    reason::PENDING,
+                    "the gateway state does not contain this peer".to_owned(),
+                )
+            } else {
+                (
+                    true,
+                    reason::APPLIED,
+                    format!(
+                        "in gateway state {desired_version} (generation {})",
+                        gateway.generation
+                    ),
+                )
+            };
+            conditions::set(
+                &mut status.conditions,
+                conditions::APPLIED,
+                applied,
+                why,
+                &message,
+                generation,
+                now.clone(),
+            );
+            connection_status(peer)
+        }
+        GatewayReport::Failed(error) => {
+            let why = if error.is_rejection() {
+                reason::REJECTED
+            } else {
+                reason::GATEWAY_UNAVAILABLE
+            };
+            conditions::set(
+                &mut status.conditions,
+                conditions::APPLIED,
+                false,
+                why,
+                &error.to_string(),
+                generation,
+                now.clone(),
+            );
+            ConnectionStatus {
+                status: ConnectionState::Error,
+                message: error.to_string(),
+                ..ConnectionStatus::default()
+            }
+        }
+    };
+    let (connected, why) = match connection.status {
+        ConnectionState::Connected => (true, reason::CONNECTED),
+        ConnectionState::Connecting => (false, reason::CONNECTING),
+        ConnectionState::Error => (false, reason::CONNECTION_ERROR),
+    };
+    conditions::set(
+        &mut status.conditions,
+        conditions::CONNECTED,
+        connected,
+        why,
+        &connection.message,
+        generation,
+        now,
+    );
+    status.connection = Some(connection);
+    status
+}
+
+/// True when the two statuses differ in more than counters and latency (worth an immediate
+/// write; counters alone are refreshed at a slower pace).
+pub fn differs_significantly(a: Option<&TunnelEndpointStatus>, b: &TunnelEndpointStatus) -> bool {
+    let Some(a) = a else { return true };
+    let key = |s: &TunnelEndpointStatus| {
+        (
+            s.observed_generation,
+            s.connection.as_ref().map(|c| {
+                (
+                    c.status,
+                    c.message.clone(),
+                    c.endpoint.clone(),
+                    c.last_handshake.is_some(),
+                )
+            }),
+            s.conditions
+                .iter()
+                .map(|c| {
+                    (
+                        c.type_.clone(),
+                        c.status.clone(),
+                        c.reason.clone(),
+                        c.message.clone(),
+                    )
+                })
+                .collect::<Vec<_>>(),
+        )
+    };
+    key(a) != key(b)
+}
+
+/// Writes `status` onto the TunnelEndpoint (server-side apply on the status subresource).
+pub async fn write_status(
+    ctx: &Context,
+    endpoint: &TunnelEndpoint,
+    status: &TunnelEndpointStatus,
+) -> Result<(), Error> {
+    let api: Api<TunnelEndpoint> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    crate::reconcile::apply_status(&api, &endpoint.name_any(), status).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubetun_crds::{ClusterRef, Endpoint, TunnelEndpointSpec};
+
+    fn endpoint() -> TunnelEndpoint {
+        let mut te = TunnelEndpoint::new(
+            "rome",
+            TunnelEndpointSpec {
+                cluster: ClusterRef {
+                    id: "rome".into(),
+                    name: String::new(),
+                },
+                local_pod_cidrs: vec![],
+                local_external_cidrs: vec![],
+                remote_pod_cidrs: vec![],
+                remote_external_cidrs: vec![],
+                endpoint: Endpoint {
+                    address: "192.0.2.2".into(),
+                    port: 51820,
+                },
+                public_key: "KEY".into(),
+                mtu: None,
+                allowed_prefixes: None,
+            },
+        );
+        te.metadata.generation = Some(3);
+        te
+    }
+
+    fn now() -> Time {
+        Time(Timestamp::from_second(1_800_000_000).expect("valid"))
+    }
+
+    fn gateway(version: &str, state: gateway_api::ConnectionState) -> StatusResponse {
+        StatusResponse {
+            version: version.into(),
+            generation: 7,
+            peers: vec![PeerStatus {
+                public_key: "KEY".into(),
+                name: "rome".into(),
+                endpoint: "192.0.2.2:51820".into(),
+                last_handshake_unix_ms: 1_800_000_000_000,
+                rx_bytes: 10,
+                tx_bytes: 20,
+                latency_us: 1500,
+                state: state as i32,
+                ..PeerStatus::default()
+            }],
+            ..StatusResponse::default()
+        }
+    }
+
+    #[test]
+    fn connected_peer_in_the_desired_version() {
+        let status = status_from_report(
+            &endpoint(),
+            GatewayReport::Reported {
+                status: &gateway("v1", gateway_api::ConnectionState::Connected),
+                desired_version: "v1",
+            },
+            now(),
+        );
+        let connection = status.connection.as_ref().expect("connection set");
+        assert_eq!(connection.status, ConnectionState::Connected);
+        assert_eq!(connection.latency.as_deref(), Some("1.5ms"));
+        assert_eq!(connection.rx_bytes, 10);
+        assert_eq!(
+            connection.last_handshake.as_deref(),
+            Some("2027-01-15T08:00:00Z")
+        );
+        assert!(conditions::is_true(&status.conditions, conditions::APPLIED));
+        assert!(conditions::is_true(
+            &status.conditions,
+            conditions::CONNECTED
+        ));
+        assert_eq!(status.observed_generation, Some(3));
+    }
+
+    #[test]
+    fn old_gateway_version_is_pending_and_errors_are_readable() {
+        let pending = status_from_report(
+            &endpoint(),
+            GatewayReport::Reported {
+                status: &gateway("v0", gateway_api::ConnectionState::Error),
+                desired_version: "v1",
+            },
+            now(),
+        );
+        let applied = conditions::find(&pending.conditions, conditions::APPLIED).expect("set");
+        assert_eq!(applied.reason, "Pending");
+        assert!(applied.message.contains("\"v1\""));
+        assert_eq!(
+            pending.connection.as_ref().map(|c| c.status),
+            Some(ConnectionState::Error)
+        );
+
+        let error = GatewayClientError::Unavailable {
+            socket: "/run/gw.sock".into(),
+            message: "No such file or directory".into(),
+        };
+        let down = status_from_report(&endpoint(), GatewayReport::Failed(&error), now());
+        let applied = conditions::find(&down.conditions, conditions::APPLIED).expect("set");
+        assert_eq!(applied.reason, "GatewayUnavailable");
+        assert!(
+            applied.message.contains("No such file"),
+            "{}",
+            applied.message
+        );
+        assert!(differs_significantly(Some(&pending), &down));
+    }
+
+    #[test]
+    fn counters_alone_are_not_significant() {
+        let report = gateway("v1", gateway_api::ConnectionState::Connected);
+        let a = status_from_report(
+            &endpoint(),
+            GatewayReport::Reported {
+                status: &report,
+                desired_version: "v1",
+            },
+            now(),
+        );
+        let mut more = report.clone();
+        more.peers[0].rx_bytes = 1_000_000;
+        more.peers[0].latency_us = 900;
+        let b = status_from_report(
+            &endpoint(),
+            GatewayReport::Reported {
+                status: &more,
+                desired_version: "v1",
+            },
+            now(),
+        );
+        assert_ne!(a, b);
+        assert!(!differs_significantly(Some(&a), &b));
+    }
+}

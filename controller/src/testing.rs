@@ -1,0 +1,270 @@
+//! Test support: an in-process gateway control API on a Unix socket.
+//!
+//! [`FakeGateway`] implements the `Gateway` service without a data plane: it records every
+//! Apply, reports every applied peer `CONNECTED`, and can be stopped and restarted on the same
+//! socket to exercise re-apply after a gateway restart. Not part of the stable API.
+
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::Stream;
+use tokio::net::UnixListener;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::{Request, Response, Status};
+
+use crate::gateway_api::gateway_server::{Gateway, GatewayServer};
+use crate::gateway_api::{
+    ApplyRequest, ApplyResponse, ConnectionState, DesiredState, PeerStatus, StatusRequest,
+    StatusResponse, WatchRequest,
+};
+
+#[derive(Debug, Default)]
+struct State {
+    current: Option<DesiredState>,
+    generation: u64,
+    history: Vec<DesiredState>,
+    reject_with: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Service {
+    state: Arc<Mutex<State>>,
+    changes: watch::Sender<u64>,
+}
+
+impl Service {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn status(&self) -> StatusResponse {
+        let state = self.lock();
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let peers = state
+            .current
+            .iter()
+            .flat_map(|s| &s.peers)
+            .map(|peer| PeerStatus {
+                public_key: peer.public_key.clone(),
+                name: peer.name.clone(),
+                endpoint: peer.endpoint.clone(),
+                last_handshake_unix_ms: now_ms,
+                latency_us: 250,
+                state: ConnectionState::Connected as i32,
+                ..PeerStatus::default()
+            })
+            .collect();
+        StatusResponse {
+            version: state
+                .current
+                .as_ref()
+                .map(|s| s.version.clone())
+                .unwrap_or_default(),
+            generation: state.generation,
+            interface_name: "fake0".to_owned(),
+            public_key: String::new(),
+            listen_port: state
+                .current
+                .as_ref()
+                .and_then(|s| s.interface.as_ref())
+                .map_or(0, |i| i.listen_port),
+            peers,
+            drops: Default::default(),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Gateway for Service {
+    async fn apply(
+        &self,
+        request: Request<ApplyRequest>,
+    ) -> Result<Response<ApplyResponse>, Status> {
+        let desired = request.into_inner().state.unwrap_or_default();
+        let generation = {
+            let mut state = self.lock();
+            if let Some(message) = state.reject_with.clone() {
+                return Err(Status::invalid_argument(message));
+            }
+            state.history.push(desired.clone());
+            let changed = state.current.as_ref() != Some(&desired);
+            if changed {
+                state.generation += 1;
+                state.current = Some(desired);
+            }
+            (state.generation, changed)
+        };
+        self.changes.send_replace(generation.0);
+        Ok(Response::new(ApplyResponse {
+            generation: generation.0,
+            changed: generation.1,
+        }))
+    }
+
+    async fn status(&self, _: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+        Ok(Response::new(Service::status(self)))
+    }
+
+    type WatchStream = Pin<Box<dyn Stream<Item = Result<StatusResponse, Status>> + Send + 'static>>;
+
+    async fn watch(
+        &self,
+        request: Request<WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let interval = match request.into_inner().interval_ms {
+            0 => Duration::from_secs(1),
+            ms => Duration::from_millis(u64::from(ms)),
+        };
+        let service = self.clone();
+        let mut changes = self.changes.subscribe();
+        let stream = async_stream(move |tx| async move {
+            let mut ticker = tokio::time::interval(interval);
+            loop {
+                tokio::select! {
+                    _ = ticker.tick() => {}
+                    changed = changes.changed() => if changed.is_err() { return },
+                }
+                if tx.send(Ok(service.status())).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(stream))
+    }
+}
+
+/// A stream fed by a spawned producer through a small channel.
+fn async_stream<F, Fut>(
+    producer: F,
+) -> Pin<Box<dyn Stream<Item = Result<StatusResponse, Status>> + Send>>
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Result<StatusResponse, Status>>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(producer(tx));
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+}
+
+/// An in-process gateway control API. Dropping it stops the server.
+#[derive(Debug)]
+pub struct FakeGateway {
+    socket: PathBuf,
+    service: Service,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<()>>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl FakeGateway {
+    /// Starts on a socket in a fresh temporary directory.
+    pub async fn start() -> std::io::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let mut gateway = Self::start_at(dir.path().join("gateway.sock")).await?;
+        gateway._dir = Some(dir);
+        Ok(gateway)
+    }
+
+    /// Starts on `socket` (a stale socket file is replaced). Starts empty, like a freshly
+    /// started gateway.
+    pub async fn start_at(socket: impl Into<PathBuf>) -> std::io::Result<Self> {
+        let socket = socket.into();
+        let (changes, _) = watch::channel(0);
+        let service = Service {
+            state: Arc::default(),
+            changes,
+        };
+        let mut gateway = Self {
+            socket,
+            service,
+            shutdown: None,
+            server: None,
+            _dir: None,
+        };
+        gateway.serve()?;
+        Ok(gateway)
+    }
+
+    fn serve(&mut self) -> std::io::Result<()> {
+        match std::fs::remove_file(&self.socket) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let listener = UnixListener::bind(&self.socket)?;
+        let (shutdown, stopped) = oneshot::channel::<()>();
+        let service = GatewayServer::new(self.service.clone());
+        self.server = Some(tokio::spawn(async move {
+            let result = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+                    let _ = stopped.await;
+                })
+                .await;
+            if let Err(error) = result {
+                tracing::warn!(%error, "fake gateway stopped with an error");
+            }
+        }));
+        self.shutdown = Some(shutdown);
+        Ok(())
+    }
+
+    /// The socket path.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// Stops serving (open watch streams end) and forgets the applied state, like a gateway
+    /// process that exited. The recorded history is kept.
+    pub async fn stop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server.abort();
+            let _ = server.await;
+        }
+        let mut state = self.service.lock();
+        state.current = None;
+        state.generation = 0;
+        drop(state);
+        let _ = std::fs::remove_file(&self.socket);
+    }
+
+    /// Serves again on the same socket after [`Self::stop`].
+    pub async fn restart(&mut self) -> std::io::Result<()> {
+        self.stop().await;
+        self.serve()
+    }
+
+    /// The state the gateway runs now.
+    pub fn current(&self) -> Option<DesiredState> {
+        self.service.lock().current.clone()
+    }
+
+    /// Every Apply received, oldest first.
+    pub fn applied(&self) -> Vec<DesiredState> {
+        self.service.lock().history.clone()
+    }
+
+    /// Makes every following Apply fail with INVALID_ARGUMENT and `message` (`None`: accept).
+    pub fn reject_with(&self, message: Option<&str>) {
+        self.service.lock().reject_with = message.map(str::to_owned);
+    }
+}
+
+impl Drop for FakeGateway {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server.abort();
+        }
+    }
+}
