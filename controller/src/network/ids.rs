@@ -27,7 +27,9 @@ pub enum RangeError {
 
 /// Why a string is not a network ID.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{value:?} is not a network ID in canonical decimal form (digits, no sign, no leading zero)")]
+#[error(
+    "{value:?} is not a network ID in canonical decimal form (digits, no sign, no leading zero)"
+)]
 pub struct InvalidId {
     /// The rejected text.
     pub value: String,
@@ -157,7 +159,17 @@ mod tests {
         assert_eq!(parse_canonical("200"), Ok(200));
         assert_eq!(parse_canonical("0"), Ok(0));
         assert_eq!(parse_canonical("16777215"), Ok(16_777_215));
-        for bad in ["", "0200", "+200", "-5", " 200", "200 ", "2e3", "0x10", "99999999999"] {
+        for bad in [
+            "",
+            "0200",
+            "+200",
+            "-5",
+            " 200",
+            "200 ",
+            "2e3",
+            "0x10",
+            "99999999999",
+        ] {
             assert!(parse_canonical(bad).is_err(), "{bad:?} must be rejected");
         }
     }
@@ -183,8 +195,14 @@ mod tests {
             range.candidates(202).collect::<Vec<_>>(),
             vec![202, 203, 200, 201]
         );
-        assert_eq!(range.candidates(203).collect::<Vec<_>>(), vec![203, 200, 201, 202]);
-        assert_eq!(range.candidates(5).collect::<Vec<_>>(), vec![200, 201, 202, 203]);
+        assert_eq!(
+            range.candidates(203).collect::<Vec<_>>(),
+            vec![203, 200, 201, 202]
+        );
+        assert_eq!(
+            range.candidates(5).collect::<Vec<_>>(),
+            vec![200, 201, 202, 203]
+        );
     }
 
     #[test]

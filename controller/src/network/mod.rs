@@ -6,8 +6,84 @@
 //! - [`ids`] (pure): canonical IDs, the configured range and the candidate order.
 //! - [`peering`] (pure): the peering handshake, the reverse lookup the watches use and
 //!   [`acl_for_cluster`].
+//! - [`allocator`]: claiming and releasing IDs against the API (create-as-lock).
+//! - [`gc`]: collecting claims whose Network is gone, after a grace period.
+//! - [`reconciler`]: the Network and NetworkId reconcile functions and their [`Context`].
+//! - [`run`]: both controllers wired to watches, for the `kubetun-controller` binary.
 
+pub mod allocator;
+pub mod backoff;
+mod controller;
+pub mod gc;
 pub mod ids;
 pub mod peering;
+pub mod reconciler;
 
+pub use controller::run;
 pub use peering::{NetworkKey, acl_for_cluster};
+pub use reconciler::{Context, reconcile_network, reconcile_network_id};
+
+/// Allocator settings (`--min-vni`, `--max-vni`, attempt budget).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NetworkOptions {
+    /// Smallest ID handed out.
+    pub min_vni: u32,
+    /// Largest ID handed out.
+    pub max_vni: u32,
+    /// Creates tried per allocation before giving up until the next reconcile.
+    pub max_attempts: u32,
+}
+
+impl Default for NetworkOptions {
+    /// ironcore-net's defaults: IDs 200..=16777215.
+    fn default() -> Self {
+        Self {
+            min_vni: 200,
+            max_vni: ids::MAX_ID,
+            max_attempts: 64,
+        }
+    }
+}
+
+/// Failures of the network controllers.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `--min-vni`/`--max-vni` do not form a usable range.
+    #[error("invalid network ID range: {0}")]
+    InvalidRange(#[from] ids::RangeError),
+    /// The Network or NetworkId CRD is not served (install `deploy/crds/kubetun.yaml`).
+    #[error("the {kind} API is not available; are the kubetun CRDs installed? ({source})")]
+    CrdNotInstalled {
+        /// The missing kind.
+        kind: &'static str,
+        /// What the API server said.
+        #[source]
+        source: kube::Error,
+    },
+    /// An object lacks a field the API server always sets (name, namespace, UID).
+    #[error("object has no {0}")]
+    MissingMetadata(&'static str),
+    /// A Kubernetes API request failed.
+    #[error("kube API request failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// Claiming an ID failed for a reason that is not reported as a condition.
+    #[error(transparent)]
+    Allocation(#[from] allocator::AllocError),
+    /// Adding or removing the finalizer, or the wrapped reconcile, failed.
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+impl Error {
+    /// A short label for metrics and logs.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::InvalidRange(_) => "invalid_range",
+            Self::CrdNotInstalled { .. } => "crd_not_installed",
+            Self::MissingMetadata(_) => "missing_metadata",
+            Self::Kube(_) => "kube",
+            Self::Allocation(_) => "allocation",
+            Self::Finalizer(_) => "finalizer",
+        }
+    }
+}

@@ -191,7 +191,11 @@ fn exposed_prefixes(peer: &Network, back: &NetworkPeering) -> Result<BTreeSet<Ip
 fn parse_all(prefixes: &[String]) -> Result<BTreeSet<IpNet>, &str> {
     prefixes
         .iter()
-        .map(|p| p.parse::<IpNet>().map(|n| n.trunc()).map_err(|_| p.as_str()))
+        .map(|p| {
+            p.parse::<IpNet>()
+                .map(|n| n.trunc())
+                .map_err(|_| p.as_str())
+        })
         .collect()
 }
 

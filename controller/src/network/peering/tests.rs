@@ -19,7 +19,13 @@ fn network(ns: &str, name: &str, uid: &str, id: Option<&str>, prefixes: &[&str])
     n
 }
 
-fn peer_with(mut n: Network, peering: &str, target: &str, namespace: Option<&str>, exposed: &[&str]) -> Network {
+fn peer_with(
+    mut n: Network,
+    peering: &str,
+    target: &str,
+    namespace: Option<&str>,
+    exposed: &[&str],
+) -> Network {
     n.spec.peerings.push(NetworkPeering {
         name: peering.to_owned(),
         network_ref: NetworkRef {
@@ -32,7 +38,10 @@ fn peer_with(mut n: Network, peering: &str, target: &str, namespace: Option<&str
 }
 
 fn index(networks: &[Network]) -> BTreeMap<NetworkKey, Network> {
-    networks.iter().map(|n| (NetworkKey::of(n), n.clone())).collect()
+    networks
+        .iter()
+        .map(|n| (NetworkKey::of(n), n.clone()))
+        .collect()
 }
 
 fn statuses_of(n: &Network, all: &[Network]) -> Vec<NetworkPeeringStatus> {
@@ -42,7 +51,13 @@ fn statuses_of(n: &Network, all: &[Network]) -> Vec<NetworkPeeringStatus> {
 
 #[test]
 fn mutual_peering_is_ready_with_the_peers_exposed_prefixes() {
-    let a = peer_with(network("ns", "a", "uid-a", Some("201"), &["10.1.0.0/16"]), "to-b", "b", None, &[]);
+    let a = peer_with(
+        network("ns", "a", "uid-a", Some("201"), &["10.1.0.0/16"]),
+        "to-b",
+        "b",
+        None,
+        &[],
+    );
     let b = peer_with(
         network("ns", "b", "uid-b", Some("202"), &["10.2.0.0/16"]),
         "to-a",
@@ -60,13 +75,23 @@ fn mutual_peering_is_ready_with_the_peers_exposed_prefixes() {
 
     let sb = statuses_of(&b, &all);
     assert_eq!(sb[0].state, PeeringState::Ready);
-    assert_eq!(sb[0].prefixes, vec!["10.1.0.0/16"], "empty list exposes all prefixes");
+    assert_eq!(
+        sb[0].prefixes,
+        vec!["10.1.0.0/16"],
+        "empty list exposes all prefixes"
+    );
     assert_eq!(sb[0].peer_uid.as_deref(), Some("uid-a"));
 }
 
 #[test]
 fn one_sided_peering_is_pending_with_a_reason() {
-    let a = peer_with(network("ns", "a", "uid-a", Some("201"), &[]), "to-b", "b", None, &[]);
+    let a = peer_with(
+        network("ns", "a", "uid-a", Some("201"), &[]),
+        "to-b",
+        "b",
+        None,
+        &[],
+    );
     let b = network("ns", "b", "uid-b", Some("202"), &["10.2.0.0/16"]);
     let s = statuses_of(&a, &[a.clone(), b]);
     assert_eq!(s[0].state, PeeringState::Pending);
@@ -78,24 +103,54 @@ fn one_sided_peering_is_pending_with_a_reason() {
 #[test]
 fn missing_peer_does_not_stop_the_other_peerings() {
     let a = peer_with(
-        peer_with(network("ns", "a", "uid-a", Some("201"), &[]), "a-missing", "gone", None, &[]),
+        peer_with(
+            network("ns", "a", "uid-a", Some("201"), &[]),
+            "a-missing",
+            "gone",
+            None,
+            &[],
+        ),
         "b-present",
         "b",
         None,
         &[],
     );
-    let b = peer_with(network("ns", "b", "uid-b", Some("202"), &["10.2.0.0/16"]), "back", "a", None, &[]);
+    let b = peer_with(
+        network("ns", "b", "uid-b", Some("202"), &["10.2.0.0/16"]),
+        "back",
+        "a",
+        None,
+        &[],
+    );
     let s = statuses_of(&a, &[a.clone(), b]);
     assert_eq!(s.len(), 2);
-    assert_eq!((s[0].name.as_str(), s[0].state), ("a-missing", PeeringState::Pending));
+    assert_eq!(
+        (s[0].name.as_str(), s[0].state),
+        ("a-missing", PeeringState::Pending)
+    );
     assert!(s[0].message.contains("not found"), "{}", s[0].message);
-    assert_eq!((s[1].name.as_str(), s[1].state), ("b-present", PeeringState::Ready));
+    assert_eq!(
+        (s[1].name.as_str(), s[1].state),
+        ("b-present", PeeringState::Ready)
+    );
 }
 
 #[test]
 fn peer_without_id_or_self_without_id_is_pending() {
-    let a = peer_with(network("ns", "a", "uid-a", Some("201"), &[]), "p", "b", None, &[]);
-    let b = peer_with(network("ns", "b", "uid-b", None, &["10.2.0.0/16"]), "p", "a", None, &[]);
+    let a = peer_with(
+        network("ns", "a", "uid-a", Some("201"), &[]),
+        "p",
+        "b",
+        None,
+        &[],
+    );
+    let b = peer_with(
+        network("ns", "b", "uid-b", None, &["10.2.0.0/16"]),
+        "p",
+        "a",
+        None,
+        &[],
+    );
     let all = [a.clone(), b.clone()];
     assert_eq!(statuses_of(&a, &all)[0].message, message::PEER_PENDING);
     let idx = index(&all);
@@ -107,7 +162,13 @@ fn peer_without_id_or_self_without_id_is_pending() {
 fn self_and_duplicate_references_are_errors() {
     let a = peer_with(
         peer_with(
-            peer_with(network("ns", "a", "uid-a", Some("201"), &[]), "self", "a", None, &[]),
+            peer_with(
+                network("ns", "a", "uid-a", Some("201"), &[]),
+                "self",
+                "a",
+                None,
+                &[],
+            ),
             "first",
             "b",
             None,
@@ -118,7 +179,13 @@ fn self_and_duplicate_references_are_errors() {
         Some("ns"),
         &[],
     );
-    let b = peer_with(network("ns", "b", "uid-b", Some("202"), &["10.2.0.0/16"]), "p", "a", None, &[]);
+    let b = peer_with(
+        network("ns", "b", "uid-b", Some("202"), &["10.2.0.0/16"]),
+        "p",
+        "a",
+        None,
+        &[],
+    );
     let s = statuses_of(&a, &[a.clone(), b]);
     let by_name: BTreeMap<_, _> = s.iter().map(|p| (p.name.as_str(), p)).collect();
     assert_eq!(by_name["self"].state, PeeringState::Error);
@@ -129,17 +196,47 @@ fn self_and_duplicate_references_are_errors() {
 
 #[test]
 fn cross_namespace_reference_must_match_namespace() {
-    let a = peer_with(network("x", "a", "uid-a", Some("201"), &[]), "p", "b", Some("y"), &[]);
+    let a = peer_with(
+        network("x", "a", "uid-a", Some("201"), &[]),
+        "p",
+        "b",
+        Some("y"),
+        &[],
+    );
     // b references "a" in its own namespace y, which is not x/a.
-    let b = peer_with(network("y", "b", "uid-b", Some("202"), &["10.2.0.0/16"]), "p", "a", None, &[]);
-    assert_eq!(statuses_of(&a, &[a.clone(), b.clone()])[0].state, PeeringState::Pending);
-    let b = peer_with(network("y", "b", "uid-b", Some("202"), &["10.2.0.0/16"]), "p", "a", Some("x"), &[]);
-    assert_eq!(statuses_of(&a, &[a.clone(), b])[0].state, PeeringState::Ready);
+    let b = peer_with(
+        network("y", "b", "uid-b", Some("202"), &["10.2.0.0/16"]),
+        "p",
+        "a",
+        None,
+        &[],
+    );
+    assert_eq!(
+        statuses_of(&a, &[a.clone(), b.clone()])[0].state,
+        PeeringState::Pending
+    );
+    let b = peer_with(
+        network("y", "b", "uid-b", Some("202"), &["10.2.0.0/16"]),
+        "p",
+        "a",
+        Some("x"),
+        &[],
+    );
+    assert_eq!(
+        statuses_of(&a, &[a.clone(), b])[0].state,
+        PeeringState::Ready
+    );
 }
 
 #[test]
 fn exposing_prefixes_outside_the_peers_own_is_an_error() {
-    let a = peer_with(network("ns", "a", "uid-a", Some("201"), &[]), "p", "b", None, &[]);
+    let a = peer_with(
+        network("ns", "a", "uid-a", Some("201"), &[]),
+        "p",
+        "b",
+        None,
+        &[],
+    );
     let b = peer_with(
         network("ns", "b", "uid-b", Some("202"), &["10.2.0.0/16"]),
         "p",
@@ -158,7 +255,10 @@ fn statuses_are_sorted_by_name_whatever_the_spec_order() {
     for name in ["zeta", "alpha", "mid"] {
         a = peer_with(a, name, &format!("peer-{name}"), None, &[]);
     }
-    let names: Vec<_> = statuses_of(&a, &[a.clone()]).into_iter().map(|s| s.name).collect();
+    let names: Vec<_> = statuses_of(&a, &[a.clone()])
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
     assert_eq!(names, ["alpha", "mid", "zeta"]);
 }
 
@@ -166,10 +266,19 @@ fn statuses_are_sorted_by_name_whatever_the_spec_order() {
 fn reverse_lookup_finds_every_referrer() {
     let target = network("ns", "t", "uid-t", None, &[]);
     let r1 = peer_with(network("ns", "r1", "1", None, &[]), "p", "t", None, &[]);
-    let r2 = peer_with(network("other", "r2", "2", None, &[]), "p", "t", Some("ns"), &[]);
+    let r2 = peer_with(
+        network("other", "r2", "2", None, &[]),
+        "p",
+        "t",
+        Some("ns"),
+        &[],
+    );
     let unrelated = peer_with(network("other", "u", "3", None, &[]), "p", "t", None, &[]);
     let found = referencing([&target, &r1, &r2, &unrelated], &NetworkKey::of(&target));
-    assert_eq!(found, vec![NetworkKey::new("ns", "r1"), NetworkKey::new("other", "r2")]);
+    assert_eq!(
+        found,
+        vec![NetworkKey::new("ns", "r1"), NetworkKey::new("other", "r2")]
+    );
 }
 
 fn with_peerings(mut n: Network, peerings: Vec<NetworkPeeringStatus>) -> Network {
@@ -199,7 +308,10 @@ fn acl_fails_closed_when_no_peering_is_ready() {
     remote.spec.cluster_id = Some("rome".to_owned());
     let mut pending = ready("p", "uid-r", &["10.70.0.0/16"]);
     pending.state = PeeringState::Pending;
-    let local = with_peerings(network("ns", "local", "uid-l", Some("1"), &[]), vec![pending]);
+    let local = with_peerings(
+        network("ns", "local", "uid-l", Some("1"), &[]),
+        vec![pending],
+    );
     assert_eq!(acl_for_cluster(&[local, remote], "rome"), Some(vec![]));
 }
 

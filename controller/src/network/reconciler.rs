@@ -1,0 +1,536 @@
+//! Reconcile functions of the Network and NetworkId controllers.
+//!
+//! [`reconcile_network`] runs inside [`finalizer`]: Apply makes sure the Network holds exactly
+//! one ID (reusing a claim found by UID before allocating, releasing extra claims), evaluates
+//! its peerings and writes the status by server-side apply; Cleanup releases its claims.
+//! [`reconcile_network_id`] is the GC sweep for one NetworkId. The status itself is computed by
+//! the pure [`desired_status`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Event, finalizer};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, Resource, ResourceExt};
+use kubetun_crds::{
+    ClaimRef, GROUP, Network, NetworkId, NetworkPeeringStatus, NetworkPhase, NetworkStatus,
+    PeeringState,
+};
+use rand_core::{OsRng, RngCore};
+
+use super::allocator::{AllocError, ClaimOutcome, IdAllocator, NETWORKS_RESOURCE, Release};
+use super::backoff::ErrorBackoff;
+use super::gc;
+use super::ids::{IdRange, parse_canonical};
+use super::peering::{NetworkKey, peering_statuses};
+use super::{Error, NetworkOptions};
+use crate::conditions;
+
+/// Finalizer on every Network: its ID is released before the Network goes away.
+pub const FINALIZER: &str = "net.kubetun.io/network-id";
+/// Field manager of the status written by server-side apply.
+pub const FIELD_MANAGER: &str = "kubetun-network";
+/// How often a healthy Network is looked at again without any event.
+pub const RESYNC: Duration = Duration::from_secs(600);
+
+/// Condition types on a Network.
+pub mod condition {
+    /// The Network holds an ID.
+    pub const ID_ALLOCATED: &str = "IDAllocated";
+    /// Every peering is Ready.
+    pub const PEERINGS_READY: &str = "PeeringsReady";
+}
+
+/// Condition reasons on a Network.
+pub mod reason {
+    /// An ID is claimed.
+    pub const ALLOCATED: &str = "Allocated";
+    /// Every ID of the range is taken.
+    pub const RANGE_EXHAUSTED: &str = "RangeExhausted";
+    /// The attempt budget ran out; retried soon.
+    pub const ALLOCATION_FAILED: &str = "AllocationFailed";
+    /// The requested `spec.id` belongs to another Network.
+    pub const ID_TAKEN: &str = "IDTaken";
+    /// The requested `spec.id` lies outside `--min-vni..=--max-vni`.
+    pub const ID_OUT_OF_RANGE: &str = "IDOutOfRange";
+    /// The requested `spec.id` is not canonical decimal.
+    pub const INVALID_ID: &str = "InvalidID";
+    /// All peerings are Ready (or there are none).
+    pub const PEERINGS_READY: &str = "PeeringsReady";
+    /// Some peering waits for the other side.
+    pub const PEERINGS_PENDING: &str = "PeeringsPending";
+    /// Some peering can never become Ready as specified.
+    pub const PEERING_ERROR: &str = "PeeringError";
+}
+
+/// Returns the current time; injected so tests control it.
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// Shared state of both controllers.
+pub struct Context {
+    client: Client,
+    allocator: IdAllocator,
+    clock: Clock,
+    gc_grace: Duration,
+    known_ids: Option<Store<NetworkId>>,
+    namespace: Option<String>,
+    pub(super) backoff: ErrorBackoff,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("allocator", &self.allocator)
+            .field("gc_grace", &self.gc_grace)
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// A context with the system clock and the default GC grace period.
+    pub fn new(client: Client, opts: &NetworkOptions) -> Result<Self, Error> {
+        let range = IdRange::new(opts.min_vni, opts.max_vni)?;
+        Ok(Self {
+            allocator: IdAllocator::new(client.clone(), range, opts.max_attempts),
+            client,
+            clock: Arc::new(Timestamp::now),
+            gc_grace: gc::DEFAULT_GRACE_PERIOD,
+            known_ids: None,
+            namespace: None,
+            backoff: ErrorBackoff::default(),
+        })
+    }
+
+    /// Replaces the clock.
+    pub fn with_clock(mut self, clock: impl Fn() -> Timestamp + Send + Sync + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Replaces the GC grace period.
+    pub fn with_gc_grace(mut self, grace: Duration) -> Self {
+        self.gc_grace = grace;
+        self
+    }
+
+    /// Restricts the GC to claims of Networks in `namespace` (`None`: every namespace).
+    pub fn with_namespace(mut self, namespace: Option<String>) -> Self {
+        self.namespace = namespace;
+        self
+    }
+
+    /// Lets allocation skip IDs a NetworkId cache already knows as taken.
+    pub fn with_id_cache(mut self, store: Store<NetworkId>) -> Self {
+        self.known_ids = Some(store);
+        self
+    }
+
+    fn now(&self) -> Timestamp {
+        (self.clock)()
+    }
+
+    fn known_taken(&self, id: u32) -> bool {
+        self.known_ids
+            .as_ref()
+            .is_some_and(|store| store.get(&ObjectRef::new(&id.to_string())).is_some())
+    }
+}
+
+/// Reconciles one Network (finalizer, ID, peerings, status).
+pub async fn reconcile_network(network: Arc<Network>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let namespace = network
+        .namespace()
+        .ok_or(Error::MissingMetadata("namespace"))?;
+    let key = backoff_key(&network);
+    let api: Api<Network> = Api::namespaced(ctx.client.clone(), &namespace);
+    let action = finalizer(&api, FINALIZER, network, |event| async {
+        match event {
+            Event::Apply(network) => apply(&network, &api, &ctx).await,
+            Event::Cleanup(network) => cleanup(&network, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|err| Error::Finalizer(Box::new(err)))?;
+    ctx.backoff.succeeded(&key);
+    Ok(action)
+}
+
+/// Requeue policy after a failed Network reconcile: per-object exponential backoff.
+pub fn network_error_policy(network: Arc<Network>, err: &Error, ctx: Arc<Context>) -> Action {
+    let delay = ctx.backoff.failed(&backoff_key(&network));
+    tracing::warn!(network = %NetworkKey::of(&network), error = %err, kind = err.metric_label(), ?delay, "network reconcile failed");
+    Action::requeue(delay)
+}
+
+/// GC sweep for one NetworkId: deletes it when its Network is gone (after the grace period).
+pub async fn reconcile_network_id(nid: Arc<NetworkId>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let in_scope = ctx
+        .namespace
+        .as_ref()
+        .is_none_or(|ns| *ns == nid.spec.claim_ref.namespace);
+    if !in_scope {
+        return Ok(Action::await_change());
+    }
+    let recheck = gc::collect(&ctx.client, &nid, ctx.now(), ctx.gc_grace).await?;
+    ctx.backoff
+        .succeeded(&format!("NetworkId/{}", nid.name_any()));
+    Ok(Action::requeue(recheck.unwrap_or(RESYNC)))
+}
+
+/// Requeue policy after a failed NetworkId sweep.
+pub fn network_id_error_policy(nid: Arc<NetworkId>, err: &Error, ctx: Arc<Context>) -> Action {
+    let delay = ctx.backoff.failed(&format!("NetworkId/{}", nid.name_any()));
+    tracing::warn!(id = %nid.name_any(), error = %err, ?delay, "network ID sweep failed");
+    Action::requeue(delay)
+}
+
+fn backoff_key(network: &Network) -> String {
+    format!("Network/{}", NetworkKey::of(network))
+}
+
+/// The claimRef a Network's claims carry.
+pub fn claimer_of(network: &Network) -> Result<ClaimRef, Error> {
+    Ok(ClaimRef {
+        group: GROUP.to_owned(),
+        resource: NETWORKS_RESOURCE.to_owned(),
+        namespace: network
+            .namespace()
+            .ok_or(Error::MissingMetadata("namespace"))?,
+        name: network.name_any(),
+        uid: network.uid().ok_or(Error::MissingMetadata("uid"))?,
+    })
+}
+
+async fn apply(network: &Network, api: &Api<Network>, ctx: &Context) -> Result<Action, Error> {
+    let claimer = claimer_of(network)?;
+    let outcome = ensure_id(network, &claimer, ctx).await?;
+    let peers = fetch_peers(network, &ctx.client).await?;
+    let peerings = peering_statuses(network, outcome.id().is_some(), |key| peers.get(key));
+    let status = desired_status(network, &outcome, peerings, Time(ctx.now()));
+    if network.status.as_ref() != Some(&status) {
+        let patch = serde_json::json!({
+            "apiVersion": Network::api_version(&()),
+            "kind": Network::kind(&()),
+            "status": status,
+        });
+        api.patch_status(
+            &network.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await?;
+    }
+    Ok(match outcome {
+        IdOutcome::Allocated(_) => Action::requeue(RESYNC),
+        IdOutcome::Unavailable(unavailable) => Action::requeue(unavailable.retry_after),
+    })
+}
+
+async fn cleanup(network: &Network, ctx: &Context) -> Result<Action, Error> {
+    let claimer = claimer_of(network)?;
+    let mut ids = ctx.allocator.claims_of(&claimer.uid).await?;
+    // A claim whose label was lost is still found through the recorded ID.
+    if let Some(recorded) = recorded_id(network) {
+        if !ids.contains(&recorded) {
+            ids.push(recorded);
+        }
+    }
+    for id in ids {
+        match ctx.allocator.release(id, &claimer.uid).await? {
+            Release::Released => {
+                tracing::info!(network = %NetworkKey::of(network), id, "released network ID");
+            }
+            Release::ClaimedByOther => {
+                tracing::warn!(network = %NetworkKey::of(network), id, "network ID is claimed by another network; not releasing it");
+            }
+            Release::AlreadyGone => {}
+        }
+    }
+    Ok(Action::await_change())
+}
+
+/// The ID a Network's status records, if canonical.
+fn recorded_id(network: &Network) -> Option<u32> {
+    network
+        .status
+        .as_ref()
+        .and_then(|s| s.id.as_deref())
+        .and_then(|id| parse_canonical(id).ok())
+}
+
+/// Whether the Network holds an ID after [`ensure_id`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdOutcome {
+    /// The Network holds this ID.
+    Allocated(u32),
+    /// It holds none; the status says why.
+    Unavailable(Unavailable),
+}
+
+impl IdOutcome {
+    /// The held ID.
+    pub fn id(&self) -> Option<u32> {
+        match self {
+            Self::Allocated(id) => Some(*id),
+            Self::Unavailable(_) => None,
+        }
+    }
+}
+
+/// Why a Network holds no ID, and when to try again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable {
+    /// Condition reason.
+    pub reason: &'static str,
+    /// Condition message.
+    pub message: String,
+    /// Phase to report.
+    pub phase: NetworkPhase,
+    /// When to reconcile again.
+    pub retry_after: Duration,
+}
+
+fn unavailable(
+    reason: &'static str,
+    message: String,
+    phase: NetworkPhase,
+    retry_after: Duration,
+) -> IdOutcome {
+    IdOutcome::Unavailable(Unavailable {
+        reason,
+        message,
+        phase,
+        retry_after,
+    })
+}
+
+/// Makes the Network hold exactly one ID: an existing claim found by UID wins, then the
+/// requested `spec.id`, then the ID recorded in the status, then any vacant one.
+async fn ensure_id(
+    network: &Network,
+    claimer: &ClaimRef,
+    ctx: &Context,
+) -> Result<IdOutcome, Error> {
+    let allocator = &ctx.allocator;
+    let range = allocator.range();
+    let requested = match network.spec.id.as_deref().filter(|id| !id.is_empty()) {
+        None => None,
+        Some(raw) => match parse_canonical(raw) {
+            Err(err) => {
+                let retry = Duration::from_secs(300);
+                return Ok(unavailable(
+                    reason::INVALID_ID,
+                    err.to_string(),
+                    NetworkPhase::Error,
+                    retry,
+                ));
+            }
+            Ok(id) if !range.contains(id) => {
+                let message = format!("requested ID {id} is outside the configured range {range}");
+                let retry = Duration::from_secs(300);
+                return Ok(unavailable(
+                    reason::ID_OUT_OF_RANGE,
+                    message,
+                    NetworkPhase::Error,
+                    retry,
+                ));
+            }
+            Ok(id) => Some(id),
+        },
+    };
+    let recorded = recorded_id(network).filter(|id| range.contains(*id));
+
+    let claims = allocator.claims_of(&claimer.uid).await?;
+    let kept = match requested {
+        Some(id) => claims.contains(&id).then_some(id),
+        None => recorded
+            .filter(|id| claims.contains(id))
+            .or_else(|| claims.first().copied()),
+    };
+
+    let id = match (kept, requested) {
+        (Some(id), _) => id,
+        (None, Some(id)) => match allocator.claim(claimer, id).await? {
+            ClaimOutcome::Claimed(id) => id,
+            ClaimOutcome::Taken { holder, .. } => {
+                let by = holder.map_or_else(
+                    || "another network".to_owned(),
+                    |h| format!("network {}/{}", h.namespace, h.name),
+                );
+                let message = format!("requested ID {id} is held by {by}");
+                return Ok(unavailable(
+                    reason::ID_TAKEN,
+                    message,
+                    NetworkPhase::Error,
+                    Duration::from_secs(60),
+                ));
+            }
+        },
+        (None, None) => {
+            // Keep the recorded ID if its claim vanished and nobody took it.
+            let reclaimed = match recorded {
+                Some(id) => match allocator.claim(claimer, id).await? {
+                    ClaimOutcome::Claimed(id) => Some(id),
+                    ClaimOutcome::Taken { .. } => None,
+                },
+                None => None,
+            };
+            match reclaimed {
+                Some(id) => id,
+                None => {
+                    let start = range.start_from(OsRng.next_u32());
+                    match allocator
+                        .claim_any(claimer, start, |id| ctx.known_taken(id))
+                        .await
+                    {
+                        Ok(id) => id,
+                        Err(err @ AllocError::Exhausted { .. }) => {
+                            let retry = Duration::from_secs(60);
+                            return Ok(unavailable(
+                                reason::RANGE_EXHAUSTED,
+                                err.to_string(),
+                                NetworkPhase::Error,
+                                retry,
+                            ));
+                        }
+                        Err(err @ AllocError::AttemptsExceeded { .. }) => {
+                            let retry = Duration::from_secs(10);
+                            return Ok(unavailable(
+                                reason::ALLOCATION_FAILED,
+                                err.to_string(),
+                                NetworkPhase::Pending,
+                                retry,
+                            ));
+                        }
+                        Err(err @ AllocError::Api(_)) => return Err(err.into()),
+                    }
+                }
+            }
+        }
+    };
+
+    // Claims beyond the kept one come from a create whose response was lost or from a
+    // changed spec.id; they must not leak.
+    for extra in claims.into_iter().filter(|claimed| *claimed != id) {
+        allocator.release(extra, &claimer.uid).await?;
+        tracing::info!(network = %NetworkKey::of(network), id = extra, "released surplus network ID");
+    }
+    Ok(IdOutcome::Allocated(id))
+}
+
+/// Uncached reads of every peer the spec names; missing peers are simply absent.
+async fn fetch_peers(
+    network: &Network,
+    client: &Client,
+) -> Result<BTreeMap<NetworkKey, Network>, Error> {
+    let own = NetworkKey::of(network);
+    let mut peers = BTreeMap::new();
+    for peering in &network.spec.peerings {
+        let target = NetworkKey::target(&own.namespace, &peering.network_ref);
+        if target == own || peers.contains_key(&target) {
+            continue;
+        }
+        let api: Api<Network> = Api::namespaced(client.clone(), &target.namespace);
+        if let Some(peer) = api.get_opt(&target.name).await? {
+            peers.insert(target, peer);
+        }
+    }
+    Ok(peers)
+}
+
+/// The status a Network should have: ID and phase from `outcome`, the given peerings, and
+/// conditions updated from the previous status (transition times move only on flips).
+pub fn desired_status(
+    network: &Network,
+    outcome: &IdOutcome,
+    peerings: Vec<NetworkPeeringStatus>,
+    now: Time,
+) -> NetworkStatus {
+    let generation = network.metadata.generation;
+    let mut conditions = network
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let (id, phase) = match outcome {
+        IdOutcome::Allocated(id) => {
+            let message = format!("holds network ID {id}");
+            conditions::set(
+                &mut conditions,
+                condition::ID_ALLOCATED,
+                true,
+                reason::ALLOCATED,
+                &message,
+                generation,
+                now.clone(),
+            );
+            (Some(id.to_string()), NetworkPhase::Available)
+        }
+        IdOutcome::Unavailable(u) => {
+            conditions::set(
+                &mut conditions,
+                condition::ID_ALLOCATED,
+                false,
+                u.reason,
+                &u.message,
+                generation,
+                now.clone(),
+            );
+            (None, u.phase)
+        }
+    };
+
+    let names_in = |state: PeeringState| -> Vec<&str> {
+        peerings
+            .iter()
+            .filter(|p| p.state == state)
+            .map(|p| p.name.as_str())
+            .collect()
+    };
+    let (errors, pending) = (
+        names_in(PeeringState::Error),
+        names_in(PeeringState::Pending),
+    );
+    let (ready, peering_reason, message) = if !errors.is_empty() {
+        (
+            false,
+            reason::PEERING_ERROR,
+            format!("invalid peerings: {}", errors.join(", ")),
+        )
+    } else if !pending.is_empty() {
+        (
+            false,
+            reason::PEERINGS_PENDING,
+            format!("pending peerings: {}", pending.join(", ")),
+        )
+    } else {
+        (
+            true,
+            reason::PEERINGS_READY,
+            format!("{} peerings ready", peerings.len()),
+        )
+    };
+    conditions::set(
+        &mut conditions,
+        condition::PEERINGS_READY,
+        ready,
+        peering_reason,
+        &message,
+        generation,
+        now,
+    );
+
+    NetworkStatus {
+        id,
+        phase,
+        peerings,
+        observed_generation: generation,
+        conditions,
+    }
+}

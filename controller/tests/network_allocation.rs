@@ -1,0 +1,358 @@
+//! Network ID allocation against an in-memory API server: unique IDs, races, exhaustion,
+//! lost create responses, requested IDs, release and surplus claims.
+
+#![allow(clippy::unwrap_used)]
+
+mod network_common;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use kube::ResourceExt;
+use kube_fake_client::Error as FakeError;
+use kubetun_controller::network::allocator::CLAIM_UID_LABEL;
+use kubetun_controller::network::reconciler::{FINALIZER, condition, reason};
+use kubetun_crds::{ClaimRef, GROUP, NetworkId, NetworkIdSpec, NetworkPhase};
+use network_common::*;
+
+fn claim(id: u32, name: &str, uid: &str) -> NetworkId {
+    let mut nid = NetworkId::new(
+        &id.to_string(),
+        NetworkIdSpec {
+            claim_ref: ClaimRef {
+                group: GROUP.to_owned(),
+                resource: "networks".to_owned(),
+                namespace: NS.to_owned(),
+                name: name.to_owned(),
+                uid: uid.to_owned(),
+            },
+        },
+    );
+    nid.labels_mut()
+        .insert(CLAIM_UID_LABEL.to_owned(), uid.to_owned());
+    nid
+}
+
+#[tokio::test]
+async fn each_network_gets_its_own_id_and_keeps_it() {
+    let names = ["a", "b", "c", "d", "e"];
+    let client = fake_api(
+        names
+            .iter()
+            .map(|n| network(n, &format!("uid-{n}")))
+            .collect(),
+        vec![],
+    )
+    .await;
+    let ctx = context(&client, options(200, 299));
+    for name in names {
+        reconcile(&client, &ctx, name).await.unwrap();
+    }
+
+    let held = claims(&client).await;
+    assert_eq!(held.len(), names.len());
+    for name in names {
+        let n = networks(&client).get(name).await.unwrap();
+        let status = n.status.unwrap();
+        assert_eq!(status.phase, NetworkPhase::Available);
+        let id: u32 = status.id.unwrap().parse().unwrap();
+        assert!((200..=299).contains(&id));
+        assert!(
+            held.contains(&(id, format!("uid-{name}"))),
+            "{name} holds {id}"
+        );
+        let allocated = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == condition::ID_ALLOCATED)
+            .unwrap();
+        assert_eq!(allocated.status, "True");
+        let nid = network_ids(&client).get(&id.to_string()).await.unwrap();
+        assert_eq!(
+            nid.labels().get(CLAIM_UID_LABEL),
+            Some(&format!("uid-{name}"))
+        );
+        assert_eq!(nid.spec.claim_ref.name, name);
+    }
+
+    // Reconciling again changes nothing.
+    let before = status_id(&client, "c").await;
+    reconcile(&client, &ctx, "c").await.unwrap();
+    assert_eq!(status_id(&client, "c").await, before);
+    assert_eq!(claims(&client).await.len(), names.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_allocations_in_a_tiny_range_never_share_an_id() {
+    for round in 0..10 {
+        let names: Vec<String> = (0..4).map(|i| format!("n{i}")).collect();
+        let client = fake_api(
+            names
+                .iter()
+                .map(|n| network(n, &format!("uid-{n}")))
+                .collect(),
+            vec![],
+        )
+        .await;
+        let ctx = context(&client, options(200, 203));
+        let tasks: Vec<_> = names
+            .iter()
+            .map(|name| {
+                let (client, ctx, name) = (client.clone(), ctx.clone(), name.clone());
+                tokio::spawn(async move { reconcile(&client, &ctx, &name).await })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap().unwrap();
+        }
+
+        let claims = claims(&client).await;
+        let ids: BTreeSet<u32> = claims.iter().map(|(id, _)| *id).collect();
+        let uids: BTreeSet<&str> = claims.iter().map(|(_, uid)| uid.as_str()).collect();
+        assert_eq!(ids, (200..=203).collect(), "round {round}: {claims:?}");
+        assert_eq!(
+            uids.len(),
+            4,
+            "round {round}: one claim per network: {claims:?}"
+        );
+        let mut recorded = BTreeSet::new();
+        for name in &names {
+            let id = status_id(&client, name).await.unwrap();
+            assert!(
+                recorded.insert(id.clone()),
+                "round {round}: {id} recorded twice"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn full_range_reports_range_exhausted() {
+    let client = fake_api(
+        vec![
+            network("a", "uid-a"),
+            network("b", "uid-b"),
+            network("c", "uid-c"),
+        ],
+        vec![],
+    )
+    .await;
+    let ctx = context(&client, options(200, 201));
+    for name in ["a", "b", "c"] {
+        reconcile(&client, &ctx, name).await.unwrap();
+    }
+    let c = networks(&client).get("c").await.unwrap().status.unwrap();
+    assert_eq!(c.id, None);
+    assert_eq!(c.phase, NetworkPhase::Error);
+    let allocated = c
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition::ID_ALLOCATED)
+        .unwrap();
+    assert_eq!(allocated.status, "False");
+    assert_eq!(allocated.reason, reason::RANGE_EXHAUSTED);
+    assert_eq!(
+        allocated.message,
+        "all 2 network IDs in [200, 201] are taken"
+    );
+    assert_eq!(claims(&client).await.len(), 2);
+}
+
+/// The first NetworkId create lands on the server but the client sees an error (a timeout,
+/// say); with `fail_claim_read`, the read that follows fails too.
+fn lost_first_create(fail_claim_read: bool) -> Faults {
+    let creates = Arc::new(AtomicU32::new(0));
+    let read_armed = Arc::new(AtomicBool::new(false));
+    let arm = read_armed.clone();
+    Faults {
+        lose_create_response: Some(Box::new(move |_| {
+            (creates.fetch_add(1, Ordering::SeqCst) == 0).then(|| {
+                arm.store(fail_claim_read, Ordering::SeqCst);
+                FakeError::Internal("stream reset before response".into())
+            })
+        })),
+        fail_get: Some(Box::new(move |_| {
+            read_armed
+                .swap(false, Ordering::SeqCst)
+                .then(|| FakeError::Internal("connection refused".into()))
+        })),
+        ..Faults::default()
+    }
+}
+
+#[tokio::test]
+async fn lost_create_response_is_resolved_by_reading_the_claim() {
+    let client = fake_api_with(
+        vec![network("a", "uid-a")],
+        vec![],
+        lost_first_create(false),
+    )
+    .await;
+    let ctx = context(&client, options(200, 299));
+    reconcile(&client, &ctx, "a").await.unwrap();
+
+    let claims = claims(&client).await;
+    assert_eq!(claims.len(), 1, "no second ID was claimed: {claims:?}");
+    assert_eq!(status_id(&client, "a").await, Some(claims[0].0.to_string()));
+}
+
+#[tokio::test]
+async fn lost_create_response_is_found_by_label_on_the_next_reconcile() {
+    let client = fake_api_with(vec![network("a", "uid-a")], vec![], lost_first_create(true)).await;
+    let ctx = context(&client, options(200, 299));
+
+    // Neither the create nor the read that should resolve it answered: abort, claim nothing else.
+    assert!(reconcile(&client, &ctx, "a").await.is_err());
+    let landed = claims(&client).await;
+    assert_eq!(landed.len(), 1, "the create landed once: {landed:?}");
+    assert_eq!(status_id(&client, "a").await, None);
+
+    reconcile(&client, &ctx, "a").await.unwrap();
+    assert_eq!(
+        claims(&client).await,
+        landed,
+        "the landed claim is reused, not leaked"
+    );
+    assert_eq!(status_id(&client, "a").await, Some(landed[0].0.to_string()));
+}
+
+#[tokio::test]
+async fn a_refused_create_aborts_instead_of_trying_the_next_id() {
+    let creates = Arc::new(AtomicU32::new(0));
+    let counter = creates.clone();
+    let faults = Faults {
+        refuse_create: Some(Box::new(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Some(FakeError::InvalidRequest(
+                "admission webhook denied the request".into(),
+            ))
+        })),
+        ..Faults::default()
+    };
+    let client = fake_api_with(vec![network("a", "uid-a")], vec![], faults).await;
+    let ctx = context(&client, options(200, 299));
+    assert!(reconcile(&client, &ctx, "a").await.is_err());
+    assert_eq!(creates.load(Ordering::SeqCst), 1);
+    assert!(claims(&client).await.is_empty());
+}
+
+#[tokio::test]
+async fn requested_ids_are_claimed_exactly_or_reported() {
+    let mut wants_free = network("free", "uid-free");
+    wants_free.spec.id = Some("250".to_owned());
+    let mut wants_taken = network("taken", "uid-taken");
+    wants_taken.spec.id = Some("210".to_owned());
+    let mut wants_outside = network("outside", "uid-outside");
+    wants_outside.spec.id = Some("5000".to_owned());
+    let client = fake_api(
+        vec![wants_free, wants_taken, wants_outside],
+        vec![claim(210, "holder", "uid-holder")],
+    )
+    .await;
+    let ctx = context(&client, options(200, 299));
+    for name in ["free", "taken", "outside"] {
+        reconcile(&client, &ctx, name).await.unwrap();
+    }
+    assert_eq!(status_id(&client, "free").await.as_deref(), Some("250"));
+
+    for (name, expected_reason, fragment) in [
+        ("taken", reason::ID_TAKEN, "held by network kubetun/holder"),
+        (
+            "outside",
+            reason::ID_OUT_OF_RANGE,
+            "outside the configured range [200, 299]",
+        ),
+    ] {
+        let status = networks(&client).get(name).await.unwrap().status.unwrap();
+        assert_eq!(status.phase, NetworkPhase::Error);
+        let c = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == condition::ID_ALLOCATED)
+            .unwrap();
+        assert_eq!(c.reason, expected_reason);
+        assert!(c.message.contains(fragment), "{}", c.message);
+    }
+    assert_eq!(
+        claims(&client).await,
+        vec![(210, "uid-holder".to_owned()), (250, "uid-free".to_owned())]
+    );
+}
+
+#[tokio::test]
+async fn deletion_releases_the_id_and_the_finalizer() {
+    let mut a = deleting(network("a", "uid-a"));
+    a.status = Some(kubetun_crds::NetworkStatus {
+        id: Some("220".to_owned()),
+        ..Default::default()
+    });
+    let client = fake_api(
+        vec![a],
+        vec![claim(220, "a", "uid-a"), claim(221, "b", "uid-b")],
+    )
+    .await;
+    let ctx = context(&client, options(200, 299));
+    reconcile(&client, &ctx, "a").await.unwrap();
+    assert_eq!(claims(&client).await, vec![(221, "uid-b".to_owned())]);
+    let finalizers = networks(&client)
+        .get_opt("a")
+        .await
+        .unwrap()
+        .map(|n| n.finalizers().to_vec())
+        .unwrap_or_default();
+    assert!(!finalizers.contains(&FINALIZER.to_owned()));
+}
+
+#[tokio::test]
+async fn release_leaves_an_id_reclaimed_by_another_network() {
+    // a's ID 230 was collected and re-claimed by b; a's late release must not touch it.
+    let mut a = deleting(network("a", "uid-a"));
+    a.status = Some(kubetun_crds::NetworkStatus {
+        id: Some("230".to_owned()),
+        ..Default::default()
+    });
+    let client = fake_api(vec![a], vec![claim(230, "b", "uid-b")]).await;
+    let ctx = context(&client, options(200, 299));
+    reconcile(&client, &ctx, "a").await.unwrap();
+    assert_eq!(claims(&client).await, vec![(230, "uid-b".to_owned())]);
+}
+
+#[tokio::test]
+async fn surplus_claims_of_one_network_are_released() {
+    let mut a = network("a", "uid-a");
+    a.status = Some(kubetun_crds::NetworkStatus {
+        id: Some("241".to_owned()),
+        ..Default::default()
+    });
+    let client = fake_api(
+        vec![a],
+        vec![claim(240, "a", "uid-a"), claim(241, "a", "uid-a")],
+    )
+    .await;
+    let ctx = context(&client, options(200, 299));
+    reconcile(&client, &ctx, "a").await.unwrap();
+    assert_eq!(claims(&client).await, vec![(241, "uid-a".to_owned())]);
+    assert_eq!(status_id(&client, "a").await.as_deref(), Some("241"));
+}
+
+#[tokio::test]
+async fn a_network_without_finalizer_gets_it_first() {
+    // (Another finalizer is present: the fake cannot JSON-patch-test an absent list as null.)
+    let mut a = network("a", "uid-a");
+    a.metadata.finalizers = Some(vec!["example.com/other".to_owned()]);
+    let client = fake_api(vec![a], vec![]).await;
+    let ctx = context(&client, options(200, 299));
+    reconcile(&client, &ctx, "a").await.unwrap();
+    let a = networks(&client).get("a").await.unwrap();
+    assert_eq!(
+        a.finalizers(),
+        ["example.com/other".to_owned(), FINALIZER.to_owned()]
+    );
+    assert!(
+        claims(&client).await.is_empty(),
+        "allocation waits for the finalizer"
+    );
+    reconcile(&client, &ctx, "a").await.unwrap();
+    assert_eq!(claims(&client).await.len(), 1);
+}
