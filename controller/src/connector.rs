@@ -21,15 +21,16 @@ use std::time::Duration;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use kubetun_crds::{
-    CidrMapping, ClusterRef, Condition, ConnectionStatus, Endpoint, NetworkConfig, NetworkConfigSpec,
-    NetworkConfigStatus, TunnelEndpoint,
+    CidrMapping, ClusterRef, Condition, ConnectionStatus, Endpoint, NetworkConfig,
+    NetworkConfigSpec, NetworkConfigStatus, TunnelEndpoint,
 };
 use tokio::time::Instant;
 
 use crate::cluster_info::{ClusterInfo, ClusterInfoError};
 use crate::conditions;
 use crate::planner::{
-    PEER_LABEL, ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE, local_config_name, remote_config_name, status_matches_spec,
+    PEER_LABEL, ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE, local_config_name, remote_config_name,
+    status_matches_spec,
 };
 
 /// Label marking every object the connector creates.
@@ -159,7 +160,11 @@ impl fmt::Debug for ClusterHandle {
 
 impl ClusterHandle {
     /// A handle without endpoint override.
-    pub fn new(label: impl Into<String>, client: kube::Client, namespace: impl Into<String>) -> Self {
+    pub fn new(
+        label: impl Into<String>,
+        client: kube::Client,
+        namespace: impl Into<String>,
+    ) -> Self {
         Self {
             label: label.into(),
             client,
@@ -412,13 +417,47 @@ impl Connector {
             let spec = from_info.network_config_for(&to_info.cluster);
             let outgoing = local_config_name(&to_info.cluster.id);
             let incoming = remote_config_name(&from_info.cluster.id);
-            writes += apply_config(from, &from_info.cluster.id, &outgoing, ROLE_LOCAL, &to_info.cluster.id, &spec, progress)
-                .await?;
-            writes += apply_config(to, &to_info.cluster.id, &incoming, ROLE_REMOTE, &from_info.cluster.id, &spec, progress)
-                .await?;
+            writes += apply_config(
+                from,
+                &from_info.cluster.id,
+                &outgoing,
+                ROLE_LOCAL,
+                &to_info.cluster.id,
+                &spec,
+                progress,
+            )
+            .await?;
+            writes += apply_config(
+                to,
+                &to_info.cluster.id,
+                &incoming,
+                ROLE_REMOTE,
+                &from_info.cluster.id,
+                &spec,
+                progress,
+            )
+            .await?;
         }
-        let remote_to_local = self.observe(&self.remote, &remote, &self.local, &local, progress, &mut writes).await?;
-        let local_to_remote = self.observe(&self.local, &local, &self.remote, &remote, progress, &mut writes).await?;
+        let remote_to_local = self
+            .observe(
+                &self.remote,
+                &remote,
+                &self.local,
+                &local,
+                progress,
+                &mut writes,
+            )
+            .await?;
+        let local_to_remote = self
+            .observe(
+                &self.local,
+                &local,
+                &self.remote,
+                &remote,
+                progress,
+                &mut writes,
+            )
+            .await?;
         Ok(LinkState {
             local,
             remote,
@@ -451,7 +490,14 @@ impl Connector {
         let rejection = incoming.as_ref().and_then(current_rejection);
 
         if let Some(status) = &processed_status {
-            *writes += mirror_status(viewed, viewed_id, &local_config_name(viewer_id), status, progress).await?;
+            *writes += mirror_status(
+                viewed,
+                viewed_id,
+                &local_config_name(viewer_id),
+                status,
+                progress,
+            )
+            .await?;
         }
 
         let tunnel = viewer
@@ -461,7 +507,10 @@ impl Connector {
             .map_err(viewer.api_error::<TunnelEndpoint>(viewer_id, "get", viewed_id))?
             .filter(|te| te.spec.cluster.id == *viewed_id);
         let (pod_cidrs, external_cidrs) = match (&tunnel, &processed_status) {
-            (Some(te), _) => (te.spec.remote_pod_cidrs.clone(), te.spec.remote_external_cidrs.clone()),
+            (Some(te), _) => (
+                te.spec.remote_pod_cidrs.clone(),
+                te.spec.remote_external_cidrs.clone(),
+            ),
             (None, Some(status)) => (status.pod_cidrs.clone(), status.external_cidrs.clone()),
             (None, None) => (Vec::new(), Vec::new()),
         };
@@ -481,7 +530,11 @@ impl Connector {
     /// Links the clusters: repeats [`sync`](Self::sync) until both NetworkConfigs are
     /// processed and, with `options.wait`, both tunnels are connected. Fails fast when a
     /// cluster rejects a NetworkConfig.
-    pub async fn connect(&self, options: WaitOptions, progress: &dyn Progress) -> Result<LinkState, Error> {
+    pub async fn connect(
+        &self,
+        options: WaitOptions,
+        progress: &dyn Progress,
+    ) -> Result<LinkState, Error> {
         let deadline = Instant::now() + options.timeout;
         let mut state = self.sync(progress).await?;
         let directions = [
@@ -498,7 +551,8 @@ impl Connector {
                     let error = Error::Rejected {
                         cluster: handle.label.clone(),
                         cluster_id: direction.from.id.clone(),
-                        object: handle.object::<NetworkConfig>(&remote_config_name(&direction.to.id)),
+                        object: handle
+                            .object::<NetworkConfig>(&remote_config_name(&direction.to.id)),
                         reason: rejection.reason.clone(),
                         message: rejection.message.clone(),
                     };
@@ -506,10 +560,15 @@ impl Connector {
                     return Err(error);
                 }
                 if direction.processed {
-                    progress.done(&handle.label, &format!("processed: {}", describe_views(direction)));
+                    progress.done(
+                        &handle.label,
+                        &format!("processed: {}", describe_views(direction)),
+                    );
                     break;
                 }
-                state = self.next_pass(&state, side, &message, deadline, options, progress).await?;
+                state = self
+                    .next_pass(&state, side, &message, deadline, options, progress)
+                    .await?;
             }
         }
         if !options.wait {
@@ -517,10 +576,15 @@ impl Connector {
         }
         for side in [Side::Local, Side::Remote] {
             let handle = self.handle(side);
-            let message = format!("waiting for the tunnel to {} to connect", side.viewing(&state).to.id);
+            let message = format!(
+                "waiting for the tunnel to {} to connect",
+                side.viewing(&state).to.id
+            );
             progress.waiting(&handle.label, &message);
             while !side.viewing(&state).is_connected() {
-                state = self.next_pass(&state, side, &message, deadline, options, progress).await?;
+                state = self
+                    .next_pass(&state, side, &message, deadline, options, progress)
+                    .await?;
             }
             let latency = side
                 .viewing(&state)
@@ -570,13 +634,27 @@ impl Connector {
     /// Removes the link: deletes, on both clusters, the NetworkConfigs the connector made for
     /// the other one. With `options.wait`, waits until both controllers have removed their
     /// TunnelEndpoint.
-    pub async fn disconnect(&self, options: WaitOptions, progress: &dyn Progress) -> Result<[Removed; 2], Error> {
+    pub async fn disconnect(
+        &self,
+        options: WaitOptions,
+        progress: &dyn Progress,
+    ) -> Result<[Removed; 2], Error> {
         let (local, remote) = self.load_infos().await?;
-        let removed_local = remove_configs(&self.local, &local.cluster.id, &remote.cluster.id, progress).await?;
-        let removed_remote = remove_configs(&self.remote, &remote.cluster.id, &local.cluster.id, progress).await?;
+        let removed_local =
+            remove_configs(&self.local, &local.cluster.id, &remote.cluster.id, progress).await?;
+        let removed_remote = remove_configs(
+            &self.remote,
+            &remote.cluster.id,
+            &local.cluster.id,
+            progress,
+        )
+        .await?;
         if options.wait {
             let deadline = Instant::now() + options.timeout;
-            for (handle, own, peer) in [(&self.local, &local, &remote), (&self.remote, &remote, &local)] {
+            for (handle, own, peer) in [
+                (&self.local, &local, &remote),
+                (&self.remote, &remote, &local),
+            ] {
                 let peer_id = &peer.cluster.id;
                 let message = format!("waiting for TunnelEndpoint {peer_id} to be removed");
                 progress.waiting(&handle.label, &message);
@@ -585,7 +663,11 @@ impl Connector {
                         .tunnels()
                         .get_opt(peer_id)
                         .await
-                        .map_err(handle.api_error::<TunnelEndpoint>(&own.cluster.id, "get", peer_id))?
+                        .map_err(handle.api_error::<TunnelEndpoint>(
+                            &own.cluster.id,
+                            "get",
+                            peer_id,
+                        ))?
                         .is_some();
                     if !present {
                         progress.done(&handle.label, &format!("TunnelEndpoint {peer_id} removed"));
@@ -665,7 +747,10 @@ pub async fn reset(
     let (local_info, remote_info) = tokio::join!(local.load_info(), remote.load_info());
     let mut problems = Vec::new();
     let mut result = [None, None];
-    let sides = [(local, &local_info, &remote_info, peer_ids[0]), (remote, &remote_info, &local_info, peer_ids[1])];
+    let sides = [
+        (local, &local_info, &remote_info, peer_ids[0]),
+        (remote, &remote_info, &local_info, peer_ids[1]),
+    ];
     for (slot, (handle, own, peer, fallback_peer)) in result.iter_mut().zip(sides) {
         let own_id = match own {
             Ok(info) => info.cluster.id.clone(),
@@ -675,9 +760,16 @@ pub async fn reset(
                 continue;
             }
         };
-        let Some(peer_id) = peer.as_ref().map(|info| info.cluster.id.clone()).ok().or(fallback_peer.map(str::to_owned))
+        let Some(peer_id) = peer
+            .as_ref()
+            .map(|info| info.cluster.id.clone())
+            .ok()
+            .or(fallback_peer.map(str::to_owned))
         else {
-            let message = format!("({}) skipped: the peer's cluster id is unknown; pass it explicitly", handle.label);
+            let message = format!(
+                "({}) skipped: the peer's cluster id is unknown; pass it explicitly",
+                handle.label
+            );
             progress.failed(&handle.label, &message);
             problems.push(message);
             continue;
@@ -694,7 +786,13 @@ pub async fn reset(
 }
 
 /// The NetworkConfig object the connector writes: spec plus identifying labels.
-fn desired_config(name: &str, namespace: &str, role: &str, peer_id: &str, spec: &NetworkConfigSpec) -> NetworkConfig {
+fn desired_config(
+    name: &str,
+    namespace: &str,
+    role: &str,
+    peer_id: &str,
+    spec: &NetworkConfigSpec,
+) -> NetworkConfig {
     NetworkConfig {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
@@ -734,24 +832,35 @@ async fn apply_config(
         .map_err(handle.api_error::<NetworkConfig>(cluster_id, "get", name))?;
     let labels = connector_labels(role, peer_id);
     if let Some(existing) = &existing {
-        if existing.labels().get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY_CONNECTOR) {
+        if existing.labels().get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY_CONNECTOR)
+        {
             return Err(Error::NotManaged {
                 cluster: handle.label.clone(),
                 cluster_id: cluster_id.to_owned(),
                 object,
             });
         }
-        let labelled = labels.iter().all(|(k, v)| existing.labels().get(k) == Some(v));
+        let labelled = labels
+            .iter()
+            .all(|(k, v)| existing.labels().get(k) == Some(v));
         if labelled && existing.spec == *spec {
             progress.done(&handle.label, &format!("{object} up to date"));
             return Ok(0);
         }
     }
     let desired = desired_config(name, &handle.namespace, role, peer_id, spec);
-    api.patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&desired))
-        .await
-        .map_err(handle.api_error::<NetworkConfig>(cluster_id, "apply", name))?;
-    let verb = if existing.is_some() { "updated" } else { "created" };
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&desired),
+    )
+    .await
+    .map_err(handle.api_error::<NetworkConfig>(cluster_id, "apply", name))?;
+    let verb = if existing.is_some() {
+        "updated"
+    } else {
+        "created"
+    };
     progress.done(&handle.label, &format!("{verb} {object}"));
     Ok(1)
 }
@@ -804,7 +913,10 @@ async fn mirror_status(
         .await
         .map_err(handle.api_error::<NetworkConfig>(cluster_id, "update the status of", name))?;
     let object = handle.object::<NetworkConfig>(name);
-    progress.done(&handle.label, &format!("mirrored the peer's view into the status of {object}"));
+    progress.done(
+        &handle.label,
+        &format!("mirrored the peer's view into the status of {object}"),
+    );
     Ok(1)
 }
 
@@ -820,7 +932,11 @@ async fn remove_configs(
     let configs = api
         .list(&ListParams::default().labels(&selector))
         .await
-        .map_err(handle.api_error::<NetworkConfig>(cluster_id, "list", &format!("-l {selector}")))?;
+        .map_err(handle.api_error::<NetworkConfig>(
+            cluster_id,
+            "list",
+            &format!("-l {selector}"),
+        ))?;
     let mut removed = Removed::default();
     for config in configs {
         let name = config.name_any();
@@ -832,7 +948,10 @@ async fn remove_configs(
         removed.objects.push(object);
     }
     if removed.objects.is_empty() {
-        progress.done(&handle.label, &format!("no NetworkConfig for {peer_id} to delete"));
+        progress.done(
+            &handle.label,
+            &format!("no NetworkConfig for {peer_id} to delete"),
+        );
     }
     Ok(removed)
 }
@@ -862,7 +981,12 @@ pub fn describe_views(direction: &Direction) -> String {
             }
         })
         .collect();
-    format!("{} sees {} as {}", direction.from.id, direction.to.id, pairs.join(", "))
+    format!(
+        "{} sees {} as {}",
+        direction.from.id,
+        direction.to.id,
+        pairs.join(", ")
+    )
 }
 
 /// One link of a cluster as `kubetun network status` shows it.
@@ -966,9 +1090,10 @@ pub async fn link_statuses(handle: &ClusterHandle) -> Result<Vec<LinkStatus>, Er
     for link in links.values_mut() {
         if link.pending.is_some() {
             let has = |role: bool| {
-                configs
-                    .iter()
-                    .any(|c| peer_of(c).is_some_and(|(peer, is_ours)| is_ours == role && peer.id == link.peer.id))
+                configs.iter().any(|c| {
+                    peer_of(c)
+                        .is_some_and(|(peer, is_ours)| is_ours == role && peer.id == link.peer.id)
+                })
             };
             link.pending = Some(
                 if !has(true) || !has(false) {

@@ -20,3 +20,5 @@ pub mod reconcile;
 pub mod testing;
 pub mod network;
 pub mod connector;
+pub mod cli;
+pub mod shortcut;

@@ -1,0 +1,509 @@
+//! `kubetun network connect|disconnect|reset|status`: links two clusters directly with the
+//! connector and shows the links of a cluster.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use kubetun_crds::{CidrMapping, Endpoint};
+
+use super::{
+    ConsoleProgress, Error, KubeconfigSource, format_bytes, parse_duration, parse_endpoint,
+    render_table,
+};
+use crate::cluster_info::DEFAULT_NAMESPACE;
+use crate::connector::{self, ClusterHandle, Connector, LinkStatus, WaitOptions};
+
+/// `kubetun network`.
+#[derive(Debug, Args)]
+pub struct NetworkArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: NetworkCommand,
+}
+
+/// The `network` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum NetworkCommand {
+    /// Link the local and the remote cluster (exchange NetworkConfigs, wait until both are
+    /// processed and, with --wait, until both tunnels are connected).
+    Connect(ConnectArgs),
+    /// Remove the link on both clusters (the NetworkConfigs the connector made).
+    Disconnect(DisconnectArgs),
+    /// Disconnect and remove every leftover on each reachable cluster, even when the other
+    /// cluster is gone.
+    Reset(ResetArgs),
+    /// Show every link of the local cluster.
+    Status(StatusArgs),
+}
+
+/// Flags naming the local cluster.
+#[derive(Debug, Clone, Args)]
+pub struct LocalClusterArgs {
+    /// Kubeconfig of the local cluster (default: $KUBECONFIG or ~/.kube/config).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Context of the local kubeconfig.
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Namespace kubetun runs in on the local cluster.
+    #[arg(long, short = 'n', default_value = DEFAULT_NAMESPACE)]
+    pub namespace: String,
+}
+
+/// Flags naming the remote cluster.
+#[derive(Debug, Clone, Args)]
+pub struct RemoteClusterArgs {
+    /// Kubeconfig of the remote cluster.
+    #[arg(long, value_name = "FILE")]
+    pub remote_kubeconfig: Option<PathBuf>,
+    /// Context of the remote kubeconfig (with no --remote-kubeconfig: a context of the local one).
+    #[arg(long)]
+    pub remote_context: Option<String>,
+    /// Namespace kubetun runs in on the remote cluster.
+    #[arg(long, default_value = DEFAULT_NAMESPACE)]
+    pub remote_namespace: String,
+}
+
+impl RemoteClusterArgs {
+    fn given(&self) -> bool {
+        self.remote_kubeconfig.is_some() || self.remote_context.is_some()
+    }
+}
+
+/// Flags bounding a wait.
+#[derive(Debug, Clone, Args)]
+pub struct WaitArgs {
+    /// Wait until the tunnels are connected (connect) or removed (disconnect).
+    #[arg(long)]
+    pub wait: bool,
+    /// Upper bound of the whole command (e.g. 90s, 5m).
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+impl WaitArgs {
+    fn options(&self) -> WaitOptions {
+        WaitOptions {
+            wait: self.wait,
+            timeout: self.timeout,
+            ..WaitOptions::default()
+        }
+    }
+}
+
+/// `network connect`.
+#[derive(Debug, Args)]
+pub struct ConnectArgs {
+    #[command(flatten)]
+    local: LocalClusterArgs,
+    #[command(flatten)]
+    remote: RemoteClusterArgs,
+    #[command(flatten)]
+    wait: WaitArgs,
+    /// Tunnel MTU announced by both clusters (default: each cluster's own).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1280..=9000))]
+    mtu: Option<u32>,
+    /// Endpoint the remote cluster dials to reach the local gateway (NAT, port forwarding).
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_endpoint)]
+    local_endpoint: Option<Endpoint>,
+    /// Endpoint the local cluster dials to reach the remote gateway.
+    #[arg(long, value_name = "HOST:PORT", value_parser = parse_endpoint)]
+    remote_endpoint: Option<Endpoint>,
+}
+
+/// `network disconnect`.
+#[derive(Debug, Args)]
+pub struct DisconnectArgs {
+    #[command(flatten)]
+    local: LocalClusterArgs,
+    #[command(flatten)]
+    remote: RemoteClusterArgs,
+    #[command(flatten)]
+    wait: WaitArgs,
+}
+
+/// `network reset`.
+#[derive(Debug, Args)]
+pub struct ResetArgs {
+    #[command(flatten)]
+    local: LocalClusterArgs,
+    #[command(flatten)]
+    remote: RemoteClusterArgs,
+    /// The remote cluster's id, to clean the local cluster when the remote one is unreachable.
+    #[arg(long)]
+    remote_cluster_id: Option<String>,
+    /// The local cluster's id, to clean the remote cluster when the local one is unreachable.
+    #[arg(long)]
+    local_cluster_id: Option<String>,
+}
+
+/// `network status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    local: LocalClusterArgs,
+    /// Only the link to this peer cluster id.
+    #[arg(long)]
+    peer: Option<String>,
+}
+
+async fn local_handle(args: &LocalClusterArgs) -> Result<ClusterHandle, Error> {
+    let source = KubeconfigSource {
+        path: args.kubeconfig.clone(),
+        context: args.context.clone(),
+    };
+    let client = source.client("local").await?;
+    Ok(ClusterHandle::new("local", client, &args.namespace))
+}
+
+async fn remote_handle(
+    local: &LocalClusterArgs,
+    args: &RemoteClusterArgs,
+) -> Result<ClusterHandle, Error> {
+    if !args.given() {
+        return Err(Error::Usage(
+            "the remote cluster is missing: pass --remote-kubeconfig and/or --remote-context"
+                .to_owned(),
+        ));
+    }
+    let source = KubeconfigSource {
+        path: args
+            .remote_kubeconfig
+            .clone()
+            .or_else(|| local.kubeconfig.clone()),
+        context: args.remote_context.clone(),
+    };
+    let client = source.client("remote").await?;
+    Ok(ClusterHandle::new("remote", client, &args.remote_namespace))
+}
+
+/// Runs a `network` subcommand, printing progress to stdout.
+pub async fn run(args: NetworkArgs) -> Result<(), Error> {
+    let progress = ConsoleProgress::stdout();
+    match args.command {
+        NetworkCommand::Connect(args) => {
+            let mut local = local_handle(&args.local).await?;
+            let mut remote = remote_handle(&args.local, &args.remote).await?;
+            local.endpoint_override = args.local_endpoint;
+            remote.endpoint_override = args.remote_endpoint;
+            let state = Connector::new(local, remote)
+                .with_mtu(args.mtu)
+                .connect(args.wait.options(), &progress)
+                .await?;
+            let verdict = if state.is_connected() {
+                "connected"
+            } else {
+                "configured (run with --wait to wait for the tunnels)"
+            };
+            println!(
+                "{} <-> {}: {verdict}",
+                state.local.cluster.id, state.remote.cluster.id
+            );
+            Ok(())
+        }
+        NetworkCommand::Disconnect(args) => {
+            let local = local_handle(&args.local).await?;
+            let remote = remote_handle(&args.local, &args.remote).await?;
+            let [on_local, on_remote] = Connector::new(local, remote)
+                .disconnect(args.wait.options(), &progress)
+                .await?;
+            println!(
+                "disconnected: {} object(s) deleted locally, {} remotely",
+                on_local.objects.len(),
+                on_remote.objects.len()
+            );
+            Ok(())
+        }
+        NetworkCommand::Reset(args) => {
+            let local = local_handle(&args.local).await;
+            let remote = remote_handle(&args.local, &args.remote).await;
+            let (local, remote) = match (local, remote) {
+                (Ok(local), Ok(remote)) => (local, remote),
+                (Ok(local), Err(error)) => {
+                    return reset_one_side(&local, args.remote_cluster_id, error, &progress).await;
+                }
+                (Err(error), Ok(remote)) => {
+                    return reset_one_side(&remote, args.local_cluster_id, error, &progress).await;
+                }
+                (Err(error), Err(_)) => return Err(error),
+            };
+            let peer_ids = [
+                args.remote_cluster_id.as_deref(),
+                args.local_cluster_id.as_deref(),
+            ];
+            let removed = connector::reset(&local, &remote, peer_ids, &progress).await?;
+            let count = |r: &Option<connector::Removed>| {
+                r.as_ref()
+                    .map_or("skipped".to_owned(), |r| r.objects.len().to_string())
+            };
+            println!(
+                "reset: local {}, remote {}",
+                count(&removed[0]),
+                count(&removed[1])
+            );
+            Ok(())
+        }
+        NetworkCommand::Status(args) => {
+            let local = local_handle(&args.local).await?;
+            let links = connector::link_statuses(&local).await?;
+            let links: Vec<LinkStatus> = links
+                .into_iter()
+                .filter(|l| args.peer.as_ref().is_none_or(|p| *p == l.peer.id))
+                .collect();
+            if links.is_empty() {
+                println!("no links in namespace {}", local.namespace);
+            }
+            for link in &links {
+                println!("{}", render_link(link));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// `reset` when only one cluster can be reached: forget the peer given by id.
+async fn reset_one_side(
+    handle: &ClusterHandle,
+    peer_id: Option<String>,
+    unreachable: Error,
+    progress: &ConsoleProgress,
+) -> Result<(), Error> {
+    let other = if handle.label == "local" {
+        "remote"
+    } else {
+        "local"
+    };
+    let Some(peer_id) = peer_id else {
+        return Err(Error::Usage(format!(
+            "{unreachable}; to clean the {} cluster alone pass --{other}-cluster-id",
+            handle.label
+        )));
+    };
+    let own_id = handle
+        .load_info()
+        .await
+        .map_or_else(|_| handle.label.clone(), |info| info.cluster.id);
+    let removed = connector::forget(handle, &own_id, &peer_id, progress).await?;
+    println!(
+        "reset: {} {}, {other} skipped ({unreachable})",
+        handle.label,
+        removed.objects.len()
+    );
+    Ok(())
+}
+
+/// Renders one link: a header (peer, endpoint, state, latency, handshake, bytes) and a table
+/// of the CIDRs in both directions with their views.
+pub fn render_link(link: &LinkStatus) -> String {
+    let peer = if link.peer.name.is_empty() || link.peer.name == link.peer.id {
+        link.peer.id.clone()
+    } else {
+        format!("{} ({})", link.peer.id, link.peer.name)
+    };
+    let endpoint = link
+        .endpoint
+        .as_ref()
+        .map_or_else(|| "-".to_owned(), ToString::to_string);
+    let mut out = format!("Peer {peer}\n  endpoint:       {endpoint}\n");
+    match (&link.connection, &link.pending) {
+        (Some(c), _) => {
+            let detail = if c.message.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", c.message)
+            };
+            out.push_str(&format!("  connection:     {}{detail}\n", c.status));
+            out.push_str(&format!(
+                "  latency:        {}\n",
+                c.latency.as_deref().unwrap_or("-")
+            ));
+            out.push_str(&format!(
+                "  last handshake: {}\n",
+                c.last_handshake.as_deref().unwrap_or("never")
+            ));
+            out.push_str(&format!(
+                "  traffic:        rx {}, tx {}\n",
+                format_bytes(c.rx_bytes),
+                format_bytes(c.tx_bytes)
+            ));
+        }
+        (None, Some(pending)) => out.push_str(&format!("  connection:     Pending ({pending})\n")),
+        (None, None) => {
+            out.push_str("  connection:     Connecting (no report from the gateway yet)\n")
+        }
+    }
+    let row = |owner: &str, seen_by: &str, kind: connector::CidrKind, mapping: &CidrMapping| {
+        let remapped = if mapping.is_remapped() { "yes" } else { "no" };
+        vec![
+            owner.to_owned(),
+            kind.to_string(),
+            mapping.real.clone(),
+            seen_by.to_owned(),
+            mapping.view.clone(),
+            remapped.to_owned(),
+        ]
+    };
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    rows.extend(
+        link.local_cidrs
+            .iter()
+            .map(|(kind, m)| row("local", &link.peer.id, *kind, m)),
+    );
+    rows.extend(
+        link.remote_cidrs
+            .iter()
+            .map(|(kind, m)| row(&link.peer.id, "local", *kind, m)),
+    );
+    if !rows.is_empty() {
+        let table = render_table(
+            &["OWNER", "KIND", "CIDR", "SEEN BY", "AS", "REMAPPED"],
+            &rows,
+        );
+        for line in table.lines() {
+            out.push_str("  ");
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use kubetun_crds::{ClusterRef, ConnectionState, ConnectionStatus};
+
+    use super::*;
+    use crate::connector::CidrKind;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: Top,
+    }
+
+    #[derive(Debug, Subcommand)]
+    enum Top {
+        Network(NetworkArgs),
+    }
+
+    fn parse(args: &[&str]) -> Result<NetworkCommand, clap::Error> {
+        let mut argv = vec!["kubetun", "network"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).map(|cli| match cli.command {
+            Top::Network(network) => network.command,
+        })
+    }
+
+    #[test]
+    fn connect_takes_both_clusters_wait_and_timeout() {
+        let command = parse(&[
+            "connect",
+            "--kubeconfig",
+            "rome.yaml",
+            "--remote-kubeconfig",
+            "milan.yaml",
+            "--remote-namespace",
+            "kt",
+            "--wait",
+            "--timeout",
+            "5m",
+            "--remote-endpoint",
+            "198.51.100.7:31820",
+        ])
+        .unwrap();
+        let NetworkCommand::Connect(args) = command else {
+            panic!("expected connect, got {command:?}");
+        };
+        assert_eq!(
+            args.local.kubeconfig.as_deref(),
+            Some(std::path::Path::new("rome.yaml"))
+        );
+        assert_eq!(args.local.namespace, DEFAULT_NAMESPACE);
+        assert_eq!(args.remote.remote_namespace, "kt");
+        assert!(args.wait.wait);
+        assert_eq!(args.wait.timeout, Duration::from_secs(300));
+        assert_eq!(args.remote_endpoint.map(|e| e.port), Some(31820));
+        assert!(args.remote.given());
+    }
+
+    #[test]
+    fn bad_flags_are_refused() {
+        assert!(parse(&["connect", "--timeout", "soon"]).is_err());
+        assert!(parse(&["connect", "--mtu", "100"]).is_err());
+        assert!(parse(&["connect", "--remote-endpoint", "nope"]).is_err());
+        assert!(parse(&["teleport"]).is_err());
+    }
+
+    fn mapping(real: &str, view: &str) -> CidrMapping {
+        CidrMapping {
+            real: real.into(),
+            view: view.into(),
+        }
+    }
+
+    #[test]
+    fn link_rendering_shows_views_state_and_traffic() {
+        let link = LinkStatus {
+            peer: ClusterRef {
+                id: "milan".into(),
+                name: "Milan".into(),
+            },
+            endpoint: Some(Endpoint {
+                address: "192.0.2.3".into(),
+                port: 51820,
+            }),
+            local_cidrs: vec![(CidrKind::Pod, mapping("10.202.0.0/16", "10.202.0.0/16"))],
+            remote_cidrs: vec![
+                (CidrKind::Pod, mapping("10.203.0.0/16", "10.203.0.0/16")),
+                (CidrKind::External, mapping("10.70.0.0/16", "10.68.0.0/16")),
+            ],
+            connection: Some(ConnectionStatus {
+                status: ConnectionState::Connected,
+                latency: Some("1.2ms".into()),
+                last_handshake: Some("2026-11-22T00:00:00Z".into()),
+                rx_bytes: 2048,
+                tx_bytes: 10,
+                ..ConnectionStatus::default()
+            }),
+            pending: None,
+        };
+        let text = render_link(&link);
+        assert!(text.starts_with("Peer milan (Milan)\n"), "{text}");
+        assert!(text.contains("endpoint:       192.0.2.3:51820"), "{text}");
+        assert!(text.contains("connection:     Connected\n"), "{text}");
+        assert!(text.contains("latency:        1.2ms"), "{text}");
+        assert!(text.contains("rx 2.0 KiB, tx 10 B"), "{text}");
+        let external = text.lines().find(|l| l.contains("external")).unwrap();
+        let cells: Vec<&str> = external.split_whitespace().collect();
+        assert_eq!(
+            cells,
+            [
+                "milan",
+                "external",
+                "10.70.0.0/16",
+                "local",
+                "10.68.0.0/16",
+                "yes"
+            ]
+        );
+        assert_eq!(
+            text.lines()
+                .filter(|l| l.trim_start().starts_with("local "))
+                .count(),
+            1
+        );
+
+        let pending = LinkStatus {
+            connection: None,
+            pending: Some("waiting for the peer to process our NetworkConfig".into()),
+            local_cidrs: Vec::new(),
+            remote_cidrs: Vec::new(),
+            ..link
+        };
+        let text = render_link(&pending);
+        assert!(text.contains("Pending (waiting for the peer"), "{text}");
+        assert!(!text.contains("OWNER"), "{text}");
+    }
+}
