@@ -22,3 +22,4 @@ pub mod network;
 pub mod connector;
 pub mod cli;
 pub mod shortcut;
+pub mod agent;

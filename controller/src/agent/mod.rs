@@ -1,0 +1,14 @@
+//! The route agent: on every node, policy routes that send traffic for remote clusters to the
+//! node running the gateway, and the return path back on the gateway node.
+//!
+//! Layout:
+//! - [`plan`] (pure): TunnelEndpoints + node facts + gateway location -> [`plan::DesiredState`].
+//! - [`diff`] (pure): kernel state tagged as ours + desired state -> ordered [`diff::Change`]s.
+//!
+//! Everything the agent puts in the kernel is tagged: routes live in their own table with their
+//! own protocol number, rules sit at one priority and point at that table, and the overlay
+//! device has a fixed name. The tagged kernel state is the agent's only record: on every pass
+//! (and so on every start) whatever is tagged but not desired is removed.
+
+pub mod diff;
+pub mod plan;
