@@ -64,10 +64,11 @@ impl Gateway for GatewayService {
             .into_inner()
             .state
             .ok_or_else(|| Status::invalid_argument("state is required"))?;
-        let current = self.device.snapshot();
-        let next = DesiredState::from_proto(desired, &current.state)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        let outcome = self.device.apply(next).await.map_err(apply_status)?;
+        let outcome = self
+            .device
+            .update(|current| Ok(DesiredState::from_proto(desired, current)?))
+            .await
+            .map_err(apply_status)?;
         Ok(Response::new(proto::ApplyResponse {
             generation: outcome.generation,
             changed: outcome.changed,

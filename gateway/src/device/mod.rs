@@ -195,9 +195,19 @@ impl Device {
     /// Validates `next` and makes it the active state. Applying the state already active
     /// changes nothing. On error the previous state stays active.
     pub async fn apply(&self, next: DesiredState) -> Result<ApplyOutcome, ApplyError> {
-        next.validate()?;
+        self.update(|_| Ok(next)).await
+    }
+
+    /// Like [`Device::apply`], with the next state derived from the active one by `change`;
+    /// concurrent updates are serialized, so none is lost (a UAPI `set` is a read-modify-write).
+    pub async fn update(
+        &self,
+        change: impl FnOnce(&DesiredState) -> Result<DesiredState, ApplyError>,
+    ) -> Result<ApplyOutcome, ApplyError> {
         let mut control = self.control.lock().await;
         let current = self.shared.snapshot.load_full();
+        let next = change(&current.state)?;
+        next.validate()?;
         if current.state == next {
             return Ok(ApplyOutcome {
                 generation: current.generation,

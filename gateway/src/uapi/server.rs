@@ -99,9 +99,7 @@ pub async fn handle(request: &str, device: &Device) -> String {
     match parse_request(request) {
         Ok(Request::Get) => format_get(&uapi_view(&device.report())),
         Ok(Request::Set(command)) => {
-            let current = device.snapshot().state.clone();
-            let next = command.apply_to(&current);
-            match device.apply(next).await {
+            match device.update(|current| Ok(command.apply_to(current))).await {
                 Ok(_) => format_errno(0),
                 Err(error) => {
                     tracing::warn!(%error, "UAPI set rejected");
