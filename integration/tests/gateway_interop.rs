@@ -1,0 +1,563 @@
+//! Interop of `kubetun-gateway` with code we did not write: Debian's `wireguard-go` on the wire
+//! and the stock `wg` / `ip` tools as the only way of configuring it.
+//!
+//! Every test builds two namespaces joined by a veth pair, runs one WireGuard implementation
+//! in each, configures both with `wg set` and `ip`, and sends traffic only between addresses it
+//! assigned itself. Processes and namespaces are removed on drop, also when a test fails.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use kubetun_integration::netns::{
+    Netns, NsChild, bin_path, command_exists, require_root, veth, wait_for_path,
+};
+
+/// The tunnel's inner addresses and the underlay addresses of the two sides.
+const TUNNEL_A: &str = "10.99.0.1";
+const TUNNEL_B: &str = "10.99.0.2";
+const UNDERLAY_A: &str = "192.168.77.1";
+const UNDERLAY_B: &str = "192.168.77.2";
+const PORT: u16 = 51820;
+const STARTUP: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Implementation {
+    Kubetun,
+    WireguardGo,
+}
+
+/// One side: a namespace running one WireGuard implementation on interface `ifname`.
+#[derive(Debug)]
+struct Side {
+    // Field order matters: the process stops before its namespace is deleted.
+    process: Option<NsChild>,
+    ns: Netns,
+    ifname: String,
+    implementation: Implementation,
+    private_key: PathBuf,
+    public_key: String,
+    metrics_port: Option<u16>,
+    _keys: tempfile::TempDir,
+}
+
+fn wg_genkey() -> (tempfile::TempDir, PathBuf, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let private = Command::new("wg")
+        .arg("genkey")
+        .output()
+        .expect("wg genkey");
+    let path = dir.path().join("private.key");
+    std::fs::write(&path, &private.stdout).expect("write key");
+    let mut pubkey = Command::new("wg")
+        .arg("pubkey")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("wg pubkey");
+    {
+        use std::io::Write as _;
+        let mut stdin = pubkey.stdin.take().expect("stdin");
+        stdin.write_all(&private.stdout).expect("feed wg pubkey");
+    }
+    let out = pubkey.wait_with_output().expect("wg pubkey output");
+    let public = String::from_utf8(out.stdout)
+        .expect("utf8")
+        .trim()
+        .to_owned();
+    (dir, path, public)
+}
+
+impl Side {
+    fn new(ns_name: &str, ifname: &str, implementation: Implementation) -> Side {
+        let (keys, private_key, public_key) = wg_genkey();
+        Side {
+            process: None,
+            ns: Netns::new(ns_name).expect("create namespace"),
+            ifname: ifname.to_owned(),
+            implementation,
+            private_key,
+            public_key,
+            metrics_port: None,
+            _keys: keys,
+        }
+    }
+
+    fn uapi_socket(&self) -> PathBuf {
+        PathBuf::from(format!("/var/run/wireguard/{}.sock", self.ifname))
+    }
+
+    /// Starts the implementation in the foreground and waits for its UAPI socket.
+    fn start(&mut self) {
+        let mut cmd = match self.implementation {
+            Implementation::Kubetun => {
+                let mut cmd = self.ns.command(
+                    bin_path("kubetun-gateway")
+                        .to_str()
+                        .expect("utf-8 binary path"),
+                );
+                cmd.args(["-f", &self.ifname, "--grpc-socket"])
+                    .arg(format!("/var/run/kubetun/test-{}.grpc.sock", self.ifname));
+                if let Some(port) = self.metrics_port {
+                    cmd.arg("--metrics-addr").arg(format!("127.0.0.1:{port}"));
+                }
+                cmd
+            }
+            Implementation::WireguardGo => {
+                let mut cmd = self.ns.command("wireguard-go");
+                cmd.args(["-f", &self.ifname]);
+                cmd
+            }
+        };
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        self.process = Some(NsChild::spawn(&mut cmd).expect("start WireGuard implementation"));
+        assert!(
+            wait_for_path(&self.uapi_socket(), STARTUP),
+            "{:?} did not create {}",
+            self.implementation,
+            self.uapi_socket().display()
+        );
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.stop();
+        }
+    }
+
+    fn wg(&self, args: &[&str]) -> String {
+        let mut full = vec!["wg"];
+        full.extend_from_slice(args);
+        self.ns.exec(&full).expect("wg command")
+    }
+
+    /// Configures the interface through `wg set` and `ip`, with `peer` as its only peer.
+    fn configure(&self, peer: &Side, tunnel_addr: &str, allowed: &str, endpoint: Option<&str>) {
+        let port = PORT.to_string();
+        let key = self.private_key.to_str().expect("utf-8 key path");
+        let mut args = vec![
+            "set",
+            &self.ifname,
+            "private-key",
+            key,
+            "listen-port",
+            &port,
+            "peer",
+            &peer.public_key,
+            "allowed-ips",
+            allowed,
+        ];
+        if let Some(endpoint) = endpoint {
+            args.extend_from_slice(&["endpoint", endpoint]);
+        }
+        self.wg(&args);
+        let cidr = format!("{tunnel_addr}/24");
+        self.ns
+            .exec(&["ip", "address", "replace", &cidr, "dev", &self.ifname])
+            .expect("address the tunnel");
+        self.ns
+            .exec(&["ip", "link", "set", &self.ifname, "up"])
+            .expect("bring the tunnel up");
+    }
+
+    /// `(rx_bytes, tx_bytes)` of the only peer, from `wg show <if> transfer`.
+    fn transfer(&self) -> (u64, u64) {
+        let out = self.wg(&["show", &self.ifname, "transfer"]);
+        let fields: Vec<&str> = out.split_whitespace().collect();
+        assert_eq!(
+            fields.len(),
+            3,
+            "unexpected `wg show transfer` output: {out:?}"
+        );
+        (
+            fields[1].parse().expect("rx bytes"),
+            fields[2].parse().expect("tx bytes"),
+        )
+    }
+
+    /// The only peer's endpoint, from `wg show <if> endpoints`.
+    fn peer_endpoint(&self) -> String {
+        let out = self.wg(&["show", &self.ifname, "endpoints"]);
+        out.split_whitespace().nth(1).unwrap_or_default().to_owned()
+    }
+
+    /// The only peer's latest handshake (Unix seconds; 0 = never).
+    fn latest_handshake(&self) -> u64 {
+        let out = self.wg(&["show", &self.ifname, "latest-handshakes"]);
+        out.split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// The gateway's `/metrics` body, fetched inside the namespace with bash's `/dev/tcp`.
+    fn metrics(&self) -> String {
+        let port = self.metrics_port.expect("metrics enabled");
+        let script = format!(
+            "exec 3<>/dev/tcp/127.0.0.1/{port}; \
+             printf 'GET /metrics HTTP/1.0\\r\\nHost: localhost\\r\\n\\r\\n' >&3; cat <&3"
+        );
+        self.ns
+            .exec(&["bash", "-c", &script])
+            .expect("fetch metrics")
+    }
+}
+
+/// Two sides joined by a veth pair, each running `a` / `b`, not yet configured.
+fn pair(tag: &str, a: Implementation, b: Implementation) -> Option<(Side, Side)> {
+    if !require_root(tag) {
+        return None;
+    }
+    for tool in ["wg", "ping"].into_iter().chain(
+        (a == Implementation::WireguardGo || b == Implementation::WireguardGo)
+            .then_some("wireguard-go"),
+    ) {
+        assert!(
+            command_exists(tool),
+            "{tag}: `{tool}` is not installed (see .ci/setup)"
+        );
+    }
+    let mut side_a = Side::new(&format!("kt-{tag}-a"), &format!("kt{tag}a"), a);
+    let mut side_b = Side::new(&format!("kt-{tag}-b"), &format!("kt{tag}b"), b);
+    veth(&side_a.ns, "veth-a", &side_b.ns, "veth-b").expect("veth pair");
+    side_a
+        .ns
+        .exec(&[
+            "ip",
+            "address",
+            "add",
+            &format!("{UNDERLAY_A}/24"),
+            "dev",
+            "veth-a",
+        ])
+        .expect("underlay address");
+    side_b
+        .ns
+        .exec(&[
+            "ip",
+            "address",
+            "add",
+            &format!("{UNDERLAY_B}/24"),
+            "dev",
+            "veth-b",
+        ])
+        .expect("underlay address");
+    side_a.start();
+    side_b.start();
+    Some((side_a, side_b))
+}
+
+fn endpoint(addr: &str) -> String {
+    format!("{addr}:{PORT}")
+}
+
+/// A bounded iperf3 run from `client` to `server`'s tunnel address; returns the receiver's
+/// bits per second.
+fn iperf(client: &Side, server: &Side, server_addr: &str) -> f64 {
+    let mut cmd = server.ns.command("iperf3");
+    cmd.args(["-s", "-1", "-B", server_addr])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut daemon = NsChild::spawn(&mut cmd).expect("iperf3 server");
+    std::thread::sleep(Duration::from_millis(300));
+    let out = client
+        .ns
+        .exec(&["iperf3", "-c", server_addr, "-t", "2", "-J"])
+        .expect("iperf3 client");
+    daemon.stop();
+    let json: serde_json::Value = serde_json::from_str(&out).expect("iperf3 JSON");
+    json["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no bits_per_second in iperf3 report: {out}"))
+}
+
+/// Ping both ways, a bounded iperf3 run from `a` to `b`, and the counters `wg show` reports.
+fn ping_and_iperf(a: &Side, a_addr: &str, b: &Side, b_addr: &str) {
+    assert!(
+        a.ns.wait_ping(b_addr, Duration::from_secs(10)),
+        "{:?} -> {:?}: no ping reply through the tunnel",
+        a.implementation,
+        b.implementation
+    );
+    assert!(b.ns.ping(a_addr, 3), "reverse ping failed");
+    if command_exists("iperf3") {
+        let bps = iperf(a, b, b_addr);
+        eprintln!(
+            "{:?} -> {:?}: {:.0} Mbit/s (iperf3 -t 2, profile as built)",
+            a.implementation,
+            b.implementation,
+            bps / 1e6
+        );
+        assert!(bps > 1e6, "throughput collapsed: {bps} bit/s");
+    }
+    let (rx, tx) = a.transfer();
+    assert!(
+        rx > 0 && tx > 0,
+        "wg show transfer must count traffic: rx={rx} tx={tx}"
+    );
+    assert!(
+        a.latest_handshake() > 0,
+        "wg show must report the handshake"
+    );
+}
+
+#[test]
+fn kubetun_initiates_to_wireguard_go() {
+    let Some((a, b)) = pair("i1", Implementation::Kubetun, Implementation::WireguardGo) else {
+        return;
+    };
+    a.configure(
+        &b,
+        TUNNEL_A,
+        &format!("{TUNNEL_B}/32"),
+        Some(&endpoint(UNDERLAY_B)),
+    );
+    b.configure(&a, TUNNEL_B, &format!("{TUNNEL_A}/32"), None);
+    ping_and_iperf(&a, TUNNEL_A, &b, TUNNEL_B);
+    assert_eq!(b.peer_endpoint(), endpoint(UNDERLAY_A));
+}
+
+#[test]
+fn wireguard_go_initiates_to_kubetun() {
+    let Some((a, b)) = pair("i2", Implementation::WireguardGo, Implementation::Kubetun) else {
+        return;
+    };
+    a.configure(
+        &b,
+        TUNNEL_A,
+        &format!("{TUNNEL_B}/32"),
+        Some(&endpoint(UNDERLAY_B)),
+    );
+    b.configure(&a, TUNNEL_B, &format!("{TUNNEL_A}/32"), None);
+    assert_eq!(
+        b.peer_endpoint(),
+        "(none)",
+        "kubetun starts without an endpoint"
+    );
+    ping_and_iperf(&a, TUNNEL_A, &b, TUNNEL_B);
+    // The responder learned the initiator's endpoint from its authenticated packets.
+    assert_eq!(b.peer_endpoint(), endpoint(UNDERLAY_A));
+    let (rx, tx) = b.transfer();
+    assert!(rx > 0 && tx > 0, "kubetun counters: rx={rx} tx={tx}");
+}
+
+#[test]
+fn kubetun_to_kubetun() {
+    let Some((a, b)) = pair("i3", Implementation::Kubetun, Implementation::Kubetun) else {
+        return;
+    };
+    a.configure(
+        &b,
+        TUNNEL_A,
+        &format!("{TUNNEL_B}/32"),
+        Some(&endpoint(UNDERLAY_B)),
+    );
+    b.configure(
+        &a,
+        TUNNEL_B,
+        &format!("{TUNNEL_A}/32"),
+        Some(&endpoint(UNDERLAY_A)),
+    );
+    ping_and_iperf(&a, TUNNEL_A, &b, TUNNEL_B);
+    ping_and_iperf(&b, TUNNEL_B, &a, TUNNEL_A);
+}
+
+#[test]
+fn source_outside_allowed_ips_is_dropped_and_counted() {
+    let Some((mut a, b)) = pair("i4", Implementation::Kubetun, Implementation::WireguardGo) else {
+        return;
+    };
+    // Restart A with metrics on; `pair` started it without.
+    a.stop();
+    a.metrics_port = Some(9586);
+    a.start();
+    a.configure(
+        &b,
+        TUNNEL_A,
+        &format!("{TUNNEL_B}/32"),
+        Some(&endpoint(UNDERLAY_B)),
+    );
+    // B may send anything to A, and owns a second address A does not allow.
+    b.configure(&a, TUNNEL_B, "10.99.0.0/24", None);
+    b.ns.exec(&["ip", "address", "add", "10.99.0.3/32", "dev", &b.ifname])
+        .expect("second address");
+
+    assert!(
+        a.ns.wait_ping(TUNNEL_B, Duration::from_secs(10)),
+        "allowed source must pass"
+    );
+    assert!(
+        !b.ns.succeeds(&[
+            "ping",
+            "-c",
+            "3",
+            "-i",
+            "0.2",
+            "-W",
+            "1",
+            "-I",
+            "10.99.0.3",
+            TUNNEL_A
+        ]),
+        "a packet from outside the peer's allowed IPs must not be answered"
+    );
+    let metrics = a.metrics();
+    let dropped: u64 = metrics
+        .lines()
+        .find(|l| l.starts_with("kubetun_drops_total{reason=\"source_not_allowed\"}"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no source_not_allowed counter in:\n{metrics}"));
+    assert!(dropped >= 3, "expected >= 3 counted drops, got {dropped}");
+    assert!(
+        metrics.contains("kubetun_handshakes_total{peer="),
+        "per-peer handshake counter missing:\n{metrics}"
+    );
+}
+
+#[test]
+fn restarted_peer_rehandshakes_and_traffic_resumes() {
+    let Some((a, mut b)) = pair("i5", Implementation::Kubetun, Implementation::Kubetun) else {
+        return;
+    };
+    a.configure(
+        &b,
+        TUNNEL_A,
+        &format!("{TUNNEL_B}/32"),
+        Some(&endpoint(UNDERLAY_B)),
+    );
+    b.configure(
+        &a,
+        TUNNEL_B,
+        &format!("{TUNNEL_A}/32"),
+        Some(&endpoint(UNDERLAY_A)),
+    );
+    assert!(
+        a.ns.wait_ping(TUNNEL_B, Duration::from_secs(10)),
+        "first session"
+    );
+    let first = a.latest_handshake();
+
+    b.stop();
+    assert!(
+        !b.uapi_socket().exists(),
+        "a stopped gateway must remove its UAPI socket"
+    );
+    assert!(
+        !b.ns.succeeds(&["ip", "link", "show", &b.ifname]),
+        "a stopped gateway must remove its TUN device"
+    );
+    b.start();
+    b.configure(
+        &a,
+        TUNNEL_B,
+        &format!("{TUNNEL_A}/32"),
+        Some(&endpoint(UNDERLAY_A)),
+    );
+    // A still holds the old session; it must notice the silence and handshake again.
+    assert!(
+        a.ns.wait_ping(TUNNEL_B, Duration::from_secs(30)),
+        "traffic did not resume after the peer restarted"
+    );
+    assert!(
+        b.latest_handshake() > 0,
+        "the restarted peer must have handshaken"
+    );
+    assert!(
+        a.latest_handshake() >= first,
+        "A's handshake time must not go back"
+    );
+}
+
+/// The controller's own client drives kubetun over gRPC against a plain wireguard-go peer: a
+/// remapped route (A reaches B's 10.99.0.2 as 10.201.0.2), managed routes and addresses,
+/// idempotent re-apply, rejection of an invalid state, and per-peer status.
+#[test]
+fn grpc_apply_remaps_against_wireguard_go_and_reports_status() {
+    use kubetun_controller::gateway_api as api;
+    use kubetun_controller::gateway_client::GatewayClient;
+
+    let Some((a, b)) = pair("i6", Implementation::Kubetun, Implementation::WireguardGo) else {
+        return;
+    };
+    b.configure(&a, TUNNEL_B, &format!("{TUNNEL_A}/32"), None);
+    let private_key = std::fs::read_to_string(&a.private_key).expect("read key");
+    let desired = |view: &str| api::DesiredState {
+        version: "v1".into(),
+        interface: Some(api::Interface {
+            private_key: private_key.trim().to_owned(),
+            listen_port: u32::from(PORT),
+            addresses: vec![format!("{TUNNEL_A}/32")],
+            manage_routes: true,
+            ..Default::default()
+        }),
+        peers: vec![api::Peer {
+            public_key: b.public_key.clone(),
+            name: "cluster-b".into(),
+            endpoint: endpoint(UNDERLAY_B),
+            routes: vec![api::Route {
+                real: format!("{TUNNEL_B}/32"),
+                view: view.into(),
+            }],
+            ..Default::default()
+        }],
+    };
+    let socket = format!("/var/run/kubetun/test-{}.grpc.sock", a.ifname);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let _context = runtime.enter();
+    let client = GatewayClient::new(&socket);
+
+    let first = runtime
+        .block_on(client.apply(desired("10.201.0.2/32")))
+        .expect("apply");
+    assert!(first.changed);
+    let again = runtime
+        .block_on(client.apply(desired("10.201.0.2/32")))
+        .expect("re-apply");
+    assert!(!again.changed, "the same state must not change anything");
+    assert_eq!(again.generation, first.generation);
+
+    let rejected = runtime
+        .block_on(client.apply(desired("10.201.0.0/24")))
+        .expect_err("a view of another length is invalid");
+    assert!(rejected.is_rejection(), "{rejected}");
+    assert!(
+        rejected.to_string().contains("same family and length"),
+        "{rejected}"
+    );
+
+    assert!(
+        a.ns.wait_ping("10.201.0.2", Duration::from_secs(10)),
+        "the view address must reach the peer's real address"
+    );
+    assert!(
+        !a.ns.succeeds(&["ping", "-c", "1", "-W", "1", TUNNEL_B]),
+        "the real address is not routed on A (only its view is)"
+    );
+    let status = runtime.block_on(client.status()).expect("status");
+    assert_eq!(
+        status.version, "v1",
+        "the rejected state must not be active"
+    );
+    assert_eq!(status.listen_port, u32::from(PORT));
+    let peer = &status.peers[0];
+    assert_eq!(peer.name, "cluster-b");
+    assert_eq!(
+        peer.state(),
+        api::ConnectionState::Connected,
+        "{}",
+        peer.message
+    );
+    assert!(peer.rx_bytes > 0 && peer.tx_packets > 0);
+    assert!(peer.last_handshake_unix_ms > 0);
+    assert_eq!(peer.endpoint, endpoint(UNDERLAY_B));
+    // The stock tool sees the same peer, with its real prefix as allowed IP.
+    let allowed = a.wg(&["show", &a.ifname, "allowed-ips"]);
+    assert!(allowed.contains(&format!("{TUNNEL_B}/32")), "{allowed}");
+}
