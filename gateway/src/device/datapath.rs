@@ -25,10 +25,9 @@ use crate::remap::{DropReason, PeerId, Verdict};
 
 /// Largest IP packet or UDP datagram handled.
 const MAX_PACKET: usize = 65536;
-/// Room boringtun needs beyond the plaintext when encapsulating (header + tag), and the
-/// minimum size of any buffer it writes a handshake message to.
+/// Room boringtun needs beyond the plaintext when encapsulating (header + tag). Every
+/// buffer is also far above the 148 bytes of the largest handshake message.
 const OVERHEAD: usize = 32;
-const MIN_BOUNCE: usize = 148;
 /// How often `update_timers` runs for every peer.
 pub const TIMER_TICK: Duration = Duration::from_millis(250);
 /// How often the shared handshake rate limiter is reset, in timer ticks.
@@ -355,7 +354,7 @@ async fn send_datagram(
 pub async fn timer_loop(shared: Arc<Shared>) {
     let mut interval = tokio::time::interval(TIMER_TICK);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut out = vec![0u8; MAX_PACKET.max(MIN_BOUNCE)];
+    let mut out = vec![0u8; MAX_PACKET + OVERHEAD];
     let mut ticks: u64 = 0;
     loop {
         interval.tick().await;

@@ -175,8 +175,7 @@ mod tests {
         );
         let response = response.to_vec();
 
-        let TunnResult::WriteToNetwork(keepalive) = a.decapsulate(None, &response, &mut buf)
-        else {
+        let TunnResult::WriteToNetwork(keepalive) = a.decapsulate(None, &response, &mut buf) else {
             panic!("keepalive expected");
         };
         assert_eq!(

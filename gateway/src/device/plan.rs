@@ -86,7 +86,6 @@ pub fn next_snapshot(
         by_key.insert(config.public_key, id);
         peers[id as usize] = Some(PeerSlot {
             config: config.clone(),
-            resolved_endpoint: endpoint,
             runtime,
         });
     }

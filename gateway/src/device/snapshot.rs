@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use boringtun::noise::rate_limiter::RateLimiter;
@@ -60,8 +59,6 @@ impl std::fmt::Debug for Identity {
 pub struct PeerSlot {
     /// Its desired configuration.
     pub config: PeerConfig,
-    /// The configured endpoint, resolved when the state was applied.
-    pub resolved_endpoint: Option<SocketAddr>,
     /// Its runtime state; `None` while the interface has no private key.
     pub runtime: Option<Arc<Peer>>,
 }
