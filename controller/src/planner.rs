@@ -404,11 +404,26 @@ pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec
         }),
         peers,
     };
-    state.version = format!("{:016x}", fnv1a64(&state.encode_to_vec()));
+    state.version = content_hash(&state);
     if let Some(interface) = state.interface.as_mut() {
         interface.private_key.clone_from(&settings.private_key);
     }
     state
+}
+
+/// A version for a hand-written state: the hash of its content without the private key
+/// (a version is echoed in statuses and must not depend on secrets).
+pub fn version_of(state: &DesiredState) -> String {
+    let mut state = state.clone();
+    state.version.clear();
+    if let Some(interface) = state.interface.as_mut() {
+        interface.private_key.clear();
+    }
+    content_hash(&state)
+}
+
+fn content_hash(state: &DesiredState) -> String {
+    format!("{:016x}", fnv1a64(&state.encode_to_vec()))
 }
 
 /// FNV-1a, 64 bit: stable across processes and releases, unlike `std`'s hasher.

@@ -1,1 +1,46 @@
-fn main() {}
+//! `kubetun`: the kubetun command line. Thin: parses flags and dispatches to the library's
+//! `cli` modules, which do the work and print.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use kubetun_controller::cli;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubetun",
+    version,
+    about = "Multi-cluster networking with a userspace WireGuard gateway"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// One variant per subcommand group, each owning its flags in `cli::<group>`.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Talk to a gateway's control socket directly: apply a state file, show its status.
+    Gateway(cli::gateway::GatewayArgs),
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let filter = EnvFilter::try_from_env("KUBETUN_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+
+    let result: anyhow::Result<()> = match Cli::parse().command {
+        Command::Gateway(args) => cli::gateway::run(args).await.map_err(Into::into),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

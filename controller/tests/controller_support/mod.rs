@@ -27,15 +27,18 @@ pub const NAMESPACE: &str = "kubetun-system";
 
 /// An API server backed by memory that serves the kubetun resources.
 pub async fn api_server() -> kube::Client {
+    api_server_builder().build().await.unwrap()
+}
+
+/// The builder behind [`api_server`], to seed objects.
+pub fn api_server_builder() -> ClientBuilder {
     ClientBuilder::new()
         .with_resource::<NetworkConfig>()
         .with_resource::<TunnelEndpoint>()
         .with_resource::<Network>()
         .with_status_subresource::<NetworkConfig>()
         .with_status_subresource::<TunnelEndpoint>()
-        .build()
-        .await
-        .unwrap()
+        .with_status_subresource::<Network>()
 }
 
 /// One cluster: API server, controller context, gateway.
@@ -97,9 +100,19 @@ impl Cluster {
     }
 
     pub async fn start_with(id: &str, pod: &str, external: &str, ipam: IpamConfig) -> Self {
+        Self::start_on(api_server().await, id, pod, external, ipam).await
+    }
+
+    /// A cluster whose API server already holds objects.
+    pub async fn start_on(
+        client: kube::Client,
+        id: &str,
+        pod: &str,
+        external: &str,
+        ipam: IpamConfig,
+    ) -> Self {
         let key = GatewayKey::generate();
         let info = cluster_info(id, pod, external, &key);
-        let client = api_server().await;
         let gateway = FakeGateway::start().await.unwrap();
         let ctx = context(&client, &info, &key, &ipam, &gateway).await;
         Self {
@@ -188,7 +201,7 @@ async fn context(
     .unwrap()
 }
 
-fn labelled(name: String, role: &str, peer: &str, spec: NetworkConfigSpec) -> NetworkConfig {
+pub fn labelled(name: String, role: &str, peer: &str, spec: NetworkConfigSpec) -> NetworkConfig {
     NetworkConfig {
         metadata: ObjectMeta {
             name: Some(name),
