@@ -316,3 +316,21 @@ impl Netns {
         std::mem::take(&mut this.name)
     }
 }
+
+/// Runs `work` on a fresh thread that has entered namespace `ns` and returns its result. Sockets
+/// the closure opens (a netlink connection, a listener) live in that namespace, so in-process
+/// code can be tested against a namespace's kernel state.
+pub fn run_in<T: Send>(ns: &Netns, work: impl FnOnce() -> T + Send) -> std::io::Result<T> {
+    let path = format!("/run/netns/{}", ns.name());
+    let namespace = std::fs::File::open(&path)?;
+    std::thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                nix::sched::setns(&namespace, nix::sched::CloneFlags::CLONE_NEWNET)
+                    .map_err(std::io::Error::from)?;
+                Ok(work())
+            })
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}

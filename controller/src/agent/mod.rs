@@ -4,6 +4,7 @@
 //! Layout:
 //! - [`plan`] (pure): TunnelEndpoints + node facts + gateway location -> [`plan::DesiredState`].
 //! - [`diff`] (pure): kernel state tagged as ours + desired state -> ordered [`diff::Change`]s.
+//! - [`netlink`] (IO): reads the tagged kernel state and applies changes through rtnetlink.
 //!
 //! Everything the agent puts in the kernel is tagged: routes live in their own table with their
 //! own protocol number, rules sit at one priority and point at that table, and the overlay
@@ -11,4 +12,28 @@
 //! (and so on every start) whatever is tagged but not desired is removed.
 
 pub mod diff;
+pub mod netlink;
 pub mod plan;
+
+use diff::{Change, diff, teardown};
+use netlink::{Kernel, NetlinkError};
+use plan::DesiredState;
+
+/// Makes the kernel hold exactly `desired` of the agent's tagged state; returns what changed.
+pub async fn converge(
+    kernel: &Kernel,
+    desired: &DesiredState,
+) -> Result<Vec<Change>, NetlinkError> {
+    let observed = kernel.observe().await?;
+    let changes = diff(&observed, desired);
+    kernel.apply(&changes).await?;
+    Ok(changes)
+}
+
+/// Removes everything tagged as the agent's; returns what was removed.
+pub async fn cleanup(kernel: &Kernel) -> Result<Vec<Change>, NetlinkError> {
+    let observed = kernel.observe().await?;
+    let changes = teardown(&observed);
+    kernel.apply(&changes).await?;
+    Ok(changes)
+}
