@@ -343,34 +343,24 @@ fn kubectl_surface_is_complete() {
 /// Checks `value` against the parts of `schema` the examples exercise: required properties,
 /// string patterns, enums, and numeric ranges, recursively.
 fn schema_errors(value: &Value, schema: &Value, path: &str, errors: &mut Vec<String>) {
-    if let (Some(pattern), Some(s)) = (
-        schema.get("pattern").and_then(Value::as_str),
-        value.as_str(),
-    ) {
-        if !Regex::new(pattern).unwrap().is_match(s) {
-            errors.push(format!("{path}: {s:?} does not match {pattern}"));
-        }
+    let pattern = schema.get("pattern").and_then(Value::as_str);
+    if let (Some(pattern), Some(s)) = (pattern, value.as_str())
+        && !Regex::new(pattern).unwrap().is_match(s)
+    {
+        errors.push(format!("{path}: {s:?} does not match {pattern}"));
     }
-    if let (Some(allowed), false) = (
-        schema.get("enum").and_then(Value::as_array),
-        value.is_null(),
-    ) {
-        if !allowed.contains(value) {
-            errors.push(format!("{path}: {value} is not one of {allowed:?}"));
-        }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !value.is_null()
+        && !allowed.contains(value)
+    {
+        errors.push(format!("{path}: {value} is not one of {allowed:?}"));
     }
-    if let Some(n) = value.as_f64() {
-        if schema
-            .get("minimum")
-            .and_then(Value::as_f64)
-            .is_some_and(|min| n < min)
-            || schema
-                .get("maximum")
-                .and_then(Value::as_f64)
-                .is_some_and(|max| n > max)
-        {
-            errors.push(format!("{path}: {n} is out of range"));
-        }
+    let bound = |key: &str| schema.get(key).and_then(Value::as_f64);
+    if let Some(n) = value.as_f64()
+        && (bound("minimum").is_some_and(|min| n < min)
+            || bound("maximum").is_some_and(|max| n > max))
+    {
+        errors.push(format!("{path}: {n} is out of range"));
     }
     if let Some(object) = value.as_object() {
         for required in schema

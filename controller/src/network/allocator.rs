@@ -27,7 +27,7 @@ pub const NETWORKS_RESOURCE: &str = "networks";
 #[derive(Debug, thiserror::Error)]
 pub enum AllocError {
     /// Every ID of the range is taken.
-    #[error("all {} network IDs in {range} are taken", range.len())]
+    #[error("all {} network IDs in {range} are taken", range.size())]
     Exhausted {
         /// The configured range.
         range: IdRange,

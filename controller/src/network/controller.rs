@@ -35,13 +35,13 @@ pub async fn run(
     if let Err(source) = networks.list(&probe).await {
         return Err(Error::CrdNotInstalled {
             kind: "Network",
-            source,
+            source: Box::new(source),
         });
     }
     if let Err(source) = network_ids.list(&probe).await {
         return Err(Error::CrdNotInstalled {
             kind: "NetworkId",
-            source,
+            source: Box::new(source),
         });
     }
 

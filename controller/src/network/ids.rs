@@ -83,8 +83,8 @@ impl IdRange {
         self.max
     }
 
-    /// Number of IDs in the range.
-    pub fn len(&self) -> u32 {
+    /// Number of IDs in the range (never zero).
+    pub fn size(&self) -> u32 {
         self.max - self.min + 1
     }
 
@@ -96,7 +96,7 @@ impl IdRange {
     /// The start for [`Self::candidates`] derived from any random number: uniform over the
     /// whole range (unlike ironcore-net, `max` can be a start too).
     pub fn start_from(&self, random: u32) -> u32 {
-        self.min + random % self.len()
+        self.min + random % self.size()
     }
 
     /// Every ID of the range exactly once: `start..=max`, then `min..start`. A `start` outside
@@ -105,7 +105,7 @@ impl IdRange {
         Candidates {
             range: *self,
             next: start.clamp(self.min, self.max),
-            remaining: self.len(),
+            remaining: self.size(),
         }
     }
 }

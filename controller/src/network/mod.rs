@@ -58,17 +58,17 @@ pub enum Error {
         kind: &'static str,
         /// What the API server said.
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// An object lacks a field the API server always sets (name, namespace, UID).
     #[error("object has no {0}")]
     MissingMetadata(&'static str),
     /// A Kubernetes API request failed.
     #[error("kube API request failed: {0}")]
-    Kube(#[from] kube::Error),
+    Kube(#[source] Box<kube::Error>),
     /// Claiming an ID failed for a reason that is not reported as a condition.
     #[error(transparent)]
-    Allocation(#[from] allocator::AllocError),
+    Allocation(Box<allocator::AllocError>),
     /// Adding or removing the finalizer, or the wrapped reconcile, failed.
     #[error("finalizer: {0}")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
@@ -85,5 +85,17 @@ impl Error {
             Self::Allocation(_) => "allocation",
             Self::Finalizer(_) => "finalizer",
         }
+    }
+}
+
+impl From<kube::Error> for Error {
+    fn from(err: kube::Error) -> Self {
+        Self::Kube(Box::new(err))
+    }
+}
+
+impl From<allocator::AllocError> for Error {
+    fn from(err: allocator::AllocError) -> Self {
+        Self::Allocation(Box::new(err))
     }
 }

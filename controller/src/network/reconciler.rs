@@ -236,10 +236,8 @@ async fn cleanup(network: &Network, ctx: &Context) -> Result<Action, Error> {
     let claimer = claimer_of(network)?;
     let mut ids = ctx.allocator.claims_of(&claimer.uid).await?;
     // A claim whose label was lost is still found through the recorded ID.
-    if let Some(recorded) = recorded_id(network) {
-        if !ids.contains(&recorded) {
-            ids.push(recorded);
-        }
+    if let Some(recorded) = recorded_id(network).filter(|id| !ids.contains(id)) {
+        ids.push(recorded);
     }
     for id in ids {
         match ctx.allocator.release(id, &claimer.uid).await? {

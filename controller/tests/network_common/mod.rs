@@ -25,15 +25,18 @@ pub const NS: &str = "kubetun";
 /// the name and stores under two separate locks, and create-as-lock relies on an atomic create.
 pub const CLUSTER_SCOPE: &str = "cluster-scope";
 
-/// Injected NetworkId failures, each given the object name.
+/// One injected failure: given the object name, the error to answer with, if any.
+pub type Fault = Box<dyn Fn(&str) -> Option<FakeError> + Send + Sync>;
+
+/// Injected NetworkId failures.
 #[derive(Default)]
 pub struct Faults {
     /// Refuse the create with this error (nothing is stored).
-    pub refuse_create: Option<Box<dyn Fn(&str) -> Option<FakeError> + Send + Sync>>,
+    pub refuse_create: Option<Fault>,
     /// Store the object, then answer with this error (a lost response).
-    pub lose_create_response: Option<Box<dyn Fn(&str) -> Option<FakeError> + Send + Sync>>,
+    pub lose_create_response: Option<Fault>,
     /// Fail a GET with this error.
-    pub fail_get: Option<Box<dyn Fn(&str) -> Option<FakeError> + Send + Sync>>,
+    pub fail_get: Option<Fault>,
 }
 
 fn strip_scope(mut value: serde_json::Value) -> serde_json::Value {
