@@ -1,0 +1,357 @@
+//! The measurement loop: for each repetition, each test (TCP 1 stream, TCP 4 streams, UDP),
+//! each implementation in an order rotated per repetition, one bounded iperf3 run with the CPU
+//! accounted before and after. A run during which outside load exceeded the threshold is
+//! marked disturbed and retried after waiting for the machine to go quiet.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use kubetun_integration::iperf::{self, ClientSpec, Mode, Report};
+use serde::{Deserialize, Serialize};
+
+use crate::cpu::{Snapshot, Usage};
+use crate::implementations::{Binaries, Implementation};
+use crate::machine::Machine;
+use crate::report::{self, BenchResults};
+use crate::testbed::{Testbed, TestbedError};
+
+/// One row of the results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Test {
+    /// TCP, one stream.
+    Tcp1,
+    /// TCP, four parallel streams.
+    Tcp4,
+    /// UDP at the configured offered rate.
+    Udp,
+}
+
+impl Test {
+    /// Every test, in row order.
+    pub const ALL: [Self; 3] = [Self::Tcp1, Self::Tcp4, Self::Udp];
+
+    /// The name used on the command line and in JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tcp1 => "tcp-1",
+            Self::Tcp4 => "tcp-4",
+            Self::Udp => "udp",
+        }
+    }
+
+    /// Parses [`Test::name`].
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// The row label in the table.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Tcp1 => "TCP, 1 stream",
+            Self::Tcp4 => "TCP, 4 streams",
+            Self::Udp => "UDP",
+        }
+    }
+
+    fn mode(self, config: &BenchConfig) -> Mode {
+        match self {
+            Self::Tcp1 => Mode::Tcp { streams: 1 },
+            Self::Tcp4 => Mode::Tcp { streams: 4 },
+            Self::Udp => Mode::Udp {
+                bitrate: config.udp_bitrate,
+                length: config.udp_length(),
+            },
+        }
+    }
+}
+
+/// What to measure and how.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    /// Prefix of the namespace and interface names.
+    pub prefix: String,
+    /// Directory for daemon logs and sockets.
+    pub work_dir: PathBuf,
+    /// The implementations (columns).
+    pub implementations: Vec<Implementation>,
+    /// The tests (rows).
+    pub tests: Vec<Test>,
+    /// Measured seconds per run (`iperf3 -t`).
+    pub seconds: u32,
+    /// Warm-up seconds left out of each run (`iperf3 -O`).
+    pub omit: u32,
+    /// Runs per cell.
+    pub repetitions: u32,
+    /// UDP offered rate in bits/s (0: as fast as the sender can).
+    pub udp_bitrate: u64,
+    /// Tunnel MTU.
+    pub mtu: u32,
+    /// Outside CPU load, as a share of one core, above which a run counts as disturbed.
+    pub max_foreign_share: f64,
+    /// Extra attempts for a disturbed run.
+    pub retries: u32,
+    /// How long to wait for the machine to go quiet before each run.
+    pub quiet_wait: Duration,
+    /// The daemons' executables.
+    pub binaries: Binaries,
+    /// Implementations left out before the run, with the reason (reported with the results).
+    pub left_out: Vec<(Implementation, String)>,
+}
+
+impl BenchConfig {
+    /// UDP datagram payload: the largest that fits the tunnel MTU unfragmented.
+    pub fn udp_length(&self) -> u32 {
+        self.mtu - 28
+    }
+}
+
+/// One iperf3 run.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunRecord {
+    /// Repetition (0-based).
+    pub repetition: u32,
+    /// Attempt within the repetition (0-based; > 0 after a disturbed attempt).
+    pub attempt: u32,
+    /// The test.
+    pub test: Test,
+    /// The implementation.
+    pub implementation: Implementation,
+    /// iperf3's numbers, or why the run failed.
+    pub result: Result<Report, String>,
+    /// CPU use over the run; `daemonSeconds` is side a (client), side b (server).
+    pub usage: Usage,
+    /// Whether outside load exceeded the threshold.
+    pub disturbed: bool,
+}
+
+/// Why the harness could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The testbed could not be built.
+    #[error(transparent)]
+    Testbed(#[from] TestbedError),
+    /// Nothing to measure.
+    #[error("no implementations or no tests selected")]
+    Empty,
+}
+
+/// Builds the testbed, runs every measurement and summarises them; progress goes to `out`.
+pub fn run(config: &BenchConfig, out: &mut dyn Write) -> Result<BenchResults, BenchError> {
+    if config.implementations.is_empty() || config.tests.is_empty() || config.repetitions == 0 {
+        return Err(BenchError::Empty);
+    }
+    let machine = Machine::detect(&config.binaries);
+    for (implementation, reason) in &config.left_out {
+        say(out, &format!("left out {implementation}: {reason}"));
+    }
+    say(
+        out,
+        &format!(
+            "building the testbed: {}",
+            config
+                .implementations
+                .iter()
+                .map(|i| i.name())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+    let testbed = Testbed::new(
+        &config.prefix,
+        &config.work_dir,
+        &config.implementations,
+        &config.binaries,
+        config.mtu,
+    )?;
+    let started = Instant::now();
+    let mut runs = Vec::new();
+    for repetition in 0..config.repetitions {
+        let order = rotated(&config.implementations, repetition as usize);
+        for &test in &config.tests {
+            for &implementation in &order {
+                for attempt in 0..=config.retries {
+                    if !wait_quiet(&testbed, config) {
+                        say(out, "  the machine did not go quiet; measuring anyway");
+                    }
+                    let record =
+                        run_once(&testbed, config, repetition, attempt, test, implementation);
+                    say(out, &describe(config, &record));
+                    let disturbed = record.disturbed;
+                    runs.push(record);
+                    if !disturbed {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    drop(testbed);
+    say(
+        out,
+        &format!("measured in {:.0} s", started.elapsed().as_secs_f64()),
+    );
+    Ok(report::summarise(machine, config, runs))
+}
+
+/// `items` rotated left by `by`, so every implementation takes every position in turn.
+fn rotated<T: Copy>(items: &[T], by: usize) -> Vec<T> {
+    let mut order = items.to_vec();
+    if !order.is_empty() {
+        let len = order.len();
+        order.rotate_left(by % len);
+    }
+    order
+}
+
+/// Waits until one second passes with outside load under the threshold, or `quiet_wait`
+/// elapsed. Returns whether the machine went quiet.
+fn wait_quiet(testbed: &Testbed, config: &BenchConfig) -> bool {
+    let deadline = Instant::now() + config.quiet_wait;
+    let daemons = testbed.all_daemon_pids();
+    loop {
+        let before = Snapshot::take(&daemons);
+        std::thread::sleep(Duration::from_secs(1));
+        let usage = Usage::between(&before, &Snapshot::take(&daemons));
+        if usage.foreign_share() <= config.max_foreign_share {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+    }
+}
+
+fn run_once(
+    testbed: &Testbed,
+    config: &BenchConfig,
+    repetition: u32,
+    attempt: u32,
+    test: Test,
+    implementation: Implementation,
+) -> RunRecord {
+    let daemons = testbed.daemon_pids(implementation);
+    let result = match testbed.server_address(implementation) {
+        Some(server) => measure(testbed, config, test, server, &daemons),
+        None => (
+            Err(format!("{implementation} is not part of the testbed")),
+            Usage::between(&Snapshot::take(&[]), &Snapshot::take(&[])),
+        ),
+    };
+    let (result, usage) = result;
+    RunRecord {
+        repetition,
+        attempt,
+        test,
+        implementation,
+        disturbed: usage.foreign_share() > config.max_foreign_share,
+        result,
+        usage,
+    }
+}
+
+fn measure(
+    testbed: &Testbed,
+    config: &BenchConfig,
+    test: Test,
+    server: std::net::Ipv4Addr,
+    daemons: &[u32],
+) -> (Result<Report, String>, Usage) {
+    let log = config.work_dir.join("iperf3-server.json");
+    let spec = ClientSpec {
+        server: server.to_string(),
+        port: iperf::DEFAULT_PORT,
+        mode: test.mode(config),
+        seconds: config.seconds,
+        omit: config.omit,
+    };
+    let before = Snapshot::take(daemons);
+    let server_process = iperf::Server::start(
+        testbed.server_ns(),
+        &server.to_string(),
+        iperf::DEFAULT_PORT,
+        &log,
+    );
+    let result = match server_process {
+        Ok(server_process) => {
+            let report = iperf::run_client(testbed.client_ns(), &spec);
+            // The server exits after its one test; reaping it adds its CPU time to ours.
+            server_process.finish(Duration::from_secs(5));
+            report.map_err(|e| e.to_string())
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    let usage = Usage::between(&before, &Snapshot::take(daemons));
+    (result, usage)
+}
+
+fn describe(config: &BenchConfig, record: &RunRecord) -> String {
+    let head = format!(
+        "  rep {}/{} {:<6} {:<13}",
+        record.repetition + 1,
+        config.repetitions,
+        record.test.name(),
+        record.implementation.name()
+    );
+    let cpu: Vec<String> = record
+        .usage
+        .daemon_percent()
+        .iter()
+        .map(|p| format!("{p:.0}%"))
+        .collect();
+    let cpu = if cpu.is_empty() {
+        String::new()
+    } else {
+        format!(", daemon CPU {}", cpu.join(" + "))
+    };
+    let foreign = format!(
+        "outside load {:.0}% of a core{}",
+        100.0 * record.usage.foreign_share(),
+        if record.disturbed {
+            " — DISTURBED"
+        } else {
+            ""
+        }
+    );
+    match &record.result {
+        Ok(report) => format!(
+            "{head} {:>7.2} Gbit/s{}{cpu}, {foreign}",
+            report.received_bps / 1e9,
+            match (report.retransmits, report.lost_percent) {
+                (Some(r), _) => format!(", {r} retransmits"),
+                (_, Some(l)) => format!(", {l:.1}% lost"),
+                _ => String::new(),
+            }
+        ),
+        Err(error) => format!("{head} FAILED: {error}"),
+    }
+}
+
+fn say(out: &mut dyn Write, line: &str) {
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_rotates_per_repetition() {
+        let items = [1, 2, 3];
+        assert_eq!(rotated(&items, 0), [1, 2, 3]);
+        assert_eq!(rotated(&items, 1), [2, 3, 1]);
+        assert_eq!(rotated(&items, 4), [2, 3, 1]);
+        assert_eq!(rotated::<u8>(&[], 3), Vec::<u8>::new());
+    }
+
+    #[test]
+    fn test_names_round_trip() {
+        for test in Test::ALL {
+            assert_eq!(Test::from_name(test.name()), Some(test));
+        }
+        assert_eq!(Test::from_name("sctp"), None);
+    }
+}

@@ -1,0 +1,115 @@
+//! The throughput harness, one short iteration (1 s per run, one repetition, every test), so
+//! it cannot rot: kubetun, wireguard-go and veth always; boringtun-cli when it is installed
+//! (under CI=true it is installed with cargo, bounded in time). Needs root.
+
+use std::time::Duration;
+
+use kubetun_benches::harness::{self, BenchConfig, Test};
+use kubetun_benches::implementations::{Binaries, Implementation};
+use kubetun_benches::report::{self, Outcome};
+use kubetun_integration::netns::{bin_path, command_exists, require_root};
+
+/// Names of this test's namespaces and interfaces start with it.
+const PREFIX: &str = "th";
+
+fn under_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+#[test]
+fn one_short_iteration_measures_every_implementation() {
+    if !require_root("harness::one_short_iteration_measures_every_implementation") {
+        return;
+    }
+    for tool in ["wg", "iperf3", "wireguard-go"] {
+        assert!(command_exists(tool), "{tool} is required (see .ci/run)");
+    }
+    let work = tempfile::tempdir().expect("tempdir");
+    let mut out = Vec::new();
+    let requested = Implementation::ALL.to_vec();
+    let install = under_ci().then_some(Duration::from_secs(1200));
+    let (binaries, left_out) = kubetun_benches::locate_binaries(
+        &requested,
+        Binaries {
+            kubetun: Some(bin_path("kubetun-gateway")),
+            ..Binaries::default()
+        },
+        &kubetun_benches::tools_dir(&kubetun_benches::default_work_dir()),
+        install,
+        &mut out,
+    );
+    for (implementation, reason) in &left_out {
+        assert_eq!(
+            *implementation,
+            Implementation::BoringtunCli,
+            "only boringtun-cli may be left out: {reason}"
+        );
+        assert!(
+            !under_ci(),
+            "under CI boringtun-cli must be installed: {reason}"
+        );
+        println!("NOTE: boringtun-cli is left out of this run: {reason}");
+    }
+    let config = BenchConfig {
+        prefix: PREFIX.to_owned(),
+        work_dir: work.path().to_owned(),
+        implementations: requested
+            .into_iter()
+            .filter(|i| !left_out.iter().any(|(l, _)| l == i))
+            .collect(),
+        tests: Test::ALL.to_vec(),
+        seconds: 1,
+        omit: 0,
+        repetitions: 1,
+        udp_bitrate: 0,
+        mtu: 1420,
+        max_foreign_share: 0.10,
+        retries: 1,
+        quiet_wait: Duration::from_secs(5),
+        binaries,
+        left_out,
+    };
+
+    let result = harness::run(&config, &mut out);
+    print!("{}", String::from_utf8_lossy(&out));
+    let results = result.expect("harness run");
+
+    assert_eq!(
+        results.cells.len(),
+        config.implementations.len() * Test::ALL.len()
+    );
+    for cell in &results.cells {
+        match &cell.outcome {
+            Outcome::Measured(m) => {
+                assert!(m.median_gbps > 0.0, "{cell:?}");
+                assert_eq!(
+                    m.daemon_cpu_percent.is_some(),
+                    cell.implementation.is_tunnel()
+                );
+            }
+            // A busy machine is reported, not measured; that is the harness working.
+            Outcome::Disturbed { .. } => println!("disturbed: {cell:?}"),
+            Outcome::Failed { error } => {
+                panic!(
+                    "{} {} failed: {error}",
+                    cell.implementation,
+                    cell.test.name()
+                )
+            }
+        }
+    }
+    let markdown = report::render_markdown(&results);
+    println!("{markdown}");
+    assert!(markdown.starts_with(report::SECTION_HEADING));
+    assert!(markdown.contains("kubetun ÷ wireguard-go"));
+
+    // Nothing is left behind.
+    let namespaces = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    let leftover = String::from_utf8_lossy(&namespaces.stdout)
+        .lines()
+        .any(|l| l.starts_with(&format!("{PREFIX}-")));
+    assert!(!leftover, "namespaces of the harness remain");
+}
