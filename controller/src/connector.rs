@@ -937,9 +937,10 @@ async fn remove_configs(
             "list",
             &format!("-l {selector}"),
         ))?;
+    let mut names: Vec<String> = configs.iter().map(ResourceExt::name_any).collect();
+    names.sort();
     let mut removed = Removed::default();
-    for config in configs {
-        let name = config.name_any();
+    for name in names {
         delete_ignoring_missing(&api, &name)
             .await
             .map_err(handle.api_error::<NetworkConfig>(cluster_id, "delete", &name))?;

@@ -346,6 +346,7 @@ pub async fn reconcile(
         .ok_or_else(|| Error::NoNamespace(shortcut.name_any()))?;
     let api: Api<ShortcutConnection> = Api::namespaced(ctx.hub.clone(), &namespace);
     let key = key_of(&shortcut);
+    let shortcut = with_finalizer(&api, shortcut).await?;
     let action = finalizer(&api, FINALIZER, shortcut, |event| async {
         match event {
             Event::Apply(shortcut) => apply(&api, &shortcut, &ctx).await,
@@ -359,6 +360,41 @@ pub async fn reconcile(
     })?;
     ctx.backoff.reset(&key);
     Ok(action)
+}
+
+/// Adds [`FINALIZER`] unless present or the object is going away, with a merge patch guarded
+/// by the resourceVersion (a concurrent writer makes it fail and retry rather than lose a
+/// finalizer). `finalizer()` would add it with a JSON patch testing for an absent list,
+/// which only real API servers accept.
+async fn with_finalizer(
+    api: &Api<ShortcutConnection>,
+    shortcut: Arc<ShortcutConnection>,
+) -> Result<Arc<ShortcutConnection>, Error> {
+    if shortcut.metadata.deletion_timestamp.is_some()
+        || shortcut.finalizers().iter().any(|f| f == FINALIZER)
+    {
+        return Ok(shortcut);
+    }
+    let mut finalizers = shortcut.finalizers().to_vec();
+    finalizers.push(FINALIZER.to_owned());
+    let patch = serde_json::json!({
+        "metadata": { "finalizers": finalizers, "resourceVersion": shortcut.resource_version() }
+    });
+    let updated = api
+        .patch(
+            &shortcut.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(|source| Error::Hub {
+            action: format!(
+                "add finalizer {FINALIZER} to ShortcutConnection {}",
+                key_of(&shortcut)
+            ),
+            source,
+        })?;
+    Ok(Arc::new(updated))
 }
 
 /// Retry with exponential backoff per shortcut.
