@@ -127,3 +127,91 @@ fn claims_of(store: &Store<NetworkId>, changed: &Network) -> Vec<ObjectRef<Netwo
         .map(|nid| ObjectRef::new(&nid.name_any()))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector::store;
+    use kubetun_crds::{ClaimRef, GROUP, NetworkIdSpec, NetworkPeering, NetworkRef, NetworkSpec};
+
+    fn network(ns: &str, name: &str, uid: &str, peers: &[&str]) -> Network {
+        let mut n = Network::new(
+            name,
+            NetworkSpec {
+                peerings: peers
+                    .iter()
+                    .map(|p| NetworkPeering {
+                        name: format!("to-{p}"),
+                        network_ref: NetworkRef {
+                            name: (*p).to_owned(),
+                            namespace: None,
+                        },
+                        prefixes: Vec::new(),
+                    })
+                    .collect(),
+                ..NetworkSpec::default()
+            },
+        );
+        n.metadata.namespace = Some(ns.to_owned());
+        n.metadata.uid = Some(uid.to_owned());
+        n
+    }
+
+    fn claim(id: &str, name: &str, uid: &str) -> NetworkId {
+        NetworkId::new(
+            id,
+            NetworkIdSpec {
+                claim_ref: ClaimRef {
+                    group: GROUP.to_owned(),
+                    resource: "networks".to_owned(),
+                    namespace: "ns".to_owned(),
+                    name: name.to_owned(),
+                    uid: uid.to_owned(),
+                },
+            },
+        )
+    }
+
+    #[test]
+    fn a_change_requeues_the_networks_referencing_it_even_after_it_dropped_them() {
+        let (reader, mut writer) = store::<Network>();
+        for n in [
+            network("ns", "a", "1", &["b"]),
+            network("ns", "c", "3", &["b", "a"]),
+            network("ns", "d", "4", &[]),
+        ] {
+            writer.apply_watcher_event(&watcher::Event::Apply(n));
+        }
+        // b no longer references anyone; a and c still reference b and must re-evaluate.
+        let changed = network("ns", "b", "2", &[]);
+        let refs = referrers(&reader, &changed);
+        assert_eq!(
+            refs,
+            vec![
+                ObjectRef::new("a").within("ns"),
+                ObjectRef::new("c").within("ns")
+            ]
+        );
+        // A deleted Network maps the same way.
+        writer.apply_watcher_event(&watcher::Event::Delete(network("ns", "c", "3", &[])));
+        assert_eq!(
+            referrers(&reader, &changed),
+            vec![ObjectRef::new("a").within("ns")]
+        );
+    }
+
+    #[test]
+    fn a_network_change_requeues_its_claims_by_uid_and_by_name() {
+        let (reader, mut writer) = store::<NetworkId>();
+        for nid in [
+            claim("200", "a", "uid-a"),
+            claim("201", "a", "uid-old-a"),
+            claim("202", "b", "uid-b"),
+        ] {
+            writer.apply_watcher_event(&watcher::Event::Apply(nid));
+        }
+        let mut refs = claims_of(&reader, &network("ns", "a", "uid-a", &[]));
+        refs.sort_by(|x, y| x.name.cmp(&y.name));
+        assert_eq!(refs, vec![ObjectRef::new("200"), ObjectRef::new("201")]);
+    }
+}

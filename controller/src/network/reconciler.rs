@@ -532,3 +532,86 @@ pub fn desired_status(
         conditions,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubetun_crds::NetworkSpec;
+
+    fn at(second: i64) -> Time {
+        Time(Timestamp::from_second(second).expect("valid"))
+    }
+
+    fn peering(name: &str, state: PeeringState) -> NetworkPeeringStatus {
+        NetworkPeeringStatus {
+            name: name.to_owned(),
+            state,
+            ..NetworkPeeringStatus::default()
+        }
+    }
+
+    fn condition<'a>(status: &'a NetworkStatus, type_: &str) -> &'a kubetun_crds::Condition {
+        conditions::find(&status.conditions, type_).expect("condition present")
+    }
+
+    #[test]
+    fn status_reports_the_id_and_keeps_transition_times_while_nothing_flips() {
+        let mut network = Network::new("n", NetworkSpec::default());
+        network.metadata.generation = Some(3);
+        let first = desired_status(&network, &IdOutcome::Allocated(250), vec![], at(100));
+        assert_eq!(first.id.as_deref(), Some("250"));
+        assert_eq!(first.phase, NetworkPhase::Available);
+        assert_eq!(first.observed_generation, Some(3));
+        assert_eq!(condition(&first, condition::ID_ALLOCATED).status, "True");
+        assert_eq!(condition(&first, condition::PEERINGS_READY).status, "True");
+
+        network.status = Some(first.clone());
+        let again = desired_status(&network, &IdOutcome::Allocated(250), vec![], at(200));
+        assert_eq!(
+            again, first,
+            "an unchanged outcome yields an identical status (no write)"
+        );
+    }
+
+    #[test]
+    fn unavailable_id_and_peering_states_become_conditions() {
+        let network = Network::new("n", NetworkSpec::default());
+        let outcome = unavailable(
+            reason::RANGE_EXHAUSTED,
+            "all 4 network IDs in [200, 203] are taken".to_owned(),
+            NetworkPhase::Error,
+            Duration::from_secs(60),
+        );
+        let peerings = vec![
+            peering("a", PeeringState::Ready),
+            peering("b", PeeringState::Pending),
+            peering("c", PeeringState::Pending),
+        ];
+        let status = desired_status(&network, &outcome, peerings, at(100));
+        assert_eq!(status.id, None);
+        assert_eq!(status.phase, NetworkPhase::Error);
+        let id = condition(&status, condition::ID_ALLOCATED);
+        assert_eq!(
+            (id.status.as_str(), id.reason.as_str()),
+            ("False", reason::RANGE_EXHAUSTED)
+        );
+        let peering_ready = condition(&status, condition::PEERINGS_READY);
+        assert_eq!(peering_ready.reason, reason::PEERINGS_PENDING);
+        assert_eq!(peering_ready.message, "pending peerings: b, c");
+
+        let with_error = desired_status(
+            &network,
+            &IdOutcome::Allocated(1),
+            vec![
+                peering("x", PeeringState::Error),
+                peering("y", PeeringState::Pending),
+            ],
+            at(100),
+        );
+        assert_eq!(
+            condition(&with_error, condition::PEERINGS_READY).reason,
+            reason::PEERING_ERROR,
+            "errors outrank pending peerings"
+        );
+    }
+}
