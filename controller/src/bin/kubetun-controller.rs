@@ -17,6 +17,7 @@ use kubetun_controller::keys::GatewayKey;
 use kubetun_controller::network::{self, NetworkOptions};
 use kubetun_controller::planner::GatewaySettings;
 use kubetun_controller::reconcile;
+use kubetun_controller::shortcut;
 use kubetun_crds::{ClusterRef, Endpoint};
 use prometheus_client::registry::Registry;
 use tracing_subscriber::EnvFilter;
@@ -177,6 +178,9 @@ async fn main() -> anyhow::Result<()> {
 
     tokio::select! {
         () = reconcile::run(ctx.clone()) => tracing::info!("controller stopped"),
+        result = shortcut::run(client.clone(), Some(args.namespace.clone())) => {
+            result.context("the ShortcutConnection operator failed")?;
+        }
         result = network::run(client, None, network_options) => {
             result.context("the Network controllers failed")?;
         }

@@ -23,6 +23,10 @@ struct Cli {
 enum Command {
     /// Talk to a gateway's control socket directly: apply a state file, show its status.
     Gateway(cli::gateway::GatewayArgs),
+    /// Link two clusters directly: connect, disconnect, reset, status.
+    Network(cli::network::NetworkArgs),
+    /// Manage leaf-to-leaf shortcuts from the hub: create, delete, list.
+    Shortcut(cli::shortcut::ShortcutArgs),
 }
 
 #[tokio::main]
@@ -35,6 +39,8 @@ async fn main() -> ExitCode {
 
     let result: anyhow::Result<()> = match Cli::parse().command {
         Command::Gateway(args) => cli::gateway::run(args).await.map_err(Into::into),
+        Command::Network(args) => cli::network::run(args).await.map_err(Into::into),
+        Command::Shortcut(args) => cli::shortcut::run(args).await.map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
