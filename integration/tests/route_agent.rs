@@ -217,7 +217,7 @@ fn agent_pass(
     let gateway_ip: IpAddr = lab.node(gateway).1.ip;
     let nodes = lab.nodes.clone();
     in_namespace(ns, async move |kernel: Kernel| {
-        let underlay_mtu = kernel.mtu_of_interface_with(local.ip).await.unwrap();
+        let underlay_mtu = kernel.underlay(local.ip).await.unwrap().mtu;
         let desired = plan(&PlanInput {
             settings: kernel.settings(),
             attachment,

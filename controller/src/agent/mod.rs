@@ -5,15 +5,21 @@
 //! - [`plan`] (pure): TunnelEndpoints + node facts + gateway location -> [`plan::DesiredState`].
 //! - [`diff`] (pure): kernel state tagged as ours + desired state -> ordered [`diff::Change`]s.
 //! - [`netlink`] (IO): reads the tagged kernel state and applies changes through rtnetlink.
+//! - [`source`] (IO): TunnelEndpoints, Nodes and the gateway's location from the API.
+//! - [`daemon`]: the `kubetun-controller agent` process: flags, passes, watch loop, uninstall.
 //!
 //! Everything the agent puts in the kernel is tagged: routes live in their own table with their
 //! own protocol number, rules sit at one priority and point at that table, and the overlay
 //! device has a fixed name. The tagged kernel state is the agent's only record: on every pass
 //! (and so on every start) whatever is tagged but not desired is removed.
 
+pub mod daemon;
 pub mod diff;
 pub mod netlink;
 pub mod plan;
+pub mod source;
+
+pub use daemon::{AgentArgs, run};
 
 use diff::{Change, diff, teardown};
 use netlink::{Kernel, NetlinkError};

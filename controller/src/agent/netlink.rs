@@ -85,6 +85,15 @@ fn already_gone(error: &rtnetlink::Error) -> bool {
     matches!(errno(error), Some(ENOENT | ESRCH | ENODEV | EADDRNOTAVAIL))
 }
 
+/// The node's underlay interface, as far as the plan needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Underlay {
+    /// Its MTU.
+    pub mtu: u32,
+    /// The subnet of the node's address on it: a gateway node inside it shares the L2.
+    pub network: IpNet,
+}
+
 /// The kernel of one network namespace, as far as the agent's tagged objects go.
 #[derive(Debug, Clone)]
 pub struct Kernel {
@@ -121,8 +130,8 @@ impl Kernel {
         })
     }
 
-    /// MTU of the interface holding `address` (the node's underlay interface).
-    pub async fn mtu_of_interface_with(&self, address: IpAddr) -> Result<u32, NetlinkError> {
+    /// The underlay interface of the node: the one holding `address`.
+    pub async fn underlay(&self, address: IpAddr) -> Result<Underlay, NetlinkError> {
         let mut addresses = self
             .handle
             .address()
@@ -136,6 +145,9 @@ impl Kernel {
         else {
             return Err(NetlinkError::NoUnderlay(address));
         };
+        let network = IpNet::new(address, found.header.prefix_len)
+            .map_err(|_| NetlinkError::NoUnderlay(address))?
+            .trunc();
         let mut links = self
             .handle
             .link()
@@ -150,13 +162,15 @@ impl Kernel {
                 found.header.index
             )))?
             .ok_or(NetlinkError::NoUnderlay(address))?;
-        link.attributes
+        let mtu = link
+            .attributes
             .iter()
             .find_map(|a| match a {
                 LinkAttribute::Mtu(mtu) => Some(*mtu),
                 _ => None,
             })
-            .ok_or(NetlinkError::NoUnderlay(address))
+            .ok_or(NetlinkError::NoUnderlay(address))?;
+        Ok(Underlay { mtu, network })
     }
 
     /// Applies `changes` in order; stops at the first failure.

@@ -90,13 +90,26 @@ impl OverlaySettings {
     }
 }
 
-/// How this node reaches the gateway node.
+/// How nodes reach each other for the node <-> gateway hop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Attachment {
-    /// Same L2 segment: routes go `via <gateway node IP>`.
+    /// Same L2 segment: routes go `via <node IP>`.
     Direct,
-    /// No shared L2: routes go over a VXLAN device to the gateway node.
+    /// No shared L2: routes go over a VXLAN device.
     Overlay,
+    /// Direct towards nodes inside this subnet (the local underlay's), overlay otherwise.
+    Auto(IpNet),
+}
+
+impl Attachment {
+    /// True when the hop towards the node at `ip` goes over the overlay.
+    pub fn uses_overlay(self, ip: IpAddr) -> bool {
+        match self {
+            Self::Direct => false,
+            Self::Overlay => true,
+            Self::Auto(subnet) => !subnet.contains(&ip),
+        }
+    }
 }
 
 /// What the agent knows about a node: its name, underlay IP and pod CIDRs.
@@ -291,23 +304,16 @@ fn parse_cidr(text: &str) -> Result<IpNet, String> {
 /// The desired state of one node.
 pub fn plan(input: &PlanInput<'_>) -> Result<DesiredState, PlanError> {
     let (views, mut skipped) = remote_views(input.endpoints);
-    let is_gateway_node = input.local.ip == input.gateway_ip;
-    let overlay = match input.attachment {
-        Attachment::Direct => None,
-        Attachment::Overlay => Some(overlay_link(input, is_gateway_node)?),
-    };
-    let path_mtu = overlay.as_ref().map_or(input.underlay_mtu, |link| link.mtu);
-    let mut state = DesiredState {
-        overlay,
-        ..DesiredState::default()
-    };
+    let mut state = DesiredState::default();
 
-    if is_gateway_node {
+    if input.local.ip == input.gateway_ip {
         for view in views.keys() {
             state.rules.insert(RuleSelector::From(*view));
         }
+        let mut flood_to = BTreeSet::new();
         for node in input.nodes.iter().filter(|n| n.ip != input.local.ip) {
-            let via = match next_hop(input, &node.name, node.ip) {
+            let overlay = input.attachment.uses_overlay(node.ip);
+            let via = match next_hop(input, &node.name, node.ip, overlay) {
                 Ok(via) => via,
                 Err(reason) => {
                     skipped.extend(node.pod_cidrs.iter().map(|cidr| Skipped {
@@ -317,6 +323,9 @@ pub fn plan(input: &PlanInput<'_>) -> Result<DesiredState, PlanError> {
                     continue;
                 }
             };
+            if let (true, IpAddr::V4(ip)) = (overlay, node.ip) {
+                flood_to.insert(ip);
+            }
             for cidr in &node.pod_cidrs {
                 if !same_family(cidr.addr(), via) {
                     skipped.push(family_mismatch(cidr, via, &node.name));
@@ -327,15 +336,32 @@ pub fn plan(input: &PlanInput<'_>) -> Result<DesiredState, PlanError> {
                     Route {
                         destination: *cidr,
                         via: Some(via),
-                        via_overlay: state.overlay.is_some(),
+                        via_overlay: overlay,
                         mtu: None,
                         advmss: None,
                     },
                 );
             }
         }
+        if !flood_to.is_empty() || input.attachment == Attachment::Overlay {
+            state.overlay = Some(overlay_link(input, None, flood_to)?);
+        }
     } else {
-        let via = next_hop(input, "gateway node", input.gateway_ip)?;
+        let overlay = input.attachment.uses_overlay(input.gateway_ip);
+        let via = next_hop(input, "gateway node", input.gateway_ip, overlay)?;
+        if overlay {
+            let IpAddr::V4(remote) = input.gateway_ip else {
+                return Err(PlanError::OverlayNeedsIpv4 {
+                    node: "gateway node".to_owned(),
+                    ip: input.gateway_ip,
+                });
+            };
+            state.overlay = Some(overlay_link(input, Some(remote), BTreeSet::new())?);
+        }
+        let path_mtu = state
+            .overlay
+            .as_ref()
+            .map_or(input.underlay_mtu, |link| link.mtu);
         for (view, tunnel_mtu) in views {
             if !same_family(view.addr(), via) {
                 skipped.push(family_mismatch(&view, via, "gateway node"));
@@ -352,7 +378,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<DesiredState, PlanError> {
                 Route {
                     destination: view,
                     via: Some(via),
-                    via_overlay: state.overlay.is_some(),
+                    via_overlay: overlay,
                     mtu: Some(mtu),
                     advmss: Some(mtu.saturating_sub(headers)),
                 },
@@ -364,34 +390,39 @@ pub fn plan(input: &PlanInput<'_>) -> Result<DesiredState, PlanError> {
 }
 
 /// The address to route through to reach `node` at `node_ip`.
-fn next_hop(input: &PlanInput<'_>, node: &str, node_ip: IpAddr) -> Result<IpAddr, PlanError> {
-    match (input.attachment, node_ip) {
-        (Attachment::Direct, ip) => Ok(ip),
-        (Attachment::Overlay, IpAddr::V4(ip)) => {
-            input.settings.overlay.address_of(ip).map(IpAddr::V4).ok_or(
-                PlanError::NoOverlayAddress {
-                    ip,
-                    network: input.settings.overlay.network,
-                },
-            )
-        }
-        (Attachment::Overlay, ip @ IpAddr::V6(_)) => Err(PlanError::OverlayNeedsIpv4 {
+fn next_hop(
+    input: &PlanInput<'_>,
+    node: &str,
+    node_ip: IpAddr,
+    overlay: bool,
+) -> Result<IpAddr, PlanError> {
+    match (overlay, node_ip) {
+        (false, ip) => Ok(ip),
+        (true, IpAddr::V4(ip)) => input.settings.overlay.address_of(ip).map(IpAddr::V4).ok_or(
+            PlanError::NoOverlayAddress {
+                ip,
+                network: input.settings.overlay.network,
+            },
+        ),
+        (true, ip @ IpAddr::V6(_)) => Err(PlanError::OverlayNeedsIpv4 {
             node: node.to_owned(),
             ip,
         }),
     }
 }
 
-fn overlay_link(input: &PlanInput<'_>, is_gateway_node: bool) -> Result<OverlayLink, PlanError> {
+fn overlay_link(
+    input: &PlanInput<'_>,
+    remote: Option<Ipv4Addr>,
+    flood_to: BTreeSet<Ipv4Addr>,
+) -> Result<OverlayLink, PlanError> {
     let settings = &input.settings.overlay;
-    let ipv4 = |node: &str, ip: IpAddr| match ip {
-        IpAddr::V4(ip) => Ok(ip),
-        ip @ IpAddr::V6(_) => Err(PlanError::OverlayNeedsIpv4 {
-            node: node.to_owned(),
-            ip,
-        }),
+    let IpAddr::V4(local) = input.local.ip else {
+        return Err(PlanError::OverlayNeedsIpv4 {
+            node: input.local.name.clone(),
+            ip: input.local.ip,
+        });
     };
-    let local = ipv4(&input.local.name, input.local.ip)?;
     let address = settings
         .address_of(local)
         .ok_or(PlanError::NoOverlayAddress {
@@ -405,22 +436,6 @@ fn overlay_link(input: &PlanInput<'_>, is_gateway_node: bool) -> Result<OverlayL
         .ok_or(PlanError::UnderlayMtuTooSmall {
             mtu: input.underlay_mtu,
         })?;
-    let (remote, flood_to) = if is_gateway_node {
-        let members = input
-            .nodes
-            .iter()
-            .filter_map(|node| match node.ip {
-                IpAddr::V4(ip) if ip != local => Some(ip),
-                _ => None,
-            })
-            .collect();
-        (None, members)
-    } else {
-        (
-            Some(ipv4("gateway node", input.gateway_ip)?),
-            BTreeSet::new(),
-        )
-    };
     Ok(OverlayLink {
         name: settings.link_name.clone(),
         vni: settings.vni,

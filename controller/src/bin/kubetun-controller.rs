@@ -1,6 +1,7 @@
 //! `kubetun-controller`: publishes this cluster's info, reconciles NetworkConfigs and
 //! TunnelEndpoints, keeps the local gateway on the desired state, and runs the Network
 //! controllers. Configured by flags or the matching `KUBETUN_*` environment variables.
+//! `kubetun-controller agent` runs the per-node route agent instead (see `--help` there).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -96,6 +97,14 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::args_os().nth(1).is_some_and(|arg| arg == "agent") {
+        let args = kubetun_controller::agent::AgentArgs::parse_from(std::env::args_os().skip(1));
+        let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+        return kubetun_controller::agent::run(args)
+            .await
+            .context("route agent failed");
+    }
     let args = Args::parse();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     if args.log_json {

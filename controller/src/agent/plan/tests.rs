@@ -365,3 +365,54 @@ fn overlay_addresses_keep_the_node_host_bits() {
     assert_eq!(overlay.address_of(Ipv4Addr::new(10, 0, 0, 0)), None);
     assert_eq!(overlay.address_of(Ipv4Addr::new(10, 255, 255, 255)), None);
 }
+
+#[test]
+fn auto_attachment_goes_direct_inside_the_subnet_and_overlay_beyond_it() {
+    let settings = AgentSettings::default();
+    let mut nodes = nodes();
+    nodes.push(node("far", "172.16.5.20", &["10.0.9.0/24"]));
+    let endpoints = endpoints();
+    let subnet = net("192.168.0.0/24");
+    let input = |local: usize, gateway: usize| PlanInput {
+        settings: &settings,
+        attachment: Attachment::Auto(subnet),
+        local: &nodes[local],
+        underlay_mtu: 1500,
+        gateway_ip: nodes[gateway].ip,
+        nodes: &nodes,
+        endpoints: &endpoints,
+    };
+
+    let near = plan(&input(1, 0)).unwrap();
+    assert_eq!(near.overlay, None);
+    assert!(
+        near.routes
+            .values()
+            .all(|r| r.via == Some(ip("192.168.0.10")))
+    );
+
+    let gateway = plan(&input(0, 0)).unwrap();
+    let link = gateway.overlay.unwrap();
+    assert_eq!(link.flood_to, [Ipv4Addr::new(172, 16, 5, 20)].into());
+    let far_route = &gateway.routes[&net("10.0.9.0/24")];
+    assert!(far_route.via_overlay);
+    assert_eq!(far_route.via, Some(ip("240.16.5.20")));
+    assert!(!gateway.routes[&net("10.0.1.0/24")].via_overlay);
+}
+
+#[test]
+fn auto_gateway_node_without_far_nodes_needs_no_overlay() {
+    let settings = AgentSettings::default();
+    let nodes = nodes();
+    let state = plan(&PlanInput {
+        settings: &settings,
+        attachment: Attachment::Auto(net("192.168.0.0/24")),
+        local: &nodes[0],
+        underlay_mtu: 1500,
+        gateway_ip: nodes[0].ip,
+        nodes: &nodes,
+        endpoints: &endpoints(),
+    })
+    .unwrap();
+    assert_eq!(state.overlay, None);
+}

@@ -1,0 +1,266 @@
+//! What the agent reads from the Kubernetes API: the TunnelEndpoints of the kubetun namespace,
+//! the Nodes (underlay IP and pod CIDRs) and where the gateway runs.
+//!
+//! The gateway's node is either fixed by configuration or found from the running gateway pod
+//! (its `status.hostIP`), so a gateway rescheduled to another node moves every route with it.
+//! The conversions from API objects are pure functions; [`read_cluster`] does the reads.
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
+use kube::api::ListParams;
+use kube::{Api, Client, ResourceExt};
+use kubetun_crds::{TunnelEndpoint, TunnelEndpointSpec};
+
+use super::plan::Node;
+
+/// How the agent finds the gateway's node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GatewayLocator {
+    /// A fixed underlay IP.
+    Fixed(IpAddr),
+    /// The host of the running, ready pod matching `selector` in the kubetun namespace.
+    Pod {
+        /// Label selector of the gateway pod.
+        selector: String,
+    },
+}
+
+/// Why the cluster could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// No running gateway pod: there is nowhere to route to yet.
+    #[error("no running gateway pod matches {selector:?} in namespace {namespace}")]
+    NoGateway {
+        /// The label selector.
+        selector: String,
+        /// The namespace searched.
+        namespace: String,
+    },
+    /// A node has no usable InternalIP.
+    #[error("node {0} has no InternalIP address")]
+    NodeWithoutAddress(String),
+}
+
+/// Everything the plan needs from the API.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterView {
+    /// The spec of every TunnelEndpoint of the namespace, sorted by name.
+    pub endpoints: Vec<TunnelEndpointSpec>,
+    /// Every node with an address; nodes without one are listed in `unaddressed`.
+    pub nodes: Vec<Node>,
+    /// Nodes skipped for lack of an InternalIP.
+    pub unaddressed: Vec<String>,
+    /// The underlay IP of the gateway's node.
+    pub gateway_ip: IpAddr,
+}
+
+/// Reads TunnelEndpoints and Nodes, and locates the gateway.
+pub async fn read_cluster(
+    client: &Client,
+    namespace: &str,
+    locator: &GatewayLocator,
+) -> Result<ClusterView, SourceError> {
+    let mut endpoints = Api::<TunnelEndpoint>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await?
+        .items;
+    endpoints.sort_by_key(ResourceExt::name_any);
+    let endpoints = endpoints
+        .into_iter()
+        .filter(|te| te.metadata.deletion_timestamp.is_none())
+        .map(|te| te.spec)
+        .collect();
+
+    let mut nodes = Vec::new();
+    let mut unaddressed = Vec::new();
+    for node in Api::<KubeNode>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+    {
+        match node_facts(&node) {
+            Ok(facts) => nodes.push(facts),
+            Err(SourceError::NodeWithoutAddress(name)) => unaddressed.push(name),
+            Err(other) => return Err(other),
+        }
+    }
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+
+    let gateway_ip = match locator {
+        GatewayLocator::Fixed(ip) => *ip,
+        GatewayLocator::Pod { selector } => {
+            let pods = Api::<Pod>::namespaced(client.clone(), namespace)
+                .list(&ListParams::default().labels(selector))
+                .await?
+                .items;
+            gateway_host(&pods).ok_or_else(|| SourceError::NoGateway {
+                selector: selector.clone(),
+                namespace: namespace.to_owned(),
+            })?
+        }
+    };
+    Ok(ClusterView {
+        endpoints,
+        nodes,
+        unaddressed,
+        gateway_ip,
+    })
+}
+
+/// A node's name, InternalIP and pod CIDRs (unparsable CIDRs are left out).
+pub fn node_facts(node: &KubeNode) -> Result<Node, SourceError> {
+    let name = node.name_any();
+    let ip = node
+        .status
+        .as_ref()
+        .and_then(|status| status.addresses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|address| address.type_ == "InternalIP")
+        .find_map(|address| address.address.parse::<IpAddr>().ok())
+        .ok_or_else(|| SourceError::NodeWithoutAddress(name.clone()))?;
+    let spec = node.spec.as_ref();
+    let mut texts: Vec<&String> = spec
+        .and_then(|spec| spec.pod_cidrs.as_ref())
+        .into_iter()
+        .flatten()
+        .collect();
+    if texts.is_empty() {
+        texts.extend(spec.and_then(|spec| spec.pod_cidr.as_ref()));
+    }
+    let pod_cidrs = texts
+        .into_iter()
+        .filter_map(|text| text.parse::<IpNet>().ok())
+        .map(|net| net.trunc())
+        .collect();
+    Ok(Node {
+        name,
+        ip,
+        pod_cidrs,
+    })
+}
+
+/// The host IP of the gateway pod that carries traffic: running, not being deleted, ready if
+/// any is; the oldest such pod by name when several match.
+pub fn gateway_host(pods: &[Pod]) -> Option<IpAddr> {
+    let running = |pod: &&Pod| {
+        pod.metadata.deletion_timestamp.is_none()
+            && pod
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref())
+                .is_some_and(|phase| phase == "Running")
+    };
+    let ready = |pod: &&Pod| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    };
+    let host = |pod: &Pod| {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.host_ip.as_deref())
+            .and_then(|ip| ip.parse::<IpAddr>().ok())
+    };
+    let mut candidates: Vec<&Pod> = pods.iter().filter(running).collect();
+    candidates.sort_by_key(|pod| (!ready(pod), pod.name_any()));
+    candidates.into_iter().find_map(host)
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{NodeAddress, NodeSpec, NodeStatus, PodCondition, PodStatus};
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    fn kube_node(name: &str, addresses: &[(&str, &str)], cidrs: &[&str]) -> KubeNode {
+        KubeNode {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(NodeSpec {
+                pod_cidr: cidrs.first().map(|c| (*c).to_owned()),
+                pod_cidrs: Some(cidrs.iter().map(|c| (*c).to_owned()).collect()),
+                ..NodeSpec::default()
+            }),
+            status: Some(NodeStatus {
+                addresses: Some(
+                    addresses
+                        .iter()
+                        .map(|(kind, address)| NodeAddress {
+                            type_: (*kind).to_owned(),
+                            address: (*address).to_owned(),
+                        })
+                        .collect(),
+                ),
+                ..NodeStatus::default()
+            }),
+        }
+    }
+
+    fn pod(name: &str, phase: &str, ready: bool, host: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                ..ObjectMeta::default()
+            },
+            spec: None,
+            status: Some(PodStatus {
+                phase: Some(phase.to_owned()),
+                host_ip: Some(host.to_owned()),
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".to_owned(),
+                    status: if ready { "True" } else { "False" }.to_owned(),
+                    ..PodCondition::default()
+                }]),
+                ..PodStatus::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn node_facts_take_the_internal_ip_and_every_pod_cidr() {
+        let node = kube_node(
+            "n1",
+            &[
+                ("Hostname", "n1"),
+                ("ExternalIP", "203.0.113.9"),
+                ("InternalIP", "10.1.0.4"),
+            ],
+            &["10.244.1.0/24", "fd00:244:1::/64", "bogus"],
+        );
+        let facts = node_facts(&node).unwrap();
+        assert_eq!(facts.ip, "10.1.0.4".parse::<IpAddr>().unwrap());
+        assert_eq!(
+            facts.pod_cidrs,
+            vec![
+                "10.244.1.0/24".parse::<IpNet>().unwrap(),
+                "fd00:244:1::/64".parse().unwrap()
+            ]
+        );
+        let bare = kube_node("n2", &[("Hostname", "n2")], &[]);
+        assert!(matches!(node_facts(&bare), Err(SourceError::NodeWithoutAddress(n)) if n == "n2"));
+    }
+
+    #[test]
+    fn the_gateway_is_the_ready_running_pod() {
+        let pods = vec![
+            pod("gw-a", "Pending", false, "10.1.0.1"),
+            pod("gw-b", "Running", false, "10.1.0.2"),
+            pod("gw-c", "Running", true, "10.1.0.3"),
+        ];
+        assert_eq!(gateway_host(&pods), Some("10.1.0.3".parse().unwrap()));
+        assert_eq!(gateway_host(&pods[..2]), Some("10.1.0.2".parse().unwrap()));
+        assert_eq!(gateway_host(&pods[..1]), None);
+    }
+}
