@@ -220,12 +220,17 @@ impl ClusterHandle {
 }
 
 /// Receives the connector's progress: the CLI prints it, the operator logs it.
+///
+/// A wait starts with [`waiting`](Self::waiting) and ends with [`waited`](Self::waited) or
+/// [`failed`](Self::failed); [`done`](Self::done) steps may happen while a wait runs.
 pub trait Progress: Send + Sync {
     /// A step on `cluster` completed (an object written, found up to date, deleted).
     fn done(&self, cluster: &str, message: &str);
-    /// A wait on `cluster` begins; it ends with the next `done` or `failed` call.
+    /// A wait on `cluster` begins.
     fn waiting(&self, cluster: &str, message: &str);
-    /// The current step on `cluster` failed.
+    /// The running wait on `cluster` ended well.
+    fn waited(&self, cluster: &str, message: &str);
+    /// The current step or wait on `cluster` failed.
     fn failed(&self, cluster: &str, message: &str);
 }
 
@@ -239,6 +244,9 @@ impl Progress for TracingProgress {
     }
     fn waiting(&self, cluster: &str, message: &str) {
         tracing::debug!(cluster, "{message}");
+    }
+    fn waited(&self, cluster: &str, message: &str) {
+        tracing::info!(cluster, "{message}");
     }
     fn failed(&self, cluster: &str, message: &str) {
         tracing::warn!(cluster, "{message}");
@@ -406,8 +414,18 @@ impl Connector {
     }
 
     /// One pass: applies the four NetworkConfigs, mirrors processed statuses and reads both
-    /// TunnelEndpoints. Writes only what differs from the desired state.
+    /// TunnelEndpoints. Writes only what differs from the desired state and reports only
+    /// writes.
     pub async fn sync(&self, progress: &dyn Progress) -> Result<LinkState, Error> {
+        self.pass(progress, false).await
+    }
+
+    /// [`sync`](Self::sync), also reporting the NetworkConfigs found up to date.
+    async fn pass(
+        &self,
+        progress: &dyn Progress,
+        report_unchanged: bool,
+    ) -> Result<LinkState, Error> {
         let (local, remote) = self.load_infos().await?;
         let mut writes = 0;
         for (from, from_info, to, to_info) in [
@@ -415,28 +433,22 @@ impl Connector {
             (&self.remote, &remote, &self.local, &local),
         ] {
             let spec = from_info.network_config_for(&to_info.cluster);
-            let outgoing = local_config_name(&to_info.cluster.id);
-            let incoming = remote_config_name(&from_info.cluster.id);
-            writes += apply_config(
-                from,
-                &from_info.cluster.id,
-                &outgoing,
-                ROLE_LOCAL,
-                &to_info.cluster.id,
-                &spec,
-                progress,
-            )
-            .await?;
-            writes += apply_config(
-                to,
-                &to_info.cluster.id,
-                &incoming,
-                ROLE_REMOTE,
-                &from_info.cluster.id,
-                &spec,
-                progress,
-            )
-            .await?;
+            let outgoing = ConfigTarget {
+                handle: from,
+                cluster_id: &from_info.cluster.id,
+                name: local_config_name(&to_info.cluster.id),
+                role: ROLE_LOCAL,
+                peer_id: &to_info.cluster.id,
+            };
+            writes += apply_config(outgoing, &spec, progress, report_unchanged).await?;
+            let incoming = ConfigTarget {
+                handle: to,
+                cluster_id: &to_info.cluster.id,
+                name: remote_config_name(&from_info.cluster.id),
+                role: ROLE_REMOTE,
+                peer_id: &from_info.cluster.id,
+            };
+            writes += apply_config(incoming, &spec, progress, report_unchanged).await?;
         }
         let remote_to_local = self
             .observe(
@@ -536,7 +548,7 @@ impl Connector {
         progress: &dyn Progress,
     ) -> Result<LinkState, Error> {
         let deadline = Instant::now() + options.timeout;
-        let mut state = self.sync(progress).await?;
+        let mut state = self.pass(progress, true).await?;
         let directions = [
             (Side::Remote, "to process our NetworkConfig"),
             (Side::Local, "to process the remote NetworkConfig"),
@@ -560,7 +572,7 @@ impl Connector {
                     return Err(error);
                 }
                 if direction.processed {
-                    progress.done(
+                    progress.waited(
                         &handle.label,
                         &format!("processed: {}", describe_views(direction)),
                     );
@@ -593,7 +605,7 @@ impl Connector {
                 .and_then(|c| c.latency.clone())
                 .map(|l| format!(" (latency {l})"))
                 .unwrap_or_default();
-            progress.done(&handle.label, &format!("tunnel connected{latency}"));
+            progress.waited(&handle.label, &format!("tunnel connected{latency}"));
         }
         Ok(state)
     }
@@ -670,7 +682,8 @@ impl Connector {
                         ))?
                         .is_some();
                     if !present {
-                        progress.done(&handle.label, &format!("TunnelEndpoint {peer_id} removed"));
+                        progress
+                            .waited(&handle.label, &format!("TunnelEndpoint {peer_id} removed"));
                         break;
                     }
                     if Instant::now() + options.poll_interval > deadline {
@@ -813,17 +826,31 @@ fn connector_labels(role: &str, peer_id: &str) -> BTreeMap<String, String> {
     ])
 }
 
+/// Where one NetworkConfig goes and who it is about.
+struct ConfigTarget<'a> {
+    handle: &'a ClusterHandle,
+    cluster_id: &'a str,
+    name: String,
+    role: &'static str,
+    peer_id: &'a str,
+}
+
 /// Applies one NetworkConfig unless it already has the desired spec and labels. Returns the
 /// number of writes (0 or 1).
 async fn apply_config(
-    handle: &ClusterHandle,
-    cluster_id: &str,
-    name: &str,
-    role: &str,
-    peer_id: &str,
+    target: ConfigTarget<'_>,
     spec: &NetworkConfigSpec,
     progress: &dyn Progress,
+    report_unchanged: bool,
 ) -> Result<usize, Error> {
+    let ConfigTarget {
+        handle,
+        cluster_id,
+        name,
+        role,
+        peer_id,
+    } = target;
+    let name = name.as_str();
     let api = handle.configs();
     let object = handle.object::<NetworkConfig>(name);
     let existing = api
@@ -844,7 +871,9 @@ async fn apply_config(
             .iter()
             .all(|(k, v)| existing.labels().get(k) == Some(v));
         if labelled && existing.spec == *spec {
-            progress.done(&handle.label, &format!("{object} up to date"));
+            if report_unchanged {
+                progress.done(&handle.label, &format!("{object} up to date"));
+            }
             return Ok(0);
         }
     }

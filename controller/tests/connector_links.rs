@@ -84,8 +84,14 @@ async fn connect_links_both_clusters_and_mirrors_each_view_back() {
     assert!(
         lines
             .iter()
-            .any(|l| l == "done (local) tunnel connected (latency 250µs)"
-                || l.starts_with("done (local) tunnel connected"))
+            .any(|l| l.starts_with("waited (local) tunnel connected")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with(
+            "waited (remote) processed: rome sees europe as 10.200.0.0/16, 10.70.0.0/16 → "
+        )),
+        "{lines:#?}"
     );
 }
 
@@ -128,12 +134,13 @@ async fn connecting_twice_writes_nothing() {
     assert_eq!(state.writes, 0, "{:#?}", progress.lines());
     assert_eq!((europe.writes(), rome.writes()), writes_before);
     assert_eq!((versions(&europe).await, versions(&rome).await), before);
-    assert!(
-        progress
-            .lines()
-            .iter()
-            .any(|l| l.contains("to-rome up to date"))
-    );
+    // One verbose pass reports each of the four NetworkConfigs once; waits stay quiet.
+    let unchanged = progress
+        .lines()
+        .iter()
+        .filter(|l| l.ends_with("up to date"))
+        .count();
+    assert_eq!(unchanged, 4, "{:#?}", progress.lines());
 }
 
 #[tokio::test]

@@ -110,15 +110,15 @@ impl KubeconfigSource {
 /// Kind of a progress line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LineKind {
-    /// A completed step.
+    /// A completed step or wait.
     Done,
     /// A wait begins.
     Waiting,
-    /// A failed step.
+    /// A failed step or wait.
     Failed,
 }
 
-/// One progress line as printed when stdout is not a terminal.
+/// One progress line as printed (the spinner shows `Waiting` lines without the mark).
 pub fn format_line(kind: LineKind, cluster: &str, message: &str) -> String {
     let mark = match kind {
         LineKind::Done => "✓",
@@ -128,7 +128,8 @@ pub fn format_line(kind: LineKind, cluster: &str, message: &str) -> String {
     format!("{mark} ({cluster}) {message}")
 }
 
-/// Prints connector progress: a spinner during waits on a terminal, plain lines otherwise.
+/// Prints connector progress: a spinner during waits on a terminal (steps completed
+/// meanwhile print above it), plain lines otherwise.
 #[derive(Debug)]
 pub struct ConsoleProgress {
     interactive: bool,
@@ -144,38 +145,58 @@ impl ConsoleProgress {
         }
     }
 
-    fn print(&self, kind: LineKind, cluster: &str, message: &str) {
-        let line = format_line(kind, cluster, message);
-        let mut spinner = self
-            .spinner
+    fn spinner(&self) -> std::sync::MutexGuard<'_, Option<ProgressBar>> {
+        self.spinner
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(active) = spinner.take() {
-            active.finish_and_clear();
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Prints a line above the running spinner, or plainly.
+    fn print_step(&self, line: &str) {
+        match self.spinner().as_ref() {
+            Some(spinner) => spinner.println(line),
+            None => println!("{line}"),
         }
-        if kind == LineKind::Waiting && self.interactive {
-            let bar = ProgressBar::new_spinner();
-            if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
-                bar.set_style(style);
-            }
-            bar.set_message(format!("({cluster}) {message}"));
-            bar.enable_steady_tick(Duration::from_millis(120));
-            *spinner = Some(bar);
-        } else {
-            println!("{line}");
+    }
+
+    /// Stops the running spinner, then prints `line`.
+    fn end_wait(&self, line: &str) {
+        if let Some(spinner) = self.spinner().take() {
+            spinner.finish_and_clear();
         }
+        println!("{line}");
     }
 }
 
 impl Progress for ConsoleProgress {
     fn done(&self, cluster: &str, message: &str) {
-        self.print(LineKind::Done, cluster, message);
+        self.print_step(&format_line(LineKind::Done, cluster, message));
     }
+
     fn waiting(&self, cluster: &str, message: &str) {
-        self.print(LineKind::Waiting, cluster, message);
+        let mut spinner = self.spinner();
+        if let Some(previous) = spinner.take() {
+            previous.finish_and_clear();
+        }
+        if !self.interactive {
+            println!("{}", format_line(LineKind::Waiting, cluster, message));
+            return;
+        }
+        let bar = ProgressBar::new_spinner();
+        if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
+            bar.set_style(style);
+        }
+        bar.set_message(format!("({cluster}) {message}"));
+        bar.enable_steady_tick(Duration::from_millis(120));
+        *spinner = Some(bar);
     }
+
+    fn waited(&self, cluster: &str, message: &str) {
+        self.end_wait(&format_line(LineKind::Done, cluster, message));
+    }
+
     fn failed(&self, cluster: &str, message: &str) {
-        self.print(LineKind::Failed, cluster, message);
+        self.end_wait(&format_line(LineKind::Failed, cluster, message));
     }
 }
 

@@ -334,7 +334,7 @@ async fn create(args: CreateArgs) -> Result<(), Error> {
         let ready = status.and_then(|s| conditions::find(&s.conditions, READY));
         match (status.map(|s| s.phase), ready) {
             (Some(ShortcutPhase::Connected), _) => {
-                progress.done("hub", &format!("shortcut {} connected", args.name));
+                progress.waited("hub", &format!("shortcut {} connected", args.name));
                 if let Some(current) = current {
                     print!("{}", render_shortcuts(std::slice::from_ref(&current)));
                 }
@@ -386,7 +386,7 @@ async fn delete(args: DeleteArgs) -> Result<(), Error> {
             .await
             .map_err(hub_error(format!("get {object}")))?;
         let Some(current) = current else {
-            progress.done("hub", &format!("{object} removed"));
+            progress.waited("hub", &format!("{object} removed"));
             return Ok(());
         };
         if Instant::now() >= deadline {

@@ -284,6 +284,9 @@ impl Progress for Recorder {
     fn waiting(&self, cluster: &str, message: &str) {
         self.push("waiting", cluster, message);
     }
+    fn waited(&self, cluster: &str, message: &str) {
+        self.push("waited", cluster, message);
+    }
     fn failed(&self, cluster: &str, message: &str) {
         self.push("failed", cluster, message);
     }
