@@ -176,7 +176,7 @@ pub fn find_on_path(name: &str) -> Option<PathBuf> {
 pub enum InstallError {
     /// cargo could not be started.
     #[error("cannot run cargo: {0}")]
-    Spawn(#[from] std::io::Error),
+    Spawn(std::io::Error),
     /// cargo install failed or ran out of time.
     #[error("`cargo install boringtun-cli` failed ({0}); see its output above")]
     Failed(String),
@@ -189,7 +189,8 @@ pub fn install_boringtun(root: &Path, timeout: Duration) -> Result<PathBuf, Inst
         .arg(timeout.as_secs().to_string())
         .args(["cargo", "install", "boringtun-cli", "--locked", "--root"])
         .arg(root)
-        .status()?;
+        .status()
+        .map_err(InstallError::Spawn)?;
     let binary = root.join("bin").join("boringtun-cli");
     if status.success() && binary.is_file() {
         Ok(binary)

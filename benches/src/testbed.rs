@@ -38,12 +38,12 @@ pub enum TestbedError {
     #[error(transparent)]
     Netns(#[from] NetnsError),
     /// A file in the work directory could not be written.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         /// The file.
         path: PathBuf,
         /// The OS error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A daemon did not come up or its tunnel does not pass traffic.
     #[error("{implementation}: {message}")]
@@ -98,9 +98,9 @@ impl Testbed {
         binaries: &Binaries,
         mtu: u32,
     ) -> Result<Self, TestbedError> {
-        std::fs::create_dir_all(work_dir).map_err(|source| TestbedError::Io {
+        std::fs::create_dir_all(work_dir).map_err(|error| TestbedError::Io {
             path: work_dir.to_owned(),
-            source,
+            error,
         })?;
         let a = Netns::new(&format!("{prefix}-a"))?;
         let b = Netns::new(&format!("{prefix}-b"))?;
@@ -255,9 +255,9 @@ fn tunnel_address(subnet: u8, host: u8) -> Ipv4Addr {
 
 fn write_private(path: &Path, text: &str) -> Result<(), TestbedError> {
     use std::io::Write as _;
-    let io = |source| TestbedError::Io {
+    let io = |error| TestbedError::Io {
         path: path.to_owned(),
-        source,
+        error,
     };
     let mut file = std::fs::OpenOptions::new()
         .write(true)
@@ -281,9 +281,9 @@ fn start_daemon(
     // A socket left by a crashed run (its namespace, and the daemon in it, are gone already).
     let _ = std::fs::remove_file(&socket);
     let log_path = work_dir.join(format!("{ifname}.out"));
-    let io = |source| TestbedError::Io {
+    let io = |error| TestbedError::Io {
         path: log_path.clone(),
-        source,
+        error,
     };
     let log = File::create(&log_path).map_err(io)?;
     let log_err = log.try_clone().map_err(io)?;

@@ -24,14 +24,14 @@ pub enum IperfError {
     Reported(String),
     /// The output is not the JSON report expected.
     #[error("iperf3 output is not a JSON report: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(serde_json::Error),
     /// A server log could not be written.
-    #[error("iperf3 server log {path}: {source}")]
+    #[error("iperf3 server log {path}: {error}")]
     Log {
         /// The log file.
         path: String,
         /// The OS error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The report lacks a field every complete run has.
     #[error("iperf3 report lacks {0}")]
@@ -169,7 +169,7 @@ struct RawSum {
 
 /// Parses a client's `-J` report.
 pub fn parse_report(json: &str) -> Result<Report, IperfError> {
-    let raw: Raw = serde_json::from_str(json)?;
+    let raw: Raw = serde_json::from_str(json).map_err(IperfError::Json)?;
     if let Some(error) = raw.error {
         return Err(IperfError::Reported(error));
     }
@@ -194,7 +194,7 @@ pub fn parse_report(json: &str) -> Result<Report, IperfError> {
 
 /// The address the server saw the client connect from, from a server's `-J` report.
 pub fn parse_server_peer(json: &str) -> Result<String, IperfError> {
-    let raw: Raw = serde_json::from_str(json)?;
+    let raw: Raw = serde_json::from_str(json).map_err(IperfError::Json)?;
     if let Some(error) = raw.error {
         return Err(IperfError::Reported(error));
     }
@@ -213,9 +213,9 @@ pub struct Server {
 impl Server {
     /// Starts a server bound to `bind` on `port`, writing its report to `log`.
     pub fn start(ns: &Netns, bind: &str, port: u16, log: &Path) -> Result<Self, IperfError> {
-        let file = File::create(log).map_err(|source| IperfError::Log {
+        let file = File::create(log).map_err(|error| IperfError::Log {
             path: log.display().to_string(),
-            source,
+            error,
         })?;
         let mut cmd = ns.command("iperf3");
         cmd.args(["-s", "-1", "-J", "-B", bind, "-p", &port.to_string()])

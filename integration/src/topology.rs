@@ -33,7 +33,7 @@ pub const GATEWAY_PORT: u16 = 51820;
 pub enum TopologyError {
     /// Not valid YAML, or fields of the wrong type.
     #[error("topology is not valid YAML: {0}")]
-    Yaml(#[from] serde_yaml::Error),
+    Yaml(serde_yaml::Error),
     /// No clusters.
     #[error("topology has no clusters")]
     NoClusters,
@@ -199,7 +199,7 @@ pub struct LinkSpec(pub String, pub String);
 impl Topology {
     /// Parses and validates a topology.
     pub fn from_yaml(text: &str) -> Result<Self, TopologyError> {
-        let topology: Topology = serde_yaml::from_str(text)?;
+        let topology: Topology = serde_yaml::from_str(text).map_err(TopologyError::Yaml)?;
         topology.validate()?;
         Ok(topology)
     }
@@ -421,6 +421,16 @@ mod tests {
         let mut topology = Topology::seed();
         edit(&mut topology);
         topology.validate()
+    }
+
+    #[test]
+    fn every_example_topology_is_valid() {
+        for (name, text) in [
+            ("seed.yaml", SEED_YAML),
+            ("overlap.yaml", include_str!("../../examples/overlap.yaml")),
+        ] {
+            Topology::from_yaml(text).unwrap_or_else(|e| panic!("examples/{name}: {e}"));
+        }
     }
 
     #[test]

@@ -166,13 +166,13 @@ pub fn start_gateway(
     binary: &Path,
 ) -> Result<u32, LabError> {
     let ns = fabric.ns(&cluster.namespace)?;
-    let log = File::create(&cluster.log).map_err(|source| LabError::Io {
+    let log = File::create(&cluster.log).map_err(|error| LabError::Io {
         path: cluster.log.clone(),
-        source,
+        error,
     })?;
-    let log_err = log.try_clone().map_err(|source| LabError::Io {
+    let log_err = log.try_clone().map_err(|error| LabError::Io {
         path: cluster.log.clone(),
-        source,
+        error,
     })?;
     let binary = binary.to_string_lossy();
     let grpc = cluster.grpc_socket.to_string_lossy();
@@ -186,9 +186,9 @@ pub fn start_gateway(
         .stdout(log)
         .stderr(log_err)
         .process_group(0);
-    let mut child = cmd.spawn().map_err(|source| LabError::Io {
+    let mut child = cmd.spawn().map_err(|error| LabError::Io {
         path: binary.as_ref().into(),
-        source,
+        error,
     })?;
     let pid = child.id();
     let deadline = Instant::now() + GATEWAY_STARTUP;

@@ -55,20 +55,20 @@ pub enum LabError {
     #[error(transparent)]
     State(#[from] StateError),
     /// A file could not be created.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         /// The file.
         path: PathBuf,
         /// The OS error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The controller's planner refused a NetworkConfig or TunnelEndpoint.
-    #[error("{cluster}: {source}")]
+    #[error("{cluster}: {error}")]
     Plan {
         /// The cluster whose state was being computed.
         cluster: String,
         /// The planner's error.
-        source: Box<PlanError>,
+        error: Box<PlanError>,
     },
     /// A gateway failed to start or rejected its state.
     #[error("gateway of {cluster}: {message}")]
@@ -79,12 +79,12 @@ pub enum LabError {
         message: String,
     },
     /// The gRPC call to a gateway failed.
-    #[error("gateway of {cluster}: {source}")]
+    #[error("gateway of {cluster}: {error}")]
     Rpc {
         /// The cluster.
         cluster: String,
         /// The client's error.
-        source: Box<GatewayClientError>,
+        error: Box<GatewayClientError>,
     },
     /// No lab is up (no state file).
     #[error("no lab is up (no state in {0})")]
@@ -217,9 +217,9 @@ pub fn up(options: &LabOptions, out: &mut dyn Write) -> Result<UpReport, LabErro
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|source| LabError::Io {
+        .map_err(|error| LabError::Io {
             path: "tokio runtime".into(),
-            source,
+            error,
         })?;
     let clients: Vec<GatewayClient> = {
         let _guard = runtime.enter();
@@ -324,9 +324,9 @@ impl RunningLab<'_> {
 
     fn link(&mut self, a: &str, b: &str, out: &mut dyn Write) -> Result<(), LabError> {
         let (ia, ib) = (self.index(a)?, self.index(b)?);
-        self.planes.link(ia, ib).map_err(|source| LabError::Plan {
+        self.planes.link(ia, ib).map_err(|error| LabError::Plan {
             cluster: format!("{a} <-> {b}"),
-            source: Box::new(source),
+            error: Box::new(error),
         })?;
         say(
             out,
@@ -345,9 +345,9 @@ impl RunningLab<'_> {
         let endpoints = self
             .planes
             .tunnel_endpoints(index)
-            .map_err(|source| LabError::Plan {
+            .map_err(|error| LabError::Plan {
                 cluster: name.clone(),
-                source: Box::new(source),
+                error: Box::new(error),
             })?;
         let desired = self.planes.desired_state(index, &endpoints);
         let version = desired.version.clone();
@@ -355,9 +355,9 @@ impl RunningLab<'_> {
         let response = self
             .runtime
             .block_on(self.clients[index].apply(desired))
-            .map_err(|source| LabError::Rpc {
+            .map_err(|error| LabError::Rpc {
                 cluster: name.clone(),
-                source: Box::new(source),
+                error: Box::new(error),
             })?;
         let cluster = &mut self.state.clusters[index];
         cluster.tunnel_endpoints = endpoints;
@@ -678,9 +678,9 @@ pub fn status(state_dir: &Path) -> Result<LabStatus, LabError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|source| LabError::Io {
+        .map_err(|error| LabError::Io {
             path: "tokio runtime".into(),
-            source,
+            error,
         })?;
     let clusters = state
         .clusters

@@ -18,20 +18,20 @@ pub const STATE_FILE: &str = "state.json";
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     /// Reading, writing or renaming failed.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         /// The file.
         path: PathBuf,
         /// The OS error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The file is not a lab state.
-    #[error("{path} is not a lab state file: {source}")]
+    #[error("{path} is not a lab state file: {error}")]
     Json {
         /// The file.
         path: PathBuf,
         /// What did not parse.
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
 }
 
@@ -119,25 +119,25 @@ impl LabState {
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(StateError::Io { path, source }),
+            Err(error) => return Err(StateError::Io { path, error }),
         };
         serde_json::from_str(&text)
             .map(Some)
-            .map_err(|source| StateError::Json { path, source })
+            .map_err(|error| StateError::Json { path, error })
     }
 
     /// Writes the state to `dir` atomically (a temporary file renamed over the old one).
     pub fn save(&self, dir: &Path) -> Result<(), StateError> {
         let io = |path: &Path| {
             let path = path.to_owned();
-            move |source| StateError::Io { path, source }
+            move |error| StateError::Io { path, error }
         };
         std::fs::create_dir_all(dir).map_err(io(dir))?;
         let path = Self::path(dir);
         let tmp = dir.join(format!("{STATE_FILE}.tmp"));
-        let text = serde_json::to_string_pretty(self).map_err(|source| StateError::Json {
+        let text = serde_json::to_string_pretty(self).map_err(|error| StateError::Json {
             path: path.clone(),
-            source,
+            error,
         })?;
         std::fs::write(&tmp, text).map_err(io(&tmp))?;
         std::fs::rename(&tmp, &path).map_err(io(&path))
@@ -148,7 +148,7 @@ impl LabState {
         let path = Self::path(dir);
         match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(StateError::Io { path, source: e })
+                Err(StateError::Io { path, error: e })
             }
             _ => Ok(()),
         }
