@@ -356,3 +356,62 @@ async fn a_network_without_finalizer_gets_it_first() {
     reconcile(&client, &ctx, "a").await.unwrap();
     assert_eq!(claims(&client).await.len(), 1);
 }
+
+#[tokio::test]
+async fn allocations_and_exhaustion_are_published_as_events_once() {
+    use k8s_openapi::api::events::v1::Event;
+    use kube::runtime::events::{Recorder, Reporter};
+
+    let client = fake_api(vec![network("a", "uid-a"), network("b", "uid-b")], vec![]).await;
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "kubetun-network".to_owned(),
+            instance: Some("test".to_owned()),
+        },
+    );
+    let ctx = Arc::new(
+        kubetun_controller::network::Context::new(client.clone(), &options(200, 200))
+            .unwrap()
+            .with_recorder(recorder),
+    );
+    for _ in 0..2 {
+        reconcile(&client, &ctx, "a").await.unwrap();
+        reconcile(&client, &ctx, "b").await.unwrap();
+    }
+
+    let events: kube::Api<Event> = kube::Api::namespaced(client.clone(), NS);
+    let mut seen: Vec<(String, String, String)> = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|e| {
+            // A repeated publish would turn the event into a series.
+            assert!(e.series.is_none(), "published more than once: {e:?}");
+            (
+                e.regarding.and_then(|r| r.name).unwrap_or_default(),
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            (
+                "a".to_owned(),
+                "Normal".to_owned(),
+                reason::ALLOCATED.to_owned()
+            ),
+            (
+                "b".to_owned(),
+                "Warning".to_owned(),
+                reason::RANGE_EXHAUSTED.to_owned()
+            ),
+        ],
+        "one event per change, none for unchanged outcomes"
+    );
+}

@@ -150,6 +150,10 @@ fn rbac_covers_what_the_controller_does_and_binds_the_service_account() {
         );
         assert!(on_status.contains("patch"), "{plural}/status");
     }
+    assert_eq!(
+        granted(&cluster_rules, "events.k8s.io", "events"),
+        verbs(&["create", "patch"])
+    );
     assert_eq!(granted(&rules, "", "secrets"), verbs(&["get", "create"]));
     assert_eq!(
         granted(&rules, "", "configmaps"),

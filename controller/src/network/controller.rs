@@ -5,6 +5,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::Controller;
+use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -15,6 +16,9 @@ use super::reconciler::{
     Context, network_error_policy, network_id_error_policy, reconcile_network, reconcile_network_id,
 };
 use super::{Error, NetworkOptions};
+
+/// `reportingController` of the Events the Network controller publishes.
+const EVENT_REPORTER: &str = "kubetun-network";
 
 /// Runs the Network controller and the NetworkId GC until a termination signal.
 ///
@@ -50,10 +54,12 @@ pub async fn run(
     let network_controller = Controller::new(networks.clone(), watcher::Config::default());
     let network_store = network_controller.store();
 
+    let recorder = Recorder::new(client.clone(), Reporter::from(EVENT_REPORTER));
     let ctx = Arc::new(
         Context::new(client, &opts)?
             .with_namespace(namespace)
-            .with_id_cache(id_store.clone()),
+            .with_id_cache(id_store.clone())
+            .with_recorder(recorder),
     );
 
     let network_loop = network_controller

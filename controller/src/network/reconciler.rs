@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
@@ -50,6 +51,8 @@ pub mod condition {
 pub mod reason {
     /// An ID is claimed.
     pub const ALLOCATED: &str = "Allocated";
+    /// The ID was released on deletion (Event reason).
+    pub const RELEASED: &str = "Released";
     /// Every ID of the range is taken.
     pub const RANGE_EXHAUSTED: &str = "RangeExhausted";
     /// The attempt budget ran out; retried soon.
@@ -79,6 +82,7 @@ pub struct Context {
     gc_grace: Duration,
     known_ids: Option<Store<NetworkId>>,
     namespace: Option<String>,
+    recorder: Option<Recorder>,
     pub(super) backoff: ErrorBackoff,
 }
 
@@ -103,6 +107,7 @@ impl Context {
             gc_grace: gc::DEFAULT_GRACE_PERIOD,
             known_ids: None,
             namespace: None,
+            recorder: None,
             backoff: ErrorBackoff::default(),
         })
     }
@@ -131,8 +136,31 @@ impl Context {
         self
     }
 
+    /// Publishes Kubernetes Events about allocations, failures and releases.
+    pub fn with_recorder(mut self, recorder: Recorder) -> Self {
+        self.recorder = Some(recorder);
+        self
+    }
+
     fn now(&self) -> Timestamp {
         (self.clock)()
+    }
+
+    /// Best effort: a lost event must not fail the reconcile.
+    async fn publish(&self, network: &Network, type_: EventType, reason: &str, note: String) {
+        let Some(recorder) = &self.recorder else {
+            return;
+        };
+        let event = KubeEvent {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: "ClaimNetworkID".to_owned(),
+            secondary: None,
+        };
+        if let Err(error) = recorder.publish(&event, &network.object_ref(&())).await {
+            tracing::debug!(network = %NetworkKey::of(network), %error, "cannot publish event");
+        }
     }
 
     fn known_taken(&self, id: u32) -> bool {
@@ -213,6 +241,7 @@ async fn apply(network: &Network, api: &Api<Network>, ctx: &Context) -> Result<A
     let peers = fetch_peers(network, &ctx.client).await?;
     let peerings = peering_statuses(network, outcome.id().is_some(), |key| peers.get(key));
     let status = desired_status(network, &outcome, peerings, Time(ctx.now()));
+    announce(network, &outcome, ctx).await;
     if network.status.as_ref() != Some(&status) {
         let patch = serde_json::json!({
             "apiVersion": Network::api_version(&()),
@@ -232,6 +261,30 @@ async fn apply(network: &Network, api: &Api<Network>, ctx: &Context) -> Result<A
     })
 }
 
+/// Publishes an Event when the ID outcome differs from what the status already says.
+async fn announce(network: &Network, outcome: &IdOutcome, ctx: &Context) {
+    let previous = network.status.as_ref();
+    match outcome {
+        IdOutcome::Allocated(id) => {
+            let recorded = previous.and_then(|s| s.id.as_deref());
+            if recorded != Some(id.to_string().as_str()) {
+                let note = format!("holds network ID {id}");
+                ctx.publish(network, EventType::Normal, reason::ALLOCATED, note)
+                    .await;
+            }
+        }
+        IdOutcome::Unavailable(u) => {
+            let already_reported = previous
+                .and_then(|s| conditions::find(&s.conditions, condition::ID_ALLOCATED))
+                .is_some_and(|c| c.status == "False" && c.reason == u.reason);
+            if !already_reported {
+                ctx.publish(network, EventType::Warning, u.reason, u.message.clone())
+                    .await;
+            }
+        }
+    }
+}
+
 async fn cleanup(network: &Network, ctx: &Context) -> Result<Action, Error> {
     let claimer = claimer_of(network)?;
     let mut ids = ctx.allocator.claims_of(&claimer.uid).await?;
@@ -243,6 +296,9 @@ async fn cleanup(network: &Network, ctx: &Context) -> Result<Action, Error> {
         match ctx.allocator.release(id, &claimer.uid).await? {
             Release::Released => {
                 tracing::info!(network = %NetworkKey::of(network), id, "released network ID");
+                let note = format!("released network ID {id}");
+                ctx.publish(network, EventType::Normal, reason::RELEASED, note)
+                    .await;
             }
             Release::ClaimedByOther => {
                 tracing::warn!(network = %NetworkKey::of(network), id, "network ID is claimed by another network; not releasing it");
