@@ -241,7 +241,6 @@ async fn apply(network: &Network, api: &Api<Network>, ctx: &Context) -> Result<A
     let peers = fetch_peers(network, &ctx.client).await?;
     let peerings = peering_statuses(network, outcome.id().is_some(), |key| peers.get(key));
     let status = desired_status(network, &outcome, peerings, Time(ctx.now()));
-    announce(network, &outcome, ctx).await;
     if network.status.as_ref() != Some(&status) {
         let patch = serde_json::json!({
             "apiVersion": Network::api_version(&()),
@@ -254,6 +253,8 @@ async fn apply(network: &Network, api: &Api<Network>, ctx: &Context) -> Result<A
             &Patch::Apply(&patch),
         )
         .await?;
+        // After the write: a failed write retries, and must not repeat the event.
+        announce(network, &outcome, ctx).await;
     }
     Ok(match outcome {
         IdOutcome::Allocated(_) => Action::requeue(RESYNC),
