@@ -365,6 +365,16 @@ fn kubetun_to_kubetun() {
     ping_and_iperf(&b, TUNNEL_B, &a, TUNNEL_A);
 }
 
+/// The value of the sample `series` (name and labels) in a metrics exposition.
+fn counter(metrics: &str, series: &str) -> u64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(series))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in:\n{metrics}"))
+}
+
 #[test]
 fn source_outside_allowed_ips_is_dropped_and_counted() {
     let Some((mut a, b)) = pair("i4", Implementation::Kubetun, Implementation::WireguardGo) else {
@@ -405,13 +415,32 @@ fn source_outside_allowed_ips_is_dropped_and_counted() {
         "a packet from outside the peer's allowed IPs must not be answered"
     );
     let metrics = a.metrics();
-    let dropped: u64 = metrics
-        .lines()
-        .find(|l| l.starts_with("kubetun_drops_total{reason=\"source_not_allowed\"}"))
-        .and_then(|l| l.split_whitespace().last())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no source_not_allowed counter in:\n{metrics}"));
+    let dropped = counter(
+        &metrics,
+        "kubetun_drops_total{reason=\"source_not_allowed\"}",
+    );
     assert!(dropped >= 3, "expected >= 3 counted drops, got {dropped}");
+    // Malformed datagrams are dropped and counted, and the gateway keeps working.
+    b.ns.exec(&[
+        "bash",
+        "-c",
+        &format!(
+            "for i in 1 2 3; do echo garbage > /dev/udp/{UNDERLAY_A}/{PORT}; done; \
+             head -c 148 /dev/urandom > /dev/udp/{UNDERLAY_A}/{PORT}"
+        ),
+    ])
+    .expect("send garbage");
+    assert!(
+        a.ns.ping(TUNNEL_B, 2),
+        "the gateway must survive malformed datagrams"
+    );
+    let metrics = a.metrics();
+    let invalid = counter(&metrics, "kubetun_drops_total{reason=\"invalid_datagram\"}");
+    let rejected = counter(&metrics, "kubetun_drops_total{reason=\"rejected\"}");
+    assert!(
+        invalid >= 3 && invalid + rejected >= 4,
+        "malformed datagrams must be counted: invalid={invalid} rejected={rejected}"
+    );
     assert!(
         metrics.contains("kubetun_handshakes_total{peer="),
         "per-peer handshake counter missing:\n{metrics}"
@@ -557,6 +586,15 @@ fn grpc_apply_remaps_against_wireguard_go_and_reports_status() {
     assert!(peer.rx_bytes > 0 && peer.tx_packets > 0);
     assert!(peer.last_handshake_unix_ms > 0);
     assert_eq!(peer.endpoint, endpoint(UNDERLAY_B));
+    let mut updates = runtime
+        .block_on(client.watch(Duration::from_millis(200)))
+        .expect("watch");
+    let update = runtime
+        .block_on(updates.message())
+        .expect("watch stream")
+        .expect("a status update");
+    assert_eq!(update.generation, first.generation);
+    assert_eq!(update.peers.len(), 1);
     // The stock tool sees the same peer, with its real prefix as allowed IP.
     let allowed = a.wg(&["show", &a.ifname, "allowed-ips"]);
     assert!(allowed.contains(&format!("{TUNNEL_B}/32")), "{allowed}");
