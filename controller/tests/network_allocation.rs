@@ -415,3 +415,85 @@ async fn allocations_and_exhaustion_are_published_as_events_once() {
         "one event per change, none for unchanged outcomes"
     );
 }
+
+fn claimer(name: &str, uid: &str) -> ClaimRef {
+    ClaimRef {
+        group: GROUP.to_owned(),
+        resource: "networks".to_owned(),
+        namespace: NS.to_owned(),
+        name: name.to_owned(),
+        uid: uid.to_owned(),
+    }
+}
+
+/// Counts NetworkId creates that reach the API.
+fn counting_creates() -> (Faults, Arc<AtomicU32>) {
+    let creates = Arc::new(AtomicU32::new(0));
+    let counter = creates.clone();
+    let faults = Faults {
+        refuse_create: Some(Box::new(move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            None
+        })),
+        ..Faults::default()
+    };
+    (faults, creates)
+}
+
+#[tokio::test]
+async fn attempts_are_bounded_and_wrap_around_the_range() {
+    use kubetun_controller::network::allocator::{AllocError, IdAllocator};
+    use kubetun_controller::network::ids::IdRange;
+
+    let taken: Vec<NetworkId> = (200..=209)
+        .map(|id| claim(id, "other", "uid-other"))
+        .collect();
+    let (faults, creates) = counting_creates();
+    let client = fake_api_with(vec![], taken, faults).await;
+    let range = IdRange::new(200, 299).unwrap();
+
+    let bounded = IdAllocator::new(client.clone(), range, 3);
+    let err = bounded
+        .claim_any(&claimer("a", "uid-a"), 200, |_| false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, AllocError::AttemptsExceeded { attempts: 3, .. }),
+        "{err}"
+    );
+    assert_eq!(creates.load(Ordering::SeqCst), 3);
+
+    // Starting near the end wraps to the beginning after 299.
+    let wide = IdAllocator::new(client.clone(), range, 100);
+    let high: Vec<NetworkId> = (298..=299)
+        .map(|id| claim(id, "other", "uid-other"))
+        .collect();
+    for nid in high {
+        network_ids(&client)
+            .create(&Default::default(), &nid)
+            .await
+            .unwrap();
+    }
+    let id = wide
+        .claim_any(&claimer("b", "uid-b"), 298, |_| false)
+        .await
+        .unwrap();
+    assert_eq!(id, 210, "298 and 299 taken, then 200..=209 taken, then 210");
+}
+
+#[tokio::test]
+async fn ids_known_taken_from_the_cache_cost_no_request() {
+    use kubetun_controller::network::allocator::IdAllocator;
+    use kubetun_controller::network::ids::IdRange;
+
+    let (faults, creates) = counting_creates();
+    let client = fake_api_with(vec![], vec![], faults).await;
+    let allocator = IdAllocator::new(client, IdRange::new(200, 203).unwrap(), 1);
+    // Only 203 looks vacant; with a budget of one create it must still be found.
+    let id = allocator
+        .claim_any(&claimer("a", "uid-a"), 200, |id| id != 203)
+        .await
+        .unwrap();
+    assert_eq!(id, 203);
+    assert_eq!(creates.load(Ordering::SeqCst), 1);
+}
