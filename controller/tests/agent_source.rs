@@ -58,10 +58,13 @@ fn gateway_pod(name: &str, host: &str) -> Pod {
             name: Some(name.to_owned()),
             namespace: Some(NS.to_owned()),
             labels: Some(
-                [(
-                    "app.kubernetes.io/component".to_owned(),
-                    "gateway".to_owned(),
-                )]
+                [
+                    ("app.kubernetes.io/name".to_owned(), "kubetun".to_owned()),
+                    (
+                        "app.kubernetes.io/component".to_owned(),
+                        "gateway".to_owned(),
+                    ),
+                ]
                 .into(),
             ),
             ..ObjectMeta::default()

@@ -224,6 +224,7 @@ fn agent_pass(
             local,
             underlay_mtu,
             gateway_ip,
+            gateway_pod_ip: None,
             nodes: &nodes,
             endpoints,
         })

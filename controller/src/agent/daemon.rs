@@ -31,7 +31,8 @@ use super::{cleanup, converge};
 use crate::cluster_info::DEFAULT_NAMESPACE;
 
 /// Label selector of the gateway pod unless configured otherwise.
-pub const DEFAULT_GATEWAY_SELECTOR: &str = "app.kubernetes.io/component=gateway";
+pub const DEFAULT_GATEWAY_SELECTOR: &str =
+    "app.kubernetes.io/name=kubetun,app.kubernetes.io/component=gateway";
 
 /// How nodes reach the gateway node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -226,6 +227,7 @@ pub fn plan_view(
         local: &local,
         underlay_mtu: underlay.mtu,
         gateway_ip: view.gateway_ip,
+        gateway_pod_ip: view.gateway_pod_ip,
         nodes: &view.nodes,
         endpoints: &view.endpoints,
     })?)

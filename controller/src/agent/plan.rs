@@ -7,10 +7,11 @@
 //!   remote view CIDR, and in the table a route `<view> via <gateway>`: the gateway node's IP
 //!   when the nodes share an L2 ([`Attachment::Direct`]), or the gateway node's overlay address
 //!   on a VXLAN device whose remote is the gateway node ([`Attachment::Overlay`]).
-//! - **gateway node**: the gateway's own routes send the views into its TUN device, so no
-//!   egress rule is needed; for symmetric return paths it adds `from <view> lookup <table>` and
-//!   in the table every other node's pod CIDRs via that node (directly or over the overlay,
-//!   whose device floods to every member node).
+//! - **gateway node**: a host-network gateway's own routes send the views into its TUN device,
+//!   so no egress rule is needed; a gateway in its own pod network namespace gets the same
+//!   `to <view>` rules as members, with routes via the gateway pod's IP. For symmetric return
+//!   paths it adds `from <view> lookup <table>` and in the table every other node's pod CIDRs
+//!   via that node (directly or over the overlay, whose device floods to every member node).
 //!
 //! Route MTUs and advertised MSS follow the tunnel: a packet the tunnel cannot carry is
 //! refused at its source instead of on the gateway.
@@ -136,6 +137,9 @@ pub struct PlanInput<'a> {
     pub underlay_mtu: u32,
     /// Underlay IP of the node the gateway runs on.
     pub gateway_ip: IpAddr,
+    /// The gateway pod's own IP when it runs in a pod network namespace (not host network):
+    /// the gateway node then routes the views to it.
+    pub gateway_pod_ip: Option<IpAddr>,
     /// Every node of the cluster (the local one may be among them).
     pub nodes: &'a [Node],
     /// Every TunnelEndpoint of the cluster.
@@ -343,6 +347,19 @@ pub fn plan(input: &PlanInput<'_>) -> Result<DesiredState, PlanError> {
                 );
             }
         }
+        if let Some(pod_ip) = input.gateway_pod_ip {
+            for (view, tunnel_mtu) in &views {
+                if !same_family(view.addr(), pod_ip) {
+                    skipped.push(family_mismatch(view, pod_ip, "the gateway pod"));
+                    continue;
+                }
+                state.rules.insert(RuleSelector::To(*view));
+                state.routes.insert(
+                    *view,
+                    egress_route(*view, pod_ip, false, (*tunnel_mtu).min(input.underlay_mtu)),
+                );
+            }
+        }
         if !flood_to.is_empty() || input.attachment == Attachment::Overlay {
             state.overlay = Some(overlay_link(input, None, flood_to)?);
         }
@@ -367,26 +384,30 @@ pub fn plan(input: &PlanInput<'_>) -> Result<DesiredState, PlanError> {
                 skipped.push(family_mismatch(&view, via, "gateway node"));
                 continue;
             }
-            let mtu = tunnel_mtu.min(path_mtu);
-            let headers = match view {
-                IpNet::V4(_) => TCP_IPV4_HEADERS,
-                IpNet::V6(_) => TCP_IPV6_HEADERS,
-            };
             state.rules.insert(RuleSelector::To(view));
             state.routes.insert(
                 view,
-                Route {
-                    destination: view,
-                    via: Some(via),
-                    via_overlay: overlay,
-                    mtu: Some(mtu),
-                    advmss: Some(mtu.saturating_sub(headers)),
-                },
+                egress_route(view, via, overlay, tunnel_mtu.min(path_mtu)),
             );
         }
     }
     state.skipped = skipped;
     Ok(state)
+}
+
+/// The route of a remote view, with the path MTU and the MSS that fits it.
+fn egress_route(view: IpNet, via: IpAddr, via_overlay: bool, mtu: u32) -> Route {
+    let headers = match view {
+        IpNet::V4(_) => TCP_IPV4_HEADERS,
+        IpNet::V6(_) => TCP_IPV6_HEADERS,
+    };
+    Route {
+        destination: view,
+        via: Some(via),
+        via_overlay,
+        mtu: Some(mtu),
+        advmss: Some(mtu.saturating_sub(headers)),
+    }
 }
 
 /// The address to route through to reach `node` at `node_ip`.

@@ -57,6 +57,17 @@ pub struct ClusterView {
     pub unaddressed: Vec<String>,
     /// The underlay IP of the gateway's node.
     pub gateway_ip: IpAddr,
+    /// The gateway pod's IP when it is not on the host network.
+    pub gateway_pod_ip: Option<IpAddr>,
+}
+
+/// Where the gateway pod runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GatewayPlacement {
+    /// Its node's IP (`status.hostIP`).
+    pub host_ip: IpAddr,
+    /// Its own IP (`status.podIP`) when that differs from the host's (no host network).
+    pub pod_ip: Option<IpAddr>,
 }
 
 /// Reads TunnelEndpoints and Nodes, and locates the gateway.
@@ -91,8 +102,11 @@ pub async fn read_cluster(
     }
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
 
-    let gateway_ip = match locator {
-        GatewayLocator::Fixed(ip) => *ip,
+    let placement = match locator {
+        GatewayLocator::Fixed(ip) => GatewayPlacement {
+            host_ip: *ip,
+            pod_ip: None,
+        },
         GatewayLocator::Pod { selector } => {
             let pods = Api::<Pod>::namespaced(client.clone(), namespace)
                 .list(&ListParams::default().labels(selector))
@@ -108,7 +122,8 @@ pub async fn read_cluster(
         endpoints,
         nodes,
         unaddressed,
-        gateway_ip,
+        gateway_ip: placement.host_ip,
+        gateway_pod_ip: placement.pod_ip,
     })
 }
 
@@ -145,9 +160,9 @@ pub fn node_facts(node: &KubeNode) -> Result<Node, SourceError> {
     })
 }
 
-/// The host IP of the gateway pod that carries traffic: running, not being deleted, ready if
-/// any is; the oldest such pod by name when several match.
-pub fn gateway_host(pods: &[Pod]) -> Option<IpAddr> {
+/// Where the gateway pod that carries traffic runs: running, not being deleted, ready if any
+/// is; the first by name when several match.
+pub fn gateway_host(pods: &[Pod]) -> Option<GatewayPlacement> {
     let running = |pod: &&Pod| {
         pod.metadata.deletion_timestamp.is_none()
             && pod
@@ -164,15 +179,19 @@ pub fn gateway_host(pods: &[Pod]) -> Option<IpAddr> {
             .flatten()
             .any(|c| c.type_ == "Ready" && c.status == "True")
     };
-    let host = |pod: &Pod| {
-        pod.status
-            .as_ref()
-            .and_then(|s| s.host_ip.as_deref())
+    let placement = |pod: &Pod| {
+        let status = pod.status.as_ref()?;
+        let host_ip = status.host_ip.as_deref()?.parse::<IpAddr>().ok()?;
+        let pod_ip = status
+            .pod_ip
+            .as_deref()
             .and_then(|ip| ip.parse::<IpAddr>().ok())
+            .filter(|ip| *ip != host_ip);
+        Some(GatewayPlacement { host_ip, pod_ip })
     };
     let mut candidates: Vec<&Pod> = pods.iter().filter(running).collect();
     candidates.sort_by_key(|pod| (!ready(pod), pod.name_any()));
-    candidates.into_iter().find_map(host)
+    candidates.into_iter().find_map(placement)
 }
 
 #[cfg(test)]
@@ -259,8 +278,25 @@ mod tests {
             pod("gw-b", "Running", false, "10.1.0.2"),
             pod("gw-c", "Running", true, "10.1.0.3"),
         ];
-        assert_eq!(gateway_host(&pods), Some("10.1.0.3".parse().unwrap()));
-        assert_eq!(gateway_host(&pods[..2]), Some("10.1.0.2".parse().unwrap()));
-        assert_eq!(gateway_host(&pods[..1]), None);
+        let host = |pods: &[Pod]| gateway_host(pods).map(|p| p.host_ip);
+        assert_eq!(host(&pods), Some("10.1.0.3".parse().unwrap()));
+        assert_eq!(host(&pods[..2]), Some("10.1.0.2".parse().unwrap()));
+        assert_eq!(host(&pods[..1]), None);
+    }
+
+    #[test]
+    fn a_pod_network_gateway_has_its_own_ip() {
+        let mut in_pod = pod("gw", "Running", true, "10.1.0.3");
+        let status = in_pod.status.as_mut().unwrap();
+        status.pod_ip = Some("10.244.0.7".to_owned());
+        let placement = gateway_host(&[in_pod.clone()]).unwrap();
+        assert_eq!(placement.pod_ip, Some("10.244.0.7".parse().unwrap()));
+
+        in_pod.status.as_mut().unwrap().pod_ip = Some("10.1.0.3".to_owned());
+        assert_eq!(
+            gateway_host(&[in_pod]).unwrap().pod_ip,
+            None,
+            "host network"
+        );
     }
 }

@@ -83,6 +83,7 @@ fn plan_for(local: &str, gateway: &str, attachment: Attachment) -> DesiredState 
         local,
         underlay_mtu: 1500,
         gateway_ip: ip(gateway),
+        gateway_pod_ip: None,
         nodes: &nodes,
         endpoints: &endpoints,
     })
@@ -135,6 +136,7 @@ fn the_overlay_caps_the_route_mtu() {
         local: &nodes[1],
         underlay_mtu: 1500,
         gateway_ip: nodes[0].ip,
+        gateway_pod_ip: None,
         nodes: &nodes,
         endpoints: &endpoints,
     })
@@ -260,6 +262,7 @@ fn no_endpoints_means_no_routes_and_no_rules() {
         local: &nodes[1],
         underlay_mtu: 1500,
         gateway_ip: nodes[0].ip,
+        gateway_pod_ip: None,
         nodes: &nodes,
         endpoints: &[],
     })
@@ -314,6 +317,7 @@ fn ipv6_views_route_over_an_ipv6_gateway_address() {
         local: &nodes[1],
         underlay_mtu: 1500,
         gateway_ip: nodes[0].ip,
+        gateway_pod_ip: None,
         nodes: &nodes,
         endpoints: &endpoints,
     })
@@ -333,6 +337,7 @@ fn the_overlay_refuses_ipv6_nodes_and_tiny_underlays() {
         local: &nodes[1],
         underlay_mtu: 1500,
         gateway_ip: nodes[0].ip,
+        gateway_pod_ip: None,
         nodes: &nodes,
         endpoints: &[],
     };
@@ -345,6 +350,7 @@ fn the_overlay_refuses_ipv6_nodes_and_tiny_underlays() {
     let input = PlanInput {
         local: &nodes[1],
         gateway_ip: nodes[0].ip,
+        gateway_pod_ip: None,
         nodes: &nodes,
         underlay_mtu: 1300,
         ..input
@@ -379,6 +385,7 @@ fn auto_attachment_goes_direct_inside_the_subnet_and_overlay_beyond_it() {
         local: &nodes[local],
         underlay_mtu: 1500,
         gateway_ip: nodes[gateway].ip,
+        gateway_pod_ip: None,
         nodes: &nodes,
         endpoints: &endpoints,
     };
@@ -410,9 +417,62 @@ fn auto_gateway_node_without_far_nodes_needs_no_overlay() {
         local: &nodes[0],
         underlay_mtu: 1500,
         gateway_ip: nodes[0].ip,
+        gateway_pod_ip: None,
         nodes: &nodes,
         endpoints: &endpoints(),
     })
     .unwrap();
     assert_eq!(state.overlay, None);
+}
+
+#[test]
+fn a_gateway_in_its_own_pod_gets_the_views_from_its_node() {
+    let settings = AgentSettings::default();
+    let nodes = nodes();
+    let endpoints = endpoints();
+    let state = plan(&PlanInput {
+        settings: &settings,
+        attachment: Attachment::Direct,
+        local: &nodes[0],
+        underlay_mtu: 1500,
+        gateway_ip: nodes[0].ip,
+        gateway_pod_ip: Some(ip("10.0.0.7")),
+        nodes: &nodes,
+        endpoints: &endpoints,
+    })
+    .unwrap();
+    let rome = &state.routes[&net("10.201.0.0/16")];
+    assert_eq!(rome.via, Some(ip("10.0.0.7")));
+    assert_eq!(rome.mtu, Some(1420));
+    assert!(
+        state
+            .rules
+            .contains(&RuleSelector::To(net("10.201.0.0/16")))
+    );
+    assert!(
+        state
+            .rules
+            .contains(&RuleSelector::From(net("10.201.0.0/16")))
+    );
+    assert_eq!(
+        state.routes[&net("10.0.1.0/24")].via,
+        Some(ip("192.168.0.11"))
+    );
+
+    let member = plan(&PlanInput {
+        settings: &settings,
+        attachment: Attachment::Direct,
+        local: &nodes[1],
+        underlay_mtu: 1500,
+        gateway_ip: nodes[0].ip,
+        gateway_pod_ip: Some(ip("10.0.0.7")),
+        nodes: &nodes,
+        endpoints: &endpoints,
+    })
+    .unwrap();
+    assert_eq!(
+        member.routes[&net("10.201.0.0/16")].via,
+        Some(ip("192.168.0.10")),
+        "members still go through the gateway's node"
+    );
 }
