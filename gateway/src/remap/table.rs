@@ -237,13 +237,15 @@ impl TableBuilder {
 
         let v4 = build_family(&self.peers, v4_parts);
         let v6 = build_family(&self.peers, v6_parts);
+        let reals_v4 = reals_by_peer(&v4.rules, self.peers.len());
+        let reals_v6 = reals_by_peer(&v6.rules, self.peers.len());
         let peers = self
             .peers
             .iter()
-            .enumerate()
-            .map(|(index, spec)| PeerEntry {
-                reals_v4: peer_reals(&v4.rules, index),
-                reals_v6: peer_reals(&v6.rules, index),
+            .zip(reals_v4.into_iter().zip(reals_v6))
+            .map(|(spec, (reals_v4, reals_v6))| PeerEntry {
+                reals_v4,
+                reals_v6,
                 acl: spec.acl.as_deref().map(PrefixSet::new),
             })
             .collect();
@@ -327,12 +329,13 @@ where
     }
 }
 
-fn peer_reals<A: Key>(rules: &[Rule<A>], peer_index: usize) -> PrefixMap<A> {
-    let prefixes = rules
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| r.peer_index as usize == peer_index);
-    PrefixMap::new(prefixes.map(|(i, r)| (r.real, r.len, i as u32)))
+/// Each peer's real prefixes → rule index, indexed like the peers.
+fn reals_by_peer<A: Key>(rules: &[Rule<A>], peers: usize) -> Vec<PrefixMap<A>> {
+    let mut prefixes: Vec<Vec<(A, u8, u32)>> = vec![Vec::new(); peers];
+    for (index, rule) in rules.iter().enumerate() {
+        prefixes[rule.peer_index as usize].push((rule.real, rule.len, index as u32));
+    }
+    prefixes.into_iter().map(PrefixMap::new).collect()
 }
 
 /// An immutable snapshot of all routes, ACLs and local prefixes; cheap to read from many threads.

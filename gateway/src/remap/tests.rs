@@ -528,6 +528,20 @@ fn ipv4_options_are_skipped() {
 }
 
 #[test]
+fn bytes_after_the_ip_total_length_are_left_alone() {
+    let table = fuzz_table();
+    let mut pkt = build(v4([10, 200, 0, 5]), v4([10, 68, 1, 2]), L4::Udp, b"padded");
+    pkt.extend_from_slice(&[0xee; 6]);
+    assert_eq!(table.egress(&mut pkt), Verdict::Forward(ROME));
+    let (translated, padding) = pkt.split_at(pkt.len() - 6);
+    assert_eq!(
+        translated,
+        build(v4([10, 200, 0, 5]), v4([10, 70, 1, 2]), L4::Udp, b"padded")
+    );
+    assert_eq!(padding, [0xee; 6]);
+}
+
+#[test]
 fn mss_is_clamped_on_syn_only() {
     let table = fuzz_table(); // MTU 1420: IPv4 MSS 1380, IPv6 MSS 1360
     for (src, view, real, limit) in [
