@@ -11,6 +11,7 @@ mod host;
 pub mod net;
 pub mod peer;
 mod plan;
+mod resolve;
 pub mod snapshot;
 
 use std::collections::HashMap;
@@ -27,7 +28,7 @@ use self::datapath::Shared;
 use self::net::Sockets;
 use self::snapshot::{IndexMap, PeerSlot, Snapshot};
 use crate::remap;
-use crate::state::{DesiredState, Endpoint, StateError};
+use crate::state::{DesiredState, StateError};
 
 /// TUN transmit queue length; the kernel default of 500 drops bursts under TCP load.
 pub const TUN_TX_QUEUE_LEN: u32 = 5000;
@@ -151,6 +152,7 @@ impl Device {
             tasks: parking_lot::Mutex::new(vec![
                 tokio::spawn(datapath::tun_loop(Arc::clone(&shared))),
                 tokio::spawn(datapath::timer_loop(Arc::clone(&shared))),
+                tokio::spawn(resolve::reresolve_loop(Arc::clone(&shared))),
             ]),
             changes: watch::channel(0).0,
         });
@@ -214,7 +216,7 @@ impl Device {
                 changed: false,
             });
         }
-        let resolved = resolve_endpoints(&next).await?;
+        let resolved = resolve::resolve_endpoints(&next).await?;
         let port = next.interface.listen_port;
         let fwmark = next.interface.fwmark;
         let new_sockets = match current.sockets.as_deref() {
@@ -426,27 +428,4 @@ fn spawn_readers(shared: &Arc<Shared>, sockets: Option<&Sockets>) -> Vec<JoinHan
         .chain(sockets.v6.iter())
         .map(|socket| tokio::spawn(datapath::udp_loop(Arc::clone(shared), Arc::clone(socket))))
         .collect()
-}
-
-async fn resolve_endpoints(state: &DesiredState) -> Result<Vec<Option<SocketAddr>>, ApplyError> {
-    let mut resolved = Vec::with_capacity(state.peers.len());
-    for peer in &state.peers {
-        let addr = match &peer.endpoint {
-            None => None,
-            Some(Endpoint::Addr(addr)) => Some(*addr),
-            Some(Endpoint::Host { host, port }) => {
-                let error = |reason: String| ApplyError::Resolve {
-                    peer: peer.display_name(),
-                    endpoint: format!("{host}:{port}"),
-                    reason,
-                };
-                let mut addrs = tokio::net::lookup_host((host.as_str(), *port))
-                    .await
-                    .map_err(|e| error(e.to_string()))?;
-                Some(addrs.next().ok_or_else(|| error("no addresses".into()))?)
-            }
-        };
-        resolved.push(addr);
-    }
-    Ok(resolved)
 }

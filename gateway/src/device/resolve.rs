@@ -1,0 +1,83 @@
+//! Endpoint names: resolved when a state is applied (an unresolvable name rejects the state),
+//! and re-resolved periodically for peers without a recent handshake, so a peer whose DNS
+//! record moved is found again without a new apply.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::ApplyError;
+use super::datapath::Shared;
+use crate::clock::unix_ms;
+use crate::state::{DesiredState, Endpoint};
+
+/// How often names are re-resolved.
+const RERESOLVE_INTERVAL: Duration = Duration::from_secs(30);
+/// A peer that handshook more recently than this keeps its (possibly roamed) endpoint.
+const HEALTHY_HANDSHAKE_MS: u64 = 135_000;
+
+/// The endpoint of every peer of `state` (same order), names resolved to their first address.
+pub async fn resolve_endpoints(
+    state: &DesiredState,
+) -> Result<Vec<Option<SocketAddr>>, ApplyError> {
+    let mut resolved = Vec::with_capacity(state.peers.len());
+    for peer in &state.peers {
+        let addr = match &peer.endpoint {
+            None => None,
+            Some(Endpoint::Addr(addr)) => Some(*addr),
+            Some(Endpoint::Host { host, port }) => Some(lookup(host, *port).await.map_err(
+                |reason| ApplyError::Resolve {
+                    peer: peer.display_name(),
+                    endpoint: format!("{host}:{port}"),
+                    reason,
+                },
+            )?),
+        };
+        resolved.push(addr);
+    }
+    Ok(resolved)
+}
+
+async fn lookup(host: &str, port: u16) -> Result<SocketAddr, String> {
+    tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|e| e.to_string())?
+        .next()
+        .ok_or_else(|| "no addresses".to_owned())
+}
+
+/// Every [`RERESOLVE_INTERVAL`], re-resolves the names of peers without a healthy session
+/// and moves them to the new address if it changed.
+pub async fn reresolve_loop(shared: Arc<Shared>) {
+    let mut interval = tokio::time::interval(RERESOLVE_INTERVAL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    interval.tick().await;
+    loop {
+        interval.tick().await;
+        let snapshot = shared.snapshot.load_full();
+        for (_, slot) in snapshot.slots() {
+            let (Some(Endpoint::Host { host, port }), Some(peer)) =
+                (&slot.config.endpoint, &slot.runtime)
+            else {
+                continue;
+            };
+            let last = peer.stats.last_handshake_ms.load(Ordering::Relaxed);
+            if last != 0 && unix_ms().saturating_sub(last) < HEALTHY_HANDSHAKE_MS {
+                continue;
+            }
+            match lookup(host, *port).await {
+                Ok(addr) if peer.endpoint() != Some(addr) => {
+                    tracing::info!(
+                        peer = %slot.config.display_name(),
+                        endpoint = %addr,
+                        "endpoint name resolves to a new address"
+                    );
+                    peer.set_endpoint(Some(addr));
+                }
+                Ok(_) => {}
+                Err(reason) => tracing::debug!(%host, %reason, "re-resolving endpoint failed"),
+            }
+        }
+    }
+}
