@@ -19,6 +19,7 @@ use crate::{Condition, cidr_list_schema};
     shortname = "knet",
     category = "kubetun",
     printcolumn = r#"{"name":"ID","type":"string","jsonPath":".status.id"}"#,
+    printcolumn = r#"{"name":"Cluster","type":"string","jsonPath":".spec.clusterId"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
