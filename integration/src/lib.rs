@@ -6,9 +6,11 @@
 //!   IPAM and planner against real gateways.
 //! - [`table`]: the per-cluster remap table in the seed document's format.
 //! - [`iperf`]: bounded iperf3 runs between namespaces and their JSON reports.
+//! - [`multinode`]: a cluster with several nodes, the route agent run in-process on each.
 
 pub mod iperf;
 pub mod lab;
+pub mod multinode;
 pub mod netns;
 pub mod table;
 pub mod topology;

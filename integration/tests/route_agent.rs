@@ -1,7 +1,7 @@
 //! The route agent against real kernels: three "nodes" (namespaces) on one L2 segment (a bridge
-//! namespace), a pod behind each member node and a remote "cluster" behind the gateway node
-//! (plain routing stands in for the tunnel). The agent logic runs in-process in each node's
-//! namespace, fed TunnelEndpoint specs directly.
+//! namespace), a pod behind each node and a remote "cluster" reachable through whichever node
+//! hosts the gateway (plain routing stands in for the tunnel). The agent logic runs in-process
+//! in each node's namespace, fed TunnelEndpoint specs directly.
 //!
 //! Shown for both attachments (direct next hop and VXLAN overlay), with strict reverse-path
 //! filtering everywhere so asymmetric paths would drop: pods behind member nodes reach the
@@ -11,298 +11,76 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use ipnet::IpNet;
 use kubetun_controller::agent::diff::Change;
-use kubetun_controller::agent::netlink::Kernel;
-use kubetun_controller::agent::plan::{AgentSettings, Attachment, Node, PlanInput, plan};
-use kubetun_controller::agent::{cleanup, converge};
-use kubetun_crds::{CidrMapping, ClusterRef, TunnelEndpointSpec};
-use kubetun_integration::netns::{self, Netns};
+use kubetun_controller::agent::plan::{Attachment, RuleSelector};
+use kubetun_integration::multinode::{
+    MultiNodeCluster, REMOTE_HOST, REMOTE_VIEW, remote_endpoints,
+};
+use kubetun_integration::netns;
 
-const REMOTE_VIEW: &str = "10.201.0.0/16";
-const REMOTE_HOST: &str = "10.201.0.1";
 const PING_TIMEOUT: Duration = Duration::from_secs(5);
-
-struct Lab {
-    _l2: Netns,
-    gw: Netns,
-    a: Netns,
-    b: Netns,
-    pod_a: Netns,
-    pod_b: Netns,
-    remote: Netns,
-    nodes: Vec<Node>,
-}
-
-impl Lab {
-    fn node(&self, name: &str) -> (&Netns, &Node) {
-        let ns = match name {
-            "gw" => &self.gw,
-            "a" => &self.a,
-            _ => &self.b,
-        };
-        (ns, self.nodes.iter().find(|n| n.name == name).unwrap())
-    }
-}
-
-fn node(name: &str, ip: &str, pods: &str) -> Node {
-    Node {
-        name: name.to_owned(),
-        ip: ip.parse().unwrap(),
-        pod_cidrs: vec![pods.parse().unwrap()],
-    }
-}
-
-fn build(prefix: &str) -> Lab {
-    let ns = |n: &str| Netns::new(&format!("{prefix}-{n}")).unwrap();
-    let l2 = ns("l2");
-    l2.exec(&["ip", "link", "add", "br0", "type", "bridge"])
-        .unwrap();
-    l2.exec(&["ip", "link", "set", "br0", "up"]).unwrap();
-    let nodes = vec![
-        node("gw", "192.168.77.10", "10.0.0.0/24"),
-        node("a", "192.168.77.11", "10.0.1.0/24"),
-        node("b", "192.168.77.12", "10.0.2.0/24"),
-    ];
-    let (gw, a, b) = (ns("gw"), ns("a"), ns("b"));
-    for (host, spec) in [&gw, &a, &b].into_iter().zip(&nodes) {
-        let port = format!("port-{}", spec.name);
-        netns::veth(host, "eth0", &l2, &port).unwrap();
-        l2.exec(&["ip", "link", "set", &port, "master", "br0"])
-            .unwrap();
-        host.exec(&[
-            "ip",
-            "addr",
-            "add",
-            &format!("{}/24", spec.ip),
-            "dev",
-            "eth0",
-        ])
-        .unwrap();
-        for sysctl in [
-            "net.ipv4.ip_forward=1",
-            "net.ipv4.conf.all.rp_filter=1",
-            "net.ipv4.conf.default.rp_filter=1",
-            "net.ipv4.conf.eth0.rp_filter=1",
-        ] {
-            host.exec(&["sysctl", "-q", "-w", sysctl]).unwrap();
-        }
-    }
-    let pod = |host: &Netns, name: &str, pods: &str| {
-        let pod = ns(name);
-        netns::veth(&pod, "eth0", host, "pod0").unwrap();
-        host.exec(&["ip", "addr", "add", &format!("{pods}.1/24"), "dev", "pod0"])
-            .unwrap();
-        pod.exec(&["ip", "addr", "add", &format!("{pods}.2/24"), "dev", "eth0"])
-            .unwrap();
-        pod.exec(&["ip", "route", "add", "default", "via", &format!("{pods}.1")])
-            .unwrap();
-        pod
-    };
-    let pod_a = pod(&a, "pa", "10.0.1");
-    let pod_b = pod(&b, "pb", "10.0.2");
-
-    // The remote cluster hangs off both gw and b, standing in for the tunnel of whichever
-    // node runs the gateway.
-    let remote = ns("rem");
-    remote
-        .exec(&[
-            "ip",
-            "addr",
-            "add",
-            &format!("{REMOTE_HOST}/32"),
-            "dev",
-            "lo",
-        ])
-        .unwrap();
-    for (host, link, subnet) in [(&gw, "gw0", "169.254.50"), (&b, "b0", "169.254.51")] {
-        netns::veth(host, "rem0", &remote, link).unwrap();
-        host.exec(&[
-            "ip",
-            "addr",
-            "add",
-            &format!("{subnet}.1/30"),
-            "dev",
-            "rem0",
-        ])
-        .unwrap();
-        remote
-            .exec(&["ip", "addr", "add", &format!("{subnet}.2/30"), "dev", link])
-            .unwrap();
-    }
-    Lab {
-        _l2: l2,
-        gw,
-        a,
-        b,
-        pod_a,
-        pod_b,
-        remote,
-        nodes,
-    }
-}
-
-/// Makes `node` the one whose "gateway" carries the remote view, as a gateway pod would.
-fn host_gateway(lab: &Lab, node: &str) {
-    let (old, new, subnet) = match node {
-        "gw" => (&lab.b, &lab.gw, "169.254.50"),
-        _ => (&lab.gw, &lab.b, "169.254.51"),
-    };
-    let _ = old.exec(&["ip", "route", "del", REMOTE_VIEW]);
-    new.exec(&[
-        "ip",
-        "route",
-        "replace",
-        REMOTE_VIEW,
-        "via",
-        &format!("{subnet}.2"),
-    ])
-    .unwrap();
-    lab.remote
-        .exec(&[
-            "ip",
-            "route",
-            "replace",
-            "default",
-            "via",
-            &format!("{subnet}.1"),
-        ])
-        .unwrap();
-}
-
-fn endpoints(views: &[&str]) -> Vec<TunnelEndpointSpec> {
-    views
-        .iter()
-        .enumerate()
-        .map(|(i, view)| TunnelEndpointSpec {
-            cluster: ClusterRef {
-                id: format!("remote-{i}"),
-                name: format!("remote-{i}"),
-            },
-            remote_pod_cidrs: vec![CidrMapping {
-                real: "10.70.0.0/16".to_owned(),
-                view: (*view).to_owned(),
-            }],
-            ..TunnelEndpointSpec::default()
-        })
-        .collect()
-}
-
-fn in_namespace<T: Send>(ns: &Netns, work: impl AsyncFnOnce(Kernel) -> T + Send) -> T {
-    netns::run_in(ns, || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async {
-            let kernel = Kernel::connect(AgentSettings::default()).unwrap();
-            work(kernel).await
-        })
-    })
-    .unwrap()
-}
-
-/// One agent pass on `node` with the gateway on `gateway`; returns the applied changes.
-fn agent_pass(
-    lab: &Lab,
-    node: &str,
-    gateway: &str,
-    attachment: Attachment,
-    endpoints: &[TunnelEndpointSpec],
-) -> Vec<Change> {
-    let (ns, local) = lab.node(node);
-    let gateway_ip: IpAddr = lab.node(gateway).1.ip;
-    let nodes = lab.nodes.clone();
-    in_namespace(ns, async move |kernel: Kernel| {
-        let underlay_mtu = kernel.underlay(local.ip).await.unwrap().mtu;
-        let desired = plan(&PlanInput {
-            settings: kernel.settings(),
-            attachment,
-            local,
-            underlay_mtu,
-            gateway_ip,
-            gateway_pod_ip: None,
-            nodes: &nodes,
-            endpoints,
-        })
-        .unwrap();
-        converge(&kernel, &desired).await.unwrap()
-    })
-}
-
-fn all_agents(lab: &Lab, gateway: &str, attachment: Attachment, endpoints: &[TunnelEndpointSpec]) {
-    for node in ["gw", "a", "b"] {
-        agent_pass(lab, node, gateway, attachment, endpoints);
-    }
-}
-
-fn tagged(ns: &Netns) -> bool {
-    !in_namespace(ns, async |kernel: Kernel| {
-        kernel.observe().await.unwrap().is_empty()
-    })
-}
+const GW: usize = 0;
+const A: usize = 1;
+const B: usize = 2;
 
 fn scenario(prefix: &str, attachment: Attachment) {
-    let lab = build(prefix);
-    let eps = endpoints(&[REMOTE_VIEW]);
-    host_gateway(&lab, "gw");
+    let cluster = MultiNodeCluster::build(prefix, 3).unwrap();
+    let nodes = cluster.nodes();
+    let (pod_a, pod_b) = (&nodes[A].pod, &nodes[B].pod);
+    let eps = remote_endpoints(&[REMOTE_VIEW]);
+    cluster.host_gateway(GW).unwrap();
     assert!(
-        !lab.pod_a.ping(REMOTE_HOST, 1),
+        !pod_a.ping(REMOTE_HOST, 1),
         "without the agent only the gateway node routes the view"
     );
 
-    all_agents(&lab, "gw", attachment, &eps);
-    assert!(
-        lab.pod_a.wait_ping(REMOTE_HOST, PING_TIMEOUT),
-        "pod behind a"
-    );
-    assert!(
-        lab.pod_b.wait_ping(REMOTE_HOST, PING_TIMEOUT),
-        "pod behind b"
-    );
+    cluster.agent_pass_all(GW, attachment, &eps).unwrap();
+    assert!(pod_a.wait_ping(REMOTE_HOST, PING_TIMEOUT), "pod behind a");
+    assert!(pod_b.wait_ping(REMOTE_HOST, PING_TIMEOUT), "pod behind b");
 
-    let routes = lab
-        .a
+    let node_a = &nodes[A].netns;
+    let routes = node_a
         .exec(&["ip", "route", "show", "table", "1880"])
         .unwrap();
-    assert!(routes.contains("10.201.0.0/16"), "{routes}");
+    assert!(routes.contains(REMOTE_VIEW), "{routes}");
     assert!(routes.contains("proto 183"), "{routes}");
     assert!(
         routes.contains("mtu 1420") && routes.contains("advmss 1380"),
         "{routes}"
     );
-    let rules = lab.a.exec(&["ip", "rule", "show"]).unwrap();
+    let rules = node_a.exec(&["ip", "rule", "show"]).unwrap();
     assert!(
         rules.contains("1880:\tfrom all to 10.201.0.0/16 lookup 1880"),
         "{rules}"
     );
-    let rules = lab.gw.exec(&["ip", "rule", "show"]).unwrap();
+    let rules = nodes[GW].netns.exec(&["ip", "rule", "show"]).unwrap();
     assert!(
         rules.contains("1880:\tfrom 10.201.0.0/16 lookup 1880"),
         "{rules}"
     );
 
-    for node in ["gw", "a", "b"] {
+    for index in [GW, A, B] {
         assert_eq!(
-            agent_pass(&lab, node, "gw", attachment, &eps),
+            cluster.agent_pass(index, GW, attachment, &eps).unwrap(),
             vec![],
-            "{node} is idempotent"
+            "node {index} is idempotent"
         );
     }
 
     // A previous run left a view that is gone now, next to foreign state in our table and at
     // our priority: a restarted agent removes only its own leftovers.
-    agent_pass(
-        &lab,
-        "a",
-        "gw",
-        attachment,
-        &endpoints(&[REMOTE_VIEW, "10.202.0.0/16"]),
-    );
-    lab.a
+    cluster
+        .agent_pass(
+            A,
+            GW,
+            attachment,
+            &remote_endpoints(&[REMOTE_VIEW, "10.202.0.0/16"]),
+        )
+        .unwrap();
+    node_a
         .exec(&[
             "ip",
             "route",
@@ -314,7 +92,7 @@ fn scenario(prefix: &str, attachment: Attachment) {
             "1880",
         ])
         .unwrap();
-    lab.a
+    node_a
         .exec(&[
             "ip",
             "rule",
@@ -327,43 +105,49 @@ fn scenario(prefix: &str, attachment: Attachment) {
             "1880",
         ])
         .unwrap();
-    let repaired = agent_pass(&lab, "a", "gw", attachment, &eps);
+    let repaired = cluster.agent_pass(A, GW, attachment, &eps).unwrap();
     let stale: IpNet = "10.202.0.0/16".parse().unwrap();
-    assert!(
-        repaired.iter().any(|c| matches!(c, Change::DeleteRule(r) if *r == kubetun_controller::agent::plan::RuleSelector::To(stale))),
-        "{repaired:?}"
-    );
     assert_eq!(repaired.len(), 2, "{repaired:?}");
     assert!(
-        lab.pod_a.wait_ping(REMOTE_HOST, PING_TIMEOUT),
+        repaired.contains(&Change::DeleteRule(RuleSelector::To(stale))),
+        "{repaired:?}"
+    );
+    assert!(
+        pod_a.wait_ping(REMOTE_HOST, PING_TIMEOUT),
         "after the repair"
     );
 
-    host_gateway(&lab, "b");
-    all_agents(&lab, "b", attachment, &eps);
+    cluster.host_gateway(B).unwrap();
+    cluster.agent_pass_all(B, attachment, &eps).unwrap();
     assert!(
-        lab.pod_a.wait_ping(REMOTE_HOST, PING_TIMEOUT),
+        pod_a.wait_ping(REMOTE_HOST, PING_TIMEOUT),
         "pod behind a, gateway on b"
     );
     assert!(
-        lab.pod_b.wait_ping(REMOTE_HOST, PING_TIMEOUT),
+        pod_b.wait_ping(REMOTE_HOST, PING_TIMEOUT),
         "pod behind b, now the gateway node"
     );
-    let rules = lab.gw.exec(&["ip", "rule", "show"]).unwrap();
+    assert!(
+        nodes[GW].pod.wait_ping(REMOTE_HOST, PING_TIMEOUT),
+        "pod behind the old gateway node"
+    );
+    let rules = nodes[GW].netns.exec(&["ip", "rule", "show"]).unwrap();
     assert!(
         rules.contains("to 10.201.0.0/16 lookup 1880"),
         "old gateway node is a member: {rules}"
     );
 
-    for ns in [&lab.gw, &lab.a, &lab.b] {
-        let removed = in_namespace(ns, async |kernel: Kernel| cleanup(&kernel).await.unwrap());
-        assert!(!removed.is_empty());
-        assert!(!tagged(ns), "{} still holds tagged state", ns.name());
+    for index in [GW, A, B] {
+        assert!(!cluster.agent_cleanup(index).unwrap().is_empty());
+        assert!(
+            cluster.agent_state(index).unwrap().is_empty(),
+            "node {index}"
+        );
+        let ns = &nodes[index].netns;
         assert!(!ns.succeeds(&["ip", "link", "show", "kubetun.vxlan"]));
     }
-    assert!(!lab.pod_a.ping(REMOTE_HOST, 1), "cleanup removed the path");
-    let foreign_routes = lab
-        .a
+    assert!(!pod_a.ping(REMOTE_HOST, 1), "cleanup removed the path");
+    let foreign_routes = node_a
         .exec(&["ip", "route", "show", "table", "1880"])
         .unwrap();
     assert_eq!(
@@ -371,8 +155,7 @@ fn scenario(prefix: &str, attachment: Attachment) {
         "10.99.0.0/16 via 192.168.77.10 dev eth0",
         "foreign route kept"
     );
-    let foreign_rules = lab
-        .a
+    let foreign_rules = node_a
         .exec(&["ip", "rule", "show", "priority", "1880"])
         .unwrap();
     assert_eq!(

@@ -1,0 +1,304 @@
+//! A cluster with several nodes, as network namespaces, for the route agent: nodes on one L2
+//! segment (a bridge namespace), a "pod" behind every node, and a remote "cluster" wired to
+//! every node so that any node can play the gateway's node (plain routing stands in for the
+//! tunnel). The agent logic runs in-process in each node's namespace.
+//!
+//! Addressing: node `i` is `192.168.77.(10+i)/24` on `eth0` with pod CIDR `10.0.i.0/24` (its
+//! pod is `10.0.i.2`, the node side `10.0.i.1`); the remote cluster holds [`REMOTE_HOST`] in
+//! [`REMOTE_VIEW`] and reaches node `i` over `169.254.(50+i).0/30`.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use ipnet::{IpNet, Ipv4Net};
+
+use kubetun_controller::agent::diff::{Change, ObservedState};
+use kubetun_controller::agent::netlink::{Kernel, NetlinkError};
+use kubetun_controller::agent::plan::{
+    AgentSettings, Attachment, Node, PlanError, PlanInput, plan,
+};
+use kubetun_controller::agent::{cleanup, converge};
+use kubetun_crds::{CidrMapping, ClusterRef, TunnelEndpointSpec};
+
+use crate::netns::{self, Netns, NetnsError};
+
+/// The remote cluster's view CIDR, as this cluster sees it.
+pub const REMOTE_VIEW: &str = "10.201.0.0/16";
+/// An address inside [`REMOTE_VIEW`] that answers (ping, iperf3).
+pub const REMOTE_HOST: &str = "10.201.0.1";
+/// The node subnet.
+pub const UNDERLAY_PREFIX: &str = "192.168.77";
+
+/// Why the multi-node cluster could not be built or driven.
+#[derive(Debug, thiserror::Error)]
+pub enum MultiNodeError {
+    /// A namespace command failed.
+    #[error(transparent)]
+    Netns(#[from] NetnsError),
+    /// Entering a namespace or starting a runtime failed.
+    #[error("entering a namespace: {0}")]
+    Enter(#[from] std::io::Error),
+    /// The agent's kernel access failed.
+    #[error(transparent)]
+    Netlink(#[from] NetlinkError),
+    /// The agent could not plan.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+}
+
+/// One node: its namespace, its facts as the agent sees them, and the pod behind it.
+#[derive(Debug)]
+pub struct LabNode {
+    /// The node's namespace (its host network).
+    pub netns: Netns,
+    /// Name, underlay IP and pod CIDR.
+    pub facts: Node,
+    /// A pod namespace behind the node.
+    pub pod: Netns,
+    /// The pod's address.
+    pub pod_address: Ipv4Addr,
+}
+
+/// The nodes, the L2 segment between them and the remote cluster.
+#[derive(Debug)]
+pub struct MultiNodeCluster {
+    nodes: Vec<LabNode>,
+    remote: Netns,
+    _l2: Netns,
+}
+
+impl MultiNodeCluster {
+    /// Builds `count` nodes named `<prefix>-n<i>` (namespaces are removed on drop). Every node
+    /// forwards and filters reverse paths strictly, so an asymmetric path would drop.
+    pub fn build(prefix: &str, count: u8) -> Result<Self, MultiNodeError> {
+        let l2 = Netns::new(&format!("{prefix}-l2"))?;
+        l2.exec(&["ip", "link", "add", "br0", "type", "bridge"])?;
+        l2.exec(&["ip", "link", "set", "br0", "up"])?;
+        let remote = Netns::new(&format!("{prefix}-rem"))?;
+        remote.exec(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{REMOTE_HOST}/32"),
+            "dev",
+            "lo",
+        ])?;
+
+        let mut nodes = Vec::new();
+        for i in 0..count {
+            let name = format!("n{i}");
+            let host = Netns::new(&format!("{prefix}-{name}"))?;
+            let port = format!("port-{name}");
+            netns::veth(&host, "eth0", &l2, &port)?;
+            l2.exec(&["ip", "link", "set", &port, "master", "br0"])?;
+            let ip = Ipv4Addr::new(192, 168, 77, 10 + i);
+            host.exec(&["ip", "addr", "add", &format!("{ip}/24"), "dev", "eth0"])?;
+            for sysctl in [
+                "net.ipv4.ip_forward=1",
+                "net.ipv4.conf.all.rp_filter=1",
+                "net.ipv4.conf.default.rp_filter=1",
+                "net.ipv4.conf.eth0.rp_filter=1",
+            ] {
+                host.exec(&["sysctl", "-q", "-w", sysctl])?;
+            }
+
+            let pod = Netns::new(&format!("{prefix}-p{i}"))?;
+            netns::veth(&pod, "eth0", &host, "pod0")?;
+            host.exec(&[
+                "ip",
+                "addr",
+                "add",
+                &format!("10.0.{i}.1/24"),
+                "dev",
+                "pod0",
+            ])?;
+            let pod_address = Ipv4Addr::new(10, 0, i, 2);
+            pod.exec(&[
+                "ip",
+                "addr",
+                "add",
+                &format!("{pod_address}/24"),
+                "dev",
+                "eth0",
+            ])?;
+            pod.exec(&[
+                "ip",
+                "route",
+                "add",
+                "default",
+                "via",
+                &format!("10.0.{i}.1"),
+            ])?;
+
+            let remote_if = format!("n{i}");
+            netns::veth(&host, "rem0", &remote, &remote_if)?;
+            let link = 50 + u16::from(i);
+            host.exec(&[
+                "ip",
+                "addr",
+                "add",
+                &format!("169.254.{link}.1/30"),
+                "dev",
+                "rem0",
+            ])?;
+            remote.exec(&[
+                "ip",
+                "addr",
+                "add",
+                &format!("169.254.{link}.2/30"),
+                "dev",
+                &remote_if,
+            ])?;
+
+            nodes.push(LabNode {
+                netns: host,
+                facts: Node {
+                    name,
+                    ip: IpAddr::V4(ip),
+                    pod_cidrs: vec![IpNet::V4(Ipv4Net::new_assert(
+                        Ipv4Addr::new(10, 0, i, 0),
+                        24,
+                    ))],
+                },
+                pod,
+                pod_address,
+            });
+        }
+        Ok(Self {
+            nodes,
+            remote,
+            _l2: l2,
+        })
+    }
+
+    /// The nodes, in index order.
+    pub fn nodes(&self) -> &[LabNode] {
+        &self.nodes
+    }
+
+    /// The remote cluster's namespace.
+    pub fn remote(&self) -> &Netns {
+        &self.remote
+    }
+
+    /// Every node's facts, as the agent reads them from the Node objects.
+    pub fn node_facts(&self) -> Vec<Node> {
+        self.nodes.iter().map(|n| n.facts.clone()).collect()
+    }
+
+    /// Makes node `gateway` the one whose "gateway" carries the remote view (what a
+    /// host-network gateway pod does with its TUN routes), and points the remote's replies at it.
+    pub fn host_gateway(&self, gateway: usize) -> Result<(), MultiNodeError> {
+        for (i, node) in self.nodes.iter().enumerate() {
+            if i != gateway {
+                let _ = node.netns.exec(&["ip", "route", "del", REMOTE_VIEW]);
+            }
+        }
+        let link = 50 + gateway;
+        self.nodes[gateway].netns.exec(&[
+            "ip",
+            "route",
+            "replace",
+            REMOTE_VIEW,
+            "via",
+            &format!("169.254.{link}.2"),
+        ])?;
+        self.remote.exec(&[
+            "ip",
+            "route",
+            "replace",
+            "default",
+            "via",
+            &format!("169.254.{link}.1"),
+        ])?;
+        Ok(())
+    }
+
+    /// One agent pass on node `index` with the gateway on node `gateway`; the applied changes.
+    pub fn agent_pass(
+        &self,
+        index: usize,
+        gateway: usize,
+        attachment: Attachment,
+        endpoints: &[TunnelEndpointSpec],
+    ) -> Result<Vec<Change>, MultiNodeError> {
+        let local = &self.nodes[index].facts;
+        let gateway_ip = self.nodes[gateway].facts.ip;
+        let nodes = self.node_facts();
+        in_namespace(&self.nodes[index].netns, async move |kernel: Kernel| {
+            let underlay_mtu = kernel.underlay(local.ip).await?.mtu;
+            let desired = plan(&PlanInput {
+                settings: kernel.settings(),
+                attachment,
+                local,
+                underlay_mtu,
+                gateway_ip,
+                gateway_pod_ip: None,
+                nodes: &nodes,
+                endpoints,
+            })?;
+            Ok(converge(&kernel, &desired).await?)
+        })
+    }
+
+    /// Agent passes on every node with the gateway on node `gateway`.
+    pub fn agent_pass_all(
+        &self,
+        gateway: usize,
+        attachment: Attachment,
+        endpoints: &[TunnelEndpointSpec],
+    ) -> Result<(), MultiNodeError> {
+        for index in 0..self.nodes.len() {
+            self.agent_pass(index, gateway, attachment, endpoints)?;
+        }
+        Ok(())
+    }
+
+    /// `agent --cleanup` on node `index`; what it removed.
+    pub fn agent_cleanup(&self, index: usize) -> Result<Vec<Change>, MultiNodeError> {
+        in_namespace(&self.nodes[index].netns, async |kernel: Kernel| {
+            Ok(cleanup(&kernel).await?)
+        })
+    }
+
+    /// The agent's tagged state on node `index`.
+    pub fn agent_state(&self, index: usize) -> Result<ObservedState, MultiNodeError> {
+        in_namespace(&self.nodes[index].netns, async |kernel: Kernel| {
+            Ok(kernel.observe().await?)
+        })
+    }
+}
+
+/// TunnelEndpoint specs with one remote pod CIDR each, seen as `views`.
+pub fn remote_endpoints(views: &[&str]) -> Vec<TunnelEndpointSpec> {
+    views
+        .iter()
+        .enumerate()
+        .map(|(i, view)| TunnelEndpointSpec {
+            cluster: ClusterRef {
+                id: format!("remote-{i}"),
+                name: format!("remote-{i}"),
+            },
+            remote_pod_cidrs: vec![CidrMapping {
+                real: "10.70.0.0/16".to_owned(),
+                view: (*view).to_owned(),
+            }],
+            ..TunnelEndpointSpec::default()
+        })
+        .collect()
+}
+
+/// Runs `work` with an agent kernel handle inside namespace `ns`.
+fn in_namespace<T: Send>(
+    ns: &Netns,
+    work: impl AsyncFnOnce(Kernel) -> Result<T, MultiNodeError> + Send,
+) -> Result<T, MultiNodeError> {
+    netns::run_in(ns, || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async {
+            let kernel = Kernel::connect(AgentSettings::default())?;
+            work(kernel).await
+        })
+    })?
+}
