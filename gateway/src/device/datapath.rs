@@ -123,7 +123,7 @@ pub async fn udp_loop(shared: Arc<Shared>, socket: Arc<UdpSocket>) {
         let (len, source) = match recv_from(&socket, &mut datagram).await {
             Ok(received) => received,
             Err(error) => {
-                tracing::warn!(%error, "UDP receive failed");
+                tracing::debug!(%error, "UDP receive failed");
                 continue;
             }
         };
@@ -157,7 +157,11 @@ async fn ingress(
     let Some(id) = find_peer(shared, snapshot, socket, source, datagram, kind, out).await else {
         return;
     };
-    let Some(peer) = snapshot.peer(id).and_then(|slot| slot.runtime.as_deref()) else {
+    let Some(slot) = snapshot.peer(id) else {
+        shared.drops.remap(DropReason::UnknownPeer);
+        return;
+    };
+    let Some(peer) = slot.runtime.as_deref() else {
         shared.drops.device(DeviceDrop::NoPrivateKey);
         return;
     };
@@ -176,7 +180,11 @@ async fn ingress(
             accepted(peer, kind, source, datagram.len());
             if matches!(kind, Incoming::Initiation | Incoming::Response { .. }) {
                 peer.record_handshake(now);
-                tracing::debug!(peer = id, endpoint = %source, "handshake completed");
+                tracing::debug!(
+                    peer = %slot.config.display_name(),
+                    endpoint = %source,
+                    "handshake completed"
+                );
             }
             send_to_peer(shared, snapshot, peer, reply, source).await;
             flush_queue(shared, snapshot, peer, source, out).await;
