@@ -5,6 +5,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use kubetun_integration::iperf::{self, ClientSpec, Mode, Report};
@@ -136,10 +137,18 @@ pub enum BenchError {
     /// Nothing to measure.
     #[error("no implementations or no tests selected")]
     Empty,
+    /// A signal asked the harness to stop; the testbed was removed.
+    #[error("interrupted; the testbed was removed")]
+    Interrupted,
 }
 
 /// Builds the testbed, runs every measurement and summarises them; progress goes to `out`.
-pub fn run(config: &BenchConfig, out: &mut dyn Write) -> Result<BenchResults, BenchError> {
+/// Setting `stop` (e.g. from a signal) ends the run after the measurement in progress.
+pub fn run(
+    config: &BenchConfig,
+    stop: &AtomicBool,
+    out: &mut dyn Write,
+) -> Result<BenchResults, BenchError> {
     if config.implementations.is_empty() || config.tests.is_empty() || config.repetitions == 0 {
         return Err(BenchError::Empty);
     }
@@ -173,8 +182,11 @@ pub fn run(config: &BenchConfig, out: &mut dyn Write) -> Result<BenchResults, Be
         for &test in &config.tests {
             for &implementation in &order {
                 for attempt in 0..=config.retries {
-                    if !wait_quiet(&testbed, config) {
+                    if !wait_quiet(&testbed, config, stop) {
                         say(out, "  the machine did not go quiet; measuring anyway");
+                    }
+                    if stop.load(Ordering::SeqCst) {
+                        return Err(BenchError::Interrupted);
                     }
                     let record =
                         run_once(&testbed, config, repetition, attempt, test, implementation);
@@ -206,9 +218,9 @@ fn rotated<T: Copy>(items: &[T], by: usize) -> Vec<T> {
     order
 }
 
-/// Waits until one second passes with outside load under the threshold, or `quiet_wait`
-/// elapsed. Returns whether the machine went quiet.
-fn wait_quiet(testbed: &Testbed, config: &BenchConfig) -> bool {
+/// Waits until one second passes with outside load under the threshold, `quiet_wait`
+/// elapsed or `stop` is set. Returns whether the machine went quiet.
+fn wait_quiet(testbed: &Testbed, config: &BenchConfig, stop: &AtomicBool) -> bool {
     let deadline = Instant::now() + config.quiet_wait;
     let daemons = testbed.all_daemon_pids();
     loop {
@@ -218,7 +230,7 @@ fn wait_quiet(testbed: &Testbed, config: &BenchConfig) -> bool {
         if usage.foreign_share() <= config.max_foreign_share {
             return true;
         }
-        if Instant::now() >= deadline {
+        if Instant::now() >= deadline || stop.load(Ordering::SeqCst) {
             return false;
         }
     }

@@ -8,12 +8,14 @@
 //! - [`report`]: medians, ranges, ratios, the markdown section and the results file.
 //! - [`implementations`]: the compared implementations and where their executables are.
 //! - [`machine`]: what a result was measured on.
+//! - [`interrupt`]: a clean stop on SIGINT/SIGTERM.
 //!
 //! The criterion micro-benchmarks live in `benches/`.
 
 pub mod cpu;
 pub mod harness;
 pub mod implementations;
+pub mod interrupt;
 pub mod machine;
 pub mod report;
 pub mod testbed;

@@ -2,6 +2,7 @@
 //! it cannot rot: kubetun, wireguard-go and veth always; boringtun-cli when it is installed
 //! (under CI=true it is installed with cargo, bounded in time). Needs root.
 
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use kubetun_benches::harness::{self, BenchConfig, Test};
@@ -70,7 +71,7 @@ fn one_short_iteration_measures_every_implementation() {
         left_out,
     };
 
-    let result = harness::run(&config, &mut out);
+    let result = harness::run(&config, &AtomicBool::new(false), &mut out);
     print!("{}", String::from_utf8_lossy(&out));
     let results = result.expect("harness run");
 

@@ -3,6 +3,7 @@
 //! markdown table, optionally writes JSON and the results file section. Needs root.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
@@ -78,8 +79,17 @@ struct Args {
     write_results: Option<PathBuf>,
 }
 
-fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("kubetun-bench: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
     if !kubetun_integration::netns::is_root() {
         bail!("the harness creates network namespaces and TUN devices: run it as root");
     }
@@ -140,7 +150,9 @@ fn main() -> anyhow::Result<()> {
         binaries,
         left_out,
     };
-    let results = harness::run(&config, &mut stdout)?;
+    let stop =
+        kubetun_benches::interrupt::stop_on_signal().context("installing signal handlers")?;
+    let results = harness::run(&config, &stop, &mut stdout)?;
     let markdown = report::render_markdown(&results);
     println!("\n{markdown}");
     if let Some(path) = args.json {
