@@ -120,7 +120,8 @@ impl GatewayClient {
             .map_err(|status| self.classify(status))
     }
 
-    /// Turns a gRPC status into an error naming the socket.
+    /// Turns a gRPC status into an error naming the socket. Transport failures (no socket,
+    /// refused, reset) are recognised by an IO error in the source chain, not by message.
     pub fn classify(&self, status: tonic::Status) -> GatewayClientError {
         let socket = self.socket.clone();
         match status.code() {
@@ -130,15 +131,16 @@ impl GatewayClient {
                     message: status.message().to_owned(),
                 }
             }
-            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded | tonic::Code::Unknown
-                if status.message().contains("transport")
-                    || status.code() != tonic::Code::Unknown =>
-            {
+            tonic::Code::Unavailable | tonic::Code::DeadlineExceeded => {
                 GatewayClientError::Unavailable {
                     socket,
-                    message: unavailable_message(&status),
+                    message: innermost_cause(&status),
                 }
             }
+            _ if caused_by_io(&status) => GatewayClientError::Unavailable {
+                socket,
+                message: innermost_cause(&status),
+            },
             _ => GatewayClientError::Rpc {
                 socket,
                 status: Box::new(status),
@@ -147,8 +149,20 @@ impl GatewayClient {
     }
 }
 
+/// True when an IO error is somewhere in the source chain.
+fn caused_by_io(status: &tonic::Status) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(cause) = source {
+        if cause.is::<std::io::Error>() {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
 /// The most specific cause of a transport failure (e.g. "No such file or directory").
-fn unavailable_message(status: &tonic::Status) -> String {
+fn innermost_cause(status: &tonic::Status) -> String {
     let mut message = status.message().to_owned();
     let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
     while let Some(cause) = source {
@@ -156,4 +170,45 @@ fn unavailable_message(status: &tonic::Status) -> String {
         source = cause.source();
     }
     message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::FakeGateway;
+
+    #[tokio::test]
+    async fn a_missing_socket_is_unavailable_with_the_os_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let client = GatewayClient::new(dir.path().join("absent.sock"));
+        let error = client.status().await.unwrap_err();
+        assert!(
+            matches!(error, GatewayClientError::Unavailable { .. }),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("absent.sock"), "{error}");
+        assert!(!error.is_rejection());
+    }
+
+    #[tokio::test]
+    async fn apply_status_and_rejection_round_trip() {
+        let gateway = FakeGateway::start().await.unwrap();
+        let client = GatewayClient::new(gateway.socket());
+        let state = DesiredState {
+            version: "v1".into(),
+            ..DesiredState::default()
+        };
+        let response = client.apply(state.clone()).await.unwrap();
+        assert!(response.changed);
+        assert!(!client.apply(state).await.unwrap().changed);
+        assert_eq!(client.status().await.unwrap().version, "v1");
+
+        gateway.reject_with(Some("route 10.0.0.0/8 overlaps"));
+        let error = client.apply(DesiredState::default()).await.unwrap_err();
+        assert!(error.is_rejection());
+        assert!(
+            error.to_string().contains("route 10.0.0.0/8 overlaps"),
+            "{error}"
+        );
+    }
 }

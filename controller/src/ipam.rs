@@ -14,8 +14,8 @@
 //!   restarted controller gives every peer the same view;
 //! - [`Ipam::release`] frees every prefix of an owner for reuse.
 
-use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
@@ -100,15 +100,29 @@ pub struct Ipam {
     reserved: Vec<IpNet>,
     /// owner -> real -> view.
     owners: BTreeMap<String, BTreeMap<IpNet, IpNet>>,
+    /// Everything in use, disjoint and sorted by address: the outermost reserved ranges and
+    /// every view (views never overlap anything in use, so the set stays disjoint).
+    in_use: BTreeSet<IpNet>,
 }
 
 impl Ipam {
     /// An allocator with no allocations.
     pub fn new(config: IpamConfig) -> Self {
+        let reserved: Vec<IpNet> = config.reserved.iter().map(IpNet::trunc).collect();
+        let in_use = reserved
+            .iter()
+            .filter(|r| {
+                !reserved
+                    .iter()
+                    .any(|other| other != *r && other.contains(*r))
+            })
+            .copied()
+            .collect();
         Self {
             pools: config.pools.iter().map(IpNet::trunc).collect(),
-            reserved: config.reserved.iter().map(IpNet::trunc).collect(),
+            reserved,
             owners: BTreeMap::new(),
+            in_use,
         }
     }
 
@@ -145,10 +159,7 @@ impl Ipam {
                         .join(", "),
                 })?,
         };
-        self.owners
-            .entry(owner.to_owned())
-            .or_default()
-            .insert(real, view);
+        self.insert(owner, real, view);
         Ok(view)
     }
 
@@ -177,23 +188,42 @@ impl Ipam {
         if let Some(conflict) = self.first_conflict(view) {
             return Err(refuse(format!("it overlaps {conflict}, which is in use")));
         }
+        self.insert(owner, real, view);
+        Ok(())
+    }
+
+    fn insert(&mut self, owner: &str, real: IpNet, view: IpNet) {
         self.owners
             .entry(owner.to_owned())
             .or_default()
             .insert(real, view);
-        Ok(())
+        self.in_use.insert(view);
     }
 
     /// Frees every allocation of `owner`.
     pub fn release(&mut self, owner: &str) {
-        self.owners.remove(owner);
+        for view in self
+            .owners
+            .remove(owner)
+            .into_iter()
+            .flat_map(|m| m.into_values())
+        {
+            self.in_use.remove(&view);
+        }
     }
 
     /// Frees the allocations of `owner` whose real prefix is not in `keep` (the owner stopped
     /// announcing them).
     pub fn release_except(&mut self, owner: &str, keep: &[IpNet]) {
         if let Some(allocations) = self.owners.get_mut(owner) {
-            allocations.retain(|real, _| keep.iter().any(|k| k.trunc() == *real));
+            let in_use = &mut self.in_use;
+            allocations.retain(|real, view| {
+                let kept = keep.iter().any(|k| k.trunc() == *real);
+                if !kept {
+                    in_use.remove(view);
+                }
+                kept
+            });
             if allocations.is_empty() {
                 self.owners.remove(owner);
             }
@@ -221,46 +251,53 @@ impl Ipam {
         })
     }
 
-    /// Every prefix in use: local ranges and all views.
-    fn in_use(&self) -> impl Iterator<Item = IpNet> + '_ {
-        self.reserved
-            .iter()
-            .copied()
-            .chain(self.owners.values().flat_map(|m| m.values().copied()))
-    }
-
-    /// The first prefix in use that overlaps `net`.
+    /// A prefix in use that overlaps `net`: one inside it, or the one containing it.
     fn first_conflict(&self, net: IpNet) -> Option<IpNet> {
-        self.in_use().find(|used| overlaps(*used, net))
+        let (low, high) = address_bounds(net);
+        if let Some(inside) = self.in_use.range(low..=high).next() {
+            return Some(*inside);
+        }
+        self.in_use
+            .range(..low)
+            .next_back()
+            .filter(|before| before.contains(&net.network()))
+            .copied()
     }
 
     /// Best-fit: the smallest free block of length `<= len`, first in pool and address order;
-    /// the view is its first `/len` subnet.
+    /// the view is its first `/len` subnet. An exact fit ends the search.
     fn best_fit(&self, len: u8, ipv4: bool) -> Option<IpNet> {
-        let mut used: Vec<IpNet> = self
-            .in_use()
-            .filter(|n| n.network().is_ipv4() == ipv4)
-            .collect();
-        used.sort_unstable();
         let mut best: Option<IpNet> = None;
         for pool in self.pools.iter().filter(|p| p.network().is_ipv4() == ipv4) {
-            if pool.prefix_len() > len {
+            if pool.prefix_len() > len || self.covered(*pool) {
                 continue;
             }
-            let in_pool: Vec<IpNet> = used
-                .iter()
-                .copied()
-                .filter(|u| overlaps(*u, *pool))
-                .collect();
-            visit_free_blocks(*pool, &in_pool, len, &mut |block| {
-                // Strictly smaller wins; equal size keeps the earlier block (pool, address order).
-                if best.is_none_or(|b| block.prefix_len() > b.prefix_len()) {
-                    best = Some(block);
-                }
-            });
+            let (low, high) = address_bounds(*pool);
+            let inside: Vec<IpNet> = self.in_use.range(low..=high).copied().collect();
+            if visit_free_blocks(*pool, &inside, len, &mut best) {
+                break;
+            }
         }
         best.and_then(|block| first_subnet(block, len))
     }
+
+    /// True when a single prefix in use contains all of `net`.
+    fn covered(&self, net: IpNet) -> bool {
+        let (_, high) = address_bounds(net);
+        self.in_use
+            .range(..=high)
+            .next_back()
+            .is_some_and(|before| before.contains(&net))
+    }
+}
+
+/// The smallest and largest keys (in `IpNet` order) of prefixes starting inside `net`.
+fn address_bounds(net: IpNet) -> (IpNet, IpNet) {
+    let at = |addr: IpAddr, len: u8| match addr {
+        IpAddr::V4(a) => IpNet::V4(Ipv4Net::new_assert(a, len.min(32))),
+        IpAddr::V6(a) => IpNet::V6(Ipv6Net::new_assert(a, len)),
+    };
+    (at(net.network(), 0), at(net.broadcast(), 128))
 }
 
 /// True when the two prefixes share at least one address.
@@ -268,27 +305,26 @@ pub fn overlaps(a: IpNet, b: IpNet) -> bool {
     a.contains(&b.network()) || b.contains(&a.network())
 }
 
-/// Calls `found` with every maximal free aligned block inside `block` (in address order), not
-/// descending below length `min_len`. `used` holds the in-use prefixes overlapping `block`.
-fn visit_free_blocks(block: IpNet, used: &[IpNet], min_len: u8, found: &mut impl FnMut(IpNet)) {
-    if used.is_empty() {
-        found(block);
-        return;
-    }
-    if block.prefix_len() >= min_len || used.iter().any(|u| u.contains(&block)) {
-        return;
+/// Walks the free aligned blocks inside `block` in address order, not below length `len`,
+/// keeping in `best` the smallest one (the earliest among equals). `used` holds the prefixes
+/// in use that start inside `block`, sorted and disjoint. Returns true on an exact fit, which
+/// nothing can beat.
+fn visit_free_blocks(block: IpNet, used: &[IpNet], len: u8, best: &mut Option<IpNet>) -> bool {
+    let Some(first) = used.first() else {
+        if best.is_none_or(|b| block.prefix_len() > b.prefix_len()) {
+            *best = Some(block);
+        }
+        return block.prefix_len() == len;
+    };
+    if block.prefix_len() >= len || first.contains(&block) {
+        return false;
     }
     let Some((low, high)) = halves(block) else {
-        return;
+        return false;
     };
-    for half in [low, high] {
-        let inside: Vec<IpNet> = used
-            .iter()
-            .copied()
-            .filter(|u| overlaps(*u, half))
-            .collect();
-        visit_free_blocks(half, &inside, min_len, found);
-    }
+    let split = used.partition_point(|u| u.network() < high.network());
+    visit_free_blocks(low, &used[..split], len, best)
+        || visit_free_blocks(high, &used[split..], len, best)
 }
 
 /// The two halves of a prefix, or `None` for a host prefix.

@@ -87,7 +87,7 @@ struct Args {
     /// Largest Network ID (VNI) handed out.
     #[arg(long, env = "KUBETUN_MAX_VNI", default_value_t = NetworkOptions::default().max_vni)]
     max_vni: u32,
-    /// Serve /metrics and /healthz on this address.
+    /// Serve /metrics, /healthz and /readyz on this address.
     #[arg(long, env = "KUBETUN_METRICS_ADDR", default_value = "0.0.0.0:9587")]
     metrics_addr: SocketAddr,
     /// Log as JSON lines.
@@ -193,15 +193,20 @@ async fn main() -> anyhow::Result<()> {
         result = network::run(client, None, network_options) => {
             result.context("the Network controllers failed")?;
         }
-        result = serve_metrics(args.metrics_addr, Arc::new(registry)) => {
+        result = serve_http(args.metrics_addr, Arc::new(registry), ctx.clone()) => {
             result.with_context(|| format!("cannot serve metrics on {}", args.metrics_addr))?;
         }
     }
     Ok(())
 }
 
-/// `/metrics` (Prometheus text format) and `/healthz`.
-async fn serve_metrics(addr: SocketAddr, registry: Arc<Registry>) -> std::io::Result<()> {
+/// `/metrics` (OpenMetrics text), `/healthz` (the process runs) and `/readyz` (the gateway,
+/// if any, answered the last sync).
+async fn serve_http(
+    addr: SocketAddr,
+    registry: Arc<Registry>,
+    ctx: Arc<Context>,
+) -> std::io::Result<()> {
     use axum::http::{StatusCode, header};
     use axum::routing::get;
 
@@ -228,7 +233,20 @@ async fn serve_metrics(addr: SocketAddr, registry: Arc<Registry>) -> std::io::Re
     };
     let app = axum::Router::new()
         .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok" }));
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ctx.gateway.is_none() || ctx.gateway_status().is_some();
+                async move {
+                    if ready {
+                        (StatusCode::OK, "ready")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "gateway unreachable")
+                    }
+                }
+            }),
+        );
     let listener = tokio::net::TcpListener::bind(addr).await?;
     axum::serve(listener, app).await
 }

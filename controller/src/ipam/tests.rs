@@ -242,4 +242,30 @@ proptest! {
             ipam.release("other");
         }
     }
+
+    #[test]
+    fn exhaustion_only_when_no_aligned_block_is_free(
+        requests in proptest::collection::vec((0usize..6, arb_prefix()), 1..60)
+    ) {
+        let mut ipam = Ipam::new(small_config());
+        for (owner, real) in requests {
+            if let Err(IpamError::PoolExhausted { len, .. }) = ipam.map(&owner.to_string(), real) {
+                // Brute force: every aligned block of that length in the pool is taken.
+                let pool = net("10.0.0.0/16");
+                let in_use: Vec<IpNet> = ipam
+                    .reserved()
+                    .iter()
+                    .copied()
+                    .chain(ipam.allocations().map(|a| a.view))
+                    .collect();
+                let count = 1u32 << (len - 16);
+                for i in 0..count {
+                    let addr = Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 0, 0, 0)) + (i << (32 - len)));
+                    let block = IpNet::V4(Ipv4Net::new_assert(addr, len));
+                    prop_assert!(block.trunc() == block && pool.contains(&block));
+                    prop_assert!(in_use.iter().any(|u| overlaps(*u, block)), "{block} was free");
+                }
+            }
+        }
+    }
 }
