@@ -74,15 +74,32 @@ pub mod message {
     pub const SELF_PEERING: &str = "a network cannot peer with itself";
 }
 
+/// What reading a referenced Network found.
+#[derive(Debug, Clone, Copy)]
+pub enum Peer<'a> {
+    /// The Network exists.
+    Found(&'a Network),
+    /// No such Network.
+    Missing,
+    /// It may exist but cannot be read (e.g. no permission in its namespace); the reason.
+    Unreadable(&'a str),
+}
+
+impl<'a> From<Option<&'a Network>> for Peer<'a> {
+    fn from(found: Option<&'a Network>) -> Self {
+        found.map_or(Self::Missing, Self::Found)
+    }
+}
+
 /// The peerings of `network` as they should appear in its status, sorted by name.
 ///
 /// `self_available` says whether `network` holds an ID (the caller may just have allocated
-/// it); `lookup` returns the current peer objects. A missing peer yields a Pending entry and
-/// the remaining peerings are still evaluated.
+/// it); `lookup` reads a peer. A missing or unreadable peer yields a Pending entry and the
+/// remaining peerings are still evaluated.
 pub fn peering_statuses<'a>(
     network: &Network,
     self_available: bool,
-    lookup: impl Fn(&NetworkKey) -> Option<&'a Network>,
+    lookup: impl Fn(&NetworkKey) -> Peer<'a>,
 ) -> Vec<NetworkPeeringStatus> {
     let own_key = NetworkKey::of(network);
     let own_uid = network.uid();
@@ -126,10 +143,17 @@ fn evaluate(
     self_available: bool,
     peering: &NetworkPeering,
     target: &NetworkKey,
-    peer: Option<&Network>,
+    peer: Peer<'_>,
 ) -> NetworkPeeringStatus {
-    let Some(peer) = peer else {
-        return pending(peering, format!("peer network {target} not found"));
+    let peer = match peer {
+        Peer::Found(peer) => peer,
+        Peer::Missing => return pending(peering, format!("peer network {target} not found")),
+        Peer::Unreadable(reason) => {
+            return pending(
+                peering,
+                format!("cannot read peer network {target}: {reason}"),
+            );
+        }
     };
     if peer.metadata.deletion_timestamp.is_some() {
         return pending(peering, message::PEER_DELETING.to_owned());

@@ -28,7 +28,7 @@ use super::allocator::{AllocError, ClaimOutcome, IdAllocator, NETWORKS_RESOURCE,
 use super::backoff::ErrorBackoff;
 use super::gc;
 use super::ids::{IdRange, parse_canonical};
-use super::peering::{NetworkKey, peering_statuses};
+use super::peering::{NetworkKey, Peer, peering_statuses};
 use super::{Error, NetworkOptions};
 use crate::conditions;
 
@@ -239,7 +239,13 @@ async fn apply(network: &Network, api: &Api<Network>, ctx: &Context) -> Result<A
     let claimer = claimer_of(network)?;
     let outcome = ensure_id(network, &claimer, ctx).await?;
     let peers = fetch_peers(network, &ctx.client).await?;
-    let peerings = peering_statuses(network, outcome.id().is_some(), |key| peers.get(key));
+    let peerings = peering_statuses(network, outcome.id().is_some(), |key| {
+        match peers.get(key) {
+            Some(Ok(peer)) => Peer::Found(peer),
+            Some(Err(reason)) => Peer::Unreadable(reason),
+            None => Peer::Missing,
+        }
+    });
     let status = desired_status(network, &outcome, peerings, Time(ctx.now()));
     if network.status.as_ref() != Some(&status) {
         let patch = serde_json::json!({
@@ -479,11 +485,14 @@ async fn ensure_id(
     Ok(IdOutcome::Allocated(id))
 }
 
-/// Uncached reads of every peer the spec names; missing peers are simply absent.
+/// Uncached reads of every peer the spec names; missing peers are absent. A peer the API
+/// refuses to show (403: e.g. another namespace without permission) is recorded with the
+/// reason so the peering reports it; any other failure fails the reconcile (and is retried)
+/// rather than turning Ready peerings Pending on a transient error.
 async fn fetch_peers(
     network: &Network,
     client: &Client,
-) -> Result<BTreeMap<NetworkKey, Network>, Error> {
+) -> Result<BTreeMap<NetworkKey, Result<Network, String>>, Error> {
     let own = NetworkKey::of(network);
     let mut peers = BTreeMap::new();
     for peering in &network.spec.peerings {
@@ -492,8 +501,15 @@ async fn fetch_peers(
             continue;
         }
         let api: Api<Network> = Api::namespaced(client.clone(), &target.namespace);
-        if let Some(peer) = api.get_opt(&target.name).await? {
-            peers.insert(target, peer);
+        match api.get_opt(&target.name).await {
+            Ok(Some(peer)) => {
+                peers.insert(target, Ok(peer));
+            }
+            Ok(None) => {}
+            Err(kube::Error::Api(status)) if status.is_forbidden() => {
+                peers.insert(target, Err("forbidden".to_owned()));
+            }
+            Err(err) => return Err(err.into()),
         }
     }
     Ok(peers)

@@ -46,7 +46,7 @@ fn index(networks: &[Network]) -> BTreeMap<NetworkKey, Network> {
 
 fn statuses_of(n: &Network, all: &[Network]) -> Vec<NetworkPeeringStatus> {
     let idx = index(all);
-    peering_statuses(n, true, |k| idx.get(k))
+    peering_statuses(n, true, |k| idx.get(k).into())
 }
 
 #[test]
@@ -136,6 +136,20 @@ fn missing_peer_does_not_stop_the_other_peerings() {
 }
 
 #[test]
+fn unreadable_peer_is_pending_with_the_reason() {
+    let a = peer_with(
+        network("x", "a", "uid-a", Some("201"), &[]),
+        "p",
+        "b",
+        Some("y"),
+        &[],
+    );
+    let s = peering_statuses(&a, true, |_| Peer::Unreadable("forbidden"));
+    assert_eq!(s[0].state, PeeringState::Pending);
+    assert_eq!(s[0].message, "cannot read peer network y/b: forbidden");
+}
+
+#[test]
 fn peer_without_id_or_self_without_id_is_pending() {
     let a = peer_with(
         network("ns", "a", "uid-a", Some("201"), &[]),
@@ -154,7 +168,7 @@ fn peer_without_id_or_self_without_id_is_pending() {
     let all = [a.clone(), b.clone()];
     assert_eq!(statuses_of(&a, &all)[0].message, message::PEER_PENDING);
     let idx = index(&all);
-    let s = peering_statuses(&b, false, |k| idx.get(k));
+    let s = peering_statuses(&b, false, |k| idx.get(k).into());
     assert_eq!(s[0].message, message::SELF_PENDING);
 }
 
