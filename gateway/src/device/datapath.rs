@@ -15,7 +15,7 @@ use boringtun::noise::handshake::parse_handshake_anon;
 use boringtun::noise::{Packet, TunnResult};
 use tokio::net::UdpSocket;
 
-use super::dispatch::{Incoming, classify, is_initiation};
+use super::dispatch::{Incoming, classify, is_cookie_reply, is_initiation};
 use super::drops::{DeviceDrop, Drops};
 use super::peer::Peer;
 use super::snapshot::Snapshot;
@@ -175,6 +175,13 @@ async fn ingress(
         TunnResult::Err(error) => {
             tracing::trace!(?error, %source, "datagram rejected");
             shared.drops.device(DeviceDrop::Rejected);
+        }
+        TunnResult::WriteToNetwork(reply) if is_cookie_reply(reply) => {
+            // The limiter tripped between our check and the peer's: the sender is unproven.
+            shared.drops.device(DeviceDrop::UnderLoad);
+            if let Err(error) = send_datagram(socket, reply, source).await {
+                tracing::trace!(%error, "cookie reply not sent");
+            }
         }
         TunnResult::WriteToNetwork(reply) => {
             accepted(peer, kind, source, datagram.len());

@@ -81,6 +81,12 @@ pub fn is_initiation(datagram: &[u8]) -> bool {
     datagram.len() == INITIATION_LEN && datagram.first() == Some(&1)
 }
 
+/// Whether an outgoing datagram produced by boringtun is a cookie reply (sent instead of a
+/// handshake response when under load).
+pub fn is_cookie_reply(datagram: &[u8]) -> bool {
+    datagram.len() == COOKIE_REPLY_LEN && datagram.first() == Some(&3)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,7 +168,24 @@ mod tests {
         };
         assert_eq!(classify(init), Incoming::Initiation);
         assert!(is_initiation(init));
+        assert!(!is_cookie_reply(init));
         let init = init.to_vec();
+
+        // Under load, the responder answers with a cookie addressed to the initiator's index.
+        let limiter = boringtun::noise::rate_limiter::RateLimiter::new(&b_public, 0);
+        let source = std::net::IpAddr::from([192, 0, 2, 1]);
+        match limiter.verify_packet(Some(source), &init, &mut out) {
+            Err(TunnResult::WriteToNetwork(cookie)) => {
+                assert!(is_cookie_reply(cookie));
+                assert_eq!(
+                    classify(cookie),
+                    Incoming::CookieReply {
+                        receiver: 0x00ab_cdef
+                    }
+                );
+            }
+            other => panic!("cookie reply expected, got {other:?}"),
+        }
 
         let TunnResult::WriteToNetwork(response) = b.decapsulate(None, &init, &mut out) else {
             panic!("response expected");
