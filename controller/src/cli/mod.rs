@@ -63,6 +63,14 @@ impl From<connector::Error> for Error {
     }
 }
 
+/// Makes rustls use its `ring` provider process-wide, before any kube client is built. With
+/// more than one provider compiled in (feature unification across the workspace does that),
+/// rustls refuses to choose and the first TLS connection panics. Idempotent.
+pub fn install_tls_provider() {
+    // Err means a provider is already installed, which is all this needs.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Where to find one cluster's kubeconfig.
 #[derive(Debug, Clone, Default)]
 pub struct KubeconfigSource {
@@ -96,6 +104,7 @@ impl KubeconfigSource {
             None => Kubeconfig::read(),
         }
         .map_err(|e| fail(e.to_string()))?;
+        install_tls_provider();
         let options = KubeConfigOptions {
             context: self.context.clone(),
             ..KubeConfigOptions::default()

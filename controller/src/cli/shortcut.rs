@@ -23,7 +23,7 @@ use super::{
 };
 use crate::cluster_info::DEFAULT_NAMESPACE;
 use crate::conditions;
-use crate::connector::Progress as _;
+use crate::connector::Progress;
 use crate::shortcut::{DEFAULT_SECRET_KEY, READY, SHORTCUT_LABEL, reason};
 
 /// Field manager of the CLI's writes on the hub.
@@ -189,14 +189,8 @@ fn hub_error(action: String) -> impl FnOnce(kube::Error) -> Error {
     }
 }
 
-/// The kubeconfig Secret of one leaf, minified and self-contained.
-fn kubeconfig_secret(
-    shortcut: &str,
-    namespace: &str,
-    leaf: &str,
-    file: &Path,
-    context: Option<&str>,
-) -> Result<Secret, Error> {
+/// Reads a leaf's kubeconfig file and makes it self-contained (one context, files inlined).
+fn read_kubeconfig(leaf: &str, file: &Path, context: Option<&str>) -> Result<String, Error> {
     let fail = |reason: String| Error::Kubeconfig {
         cluster: leaf.to_owned(),
         source_desc: file.display().to_string(),
@@ -204,113 +198,190 @@ fn kubeconfig_secret(
     };
     let yaml = std::fs::read_to_string(file).map_err(|e| fail(e.to_string()))?;
     let base_dir = file.parent().unwrap_or(Path::new("."));
-    let minified =
-        minify_kubeconfig(&yaml, context, base_dir, &|path| std::fs::read(path)).map_err(fail)?;
-    Ok(Secret {
-        metadata: ObjectMeta {
-            name: Some(secret_name(shortcut, leaf)),
-            namespace: Some(namespace.to_owned()),
-            labels: Some(BTreeMap::from([(
-                SHORTCUT_LABEL.to_owned(),
-                shortcut.to_owned(),
+    minify_kubeconfig(&yaml, context, base_dir, &|path| std::fs::read(path)).map_err(fail)
+}
+
+/// One leaf of a [`ShortcutRequest`].
+#[derive(Debug, Clone)]
+pub struct LeafRequest {
+    /// Name of the leaf.
+    pub name: String,
+    /// Namespace kubetun runs in on the leaf.
+    pub namespace: String,
+    /// Endpoint override of the leaf's gateway.
+    pub endpoint: Option<Endpoint>,
+    /// Self-contained kubeconfig of the leaf.
+    pub kubeconfig: String,
+}
+
+/// What `shortcut create` puts on the hub.
+#[derive(Debug, Clone)]
+pub struct ShortcutRequest {
+    /// Name of the ShortcutConnection.
+    pub name: String,
+    /// Hub namespace of the ShortcutConnection and the Secrets.
+    pub namespace: String,
+    /// First leaf.
+    pub left: LeafRequest,
+    /// Second leaf.
+    pub right: LeafRequest,
+    /// Tunnel MTU.
+    pub mtu: Option<u32>,
+}
+
+impl ShortcutRequest {
+    fn spec(&self) -> ShortcutConnectionSpec {
+        let leaf = |leaf: &LeafRequest| LeafCluster {
+            name: leaf.name.clone(),
+            kubeconfig_secret: SecretKeyRef {
+                name: secret_name(&self.name, &leaf.name),
+                key: None,
+            },
+            namespace: Some(leaf.namespace.clone()),
+            endpoint_override: leaf.endpoint.clone(),
+        };
+        ShortcutConnectionSpec {
+            left: leaf(&self.left),
+            right: leaf(&self.right),
+            mtu: self.mtu,
+        }
+    }
+}
+
+/// Applies the ShortcutConnection and the two kubeconfig Secrets (owned by it, so they go
+/// with it), writing only what differs. Refuses to overwrite a Secret of the same name that
+/// belongs to something else.
+pub async fn apply_shortcut(
+    hub: &kube::Client,
+    request: &ShortcutRequest,
+    progress: &dyn Progress,
+) -> Result<ShortcutConnection, Error> {
+    let namespace = &request.namespace;
+    if request.left.name == request.right.name {
+        return Err(Error::Usage(format!(
+            "both leaves are named {:?}: a shortcut links two different leaves",
+            request.left.name
+        )));
+    }
+    let secrets: Api<Secret> = Api::namespaced(hub.clone(), namespace);
+    let shortcuts: Api<ShortcutConnection> = Api::namespaced(hub.clone(), namespace);
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    let object = format!("ShortcutConnection {namespace}/{}", request.name);
+
+    let spec = request.spec();
+    let existing = shortcuts
+        .get_opt(&request.name)
+        .await
+        .map_err(hub_error(format!("get {object}")))?;
+    let shortcut = match existing {
+        Some(current) if current.spec == spec => {
+            progress.done("hub", &format!("{object} up to date"));
+            current
+        }
+        current => {
+            let mut desired = ShortcutConnection::new(&request.name, spec);
+            desired.metadata.namespace = Some(namespace.clone());
+            let applied = shortcuts
+                .patch(&request.name, &apply, &Patch::Apply(&desired))
+                .await
+                .map_err(hub_error(format!("apply {object}")))?;
+            let verb = if current.is_some() {
+                "updated"
+            } else {
+                "created"
+            };
+            progress.done("hub", &format!("{verb} {object}"));
+            applied
+        }
+    };
+    let owner = shortcut.controller_owner_ref(&());
+
+    for leaf in [&request.left, &request.right] {
+        let name = secret_name(&request.name, &leaf.name);
+        let secret_object = format!("Secret {namespace}/{name}");
+        let desired = Secret {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(namespace.clone()),
+                labels: Some(BTreeMap::from([(
+                    SHORTCUT_LABEL.to_owned(),
+                    request.name.clone(),
+                )])),
+                owner_references: owner.clone().map(|o| vec![o]),
+                ..ObjectMeta::default()
+            },
+            type_: Some("Opaque".to_owned()),
+            data: Some(BTreeMap::from([(
+                DEFAULT_SECRET_KEY.to_owned(),
+                ByteString(leaf.kubeconfig.clone().into_bytes()),
             )])),
-            ..ObjectMeta::default()
-        },
-        type_: Some("Opaque".to_owned()),
-        data: Some(BTreeMap::from([(
-            DEFAULT_SECRET_KEY.to_owned(),
-            ByteString(minified.into_bytes()),
-        )])),
-        ..Secret::default()
-    })
+            ..Secret::default()
+        };
+        let current = secrets
+            .get_opt(&name)
+            .await
+            .map_err(hub_error(format!("get {secret_object}")))?;
+        if let Some(current) = &current {
+            if current.labels().get(SHORTCUT_LABEL) != Some(&request.name) {
+                return Err(Error::Usage(format!(
+                    "{secret_object} exists but does not belong to shortcut {} (label \
+                     {SHORTCUT_LABEL} missing): delete or rename it",
+                    request.name
+                )));
+            }
+            if current.data == desired.data
+                && current.metadata.owner_references == desired.metadata.owner_references
+            {
+                progress.done(
+                    "hub",
+                    &format!("kubeconfig of {} in {secret_object} up to date", leaf.name),
+                );
+                continue;
+            }
+        }
+        secrets
+            .patch(&name, &apply, &Patch::Apply(&desired))
+            .await
+            .map_err(hub_error(format!("apply {secret_object}")))?;
+        progress.done(
+            "hub",
+            &format!("stored the kubeconfig of {} in {secret_object}", leaf.name),
+        );
+    }
+    Ok(shortcut)
 }
 
 async fn create(args: CreateArgs) -> Result<(), Error> {
-    if args.left_name == args.right_name {
-        return Err(Error::Usage(format!(
-            "--left-name and --right-name are both {:?}: a shortcut links two different leaves",
-            args.left_name
-        )));
-    }
     let progress = ConsoleProgress::stdout();
     let namespace = &args.hub.namespace;
-    let client = args.hub.client().await?;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let shortcuts: Api<ShortcutConnection> = Api::namespaced(client, namespace);
-    let apply = PatchParams::apply(FIELD_MANAGER).force();
-
-    let leaves = [
-        (
-            &args.left_name,
-            &args.left_kubeconfig,
-            args.left_context.as_deref(),
-        ),
-        (
-            &args.right_name,
-            &args.right_kubeconfig,
-            args.right_context.as_deref(),
-        ),
-    ];
-    let mut secret_names = Vec::new();
-    for (leaf, file, context) in leaves {
-        let secret = kubeconfig_secret(&args.name, namespace, leaf, file, context)?;
-        let name = secret.name_any();
-        secrets
-            .patch(&name, &apply, &Patch::Apply(&secret))
-            .await
-            .map_err(hub_error(format!("apply Secret {namespace}/{name}")))?;
-        progress.done(
-            "hub",
-            &format!("stored the kubeconfig of {leaf} in Secret {namespace}/{name}"),
-        );
-        secret_names.push(name);
-    }
-
-    let leaf = |name: &str, namespace: &str, endpoint: &Option<Endpoint>| LeafCluster {
-        name: name.to_owned(),
-        kubeconfig_secret: SecretKeyRef {
-            name: secret_name(&args.name, name),
-            key: None,
+    let request = ShortcutRequest {
+        name: args.name.clone(),
+        namespace: namespace.clone(),
+        left: LeafRequest {
+            kubeconfig: read_kubeconfig(
+                &args.left_name,
+                &args.left_kubeconfig,
+                args.left_context.as_deref(),
+            )?,
+            name: args.left_name.clone(),
+            namespace: args.left_namespace.clone(),
+            endpoint: args.left_endpoint.clone(),
         },
-        namespace: Some(namespace.to_owned()),
-        endpoint_override: endpoint.clone(),
-    };
-    let mut shortcut = ShortcutConnection::new(
-        &args.name,
-        ShortcutConnectionSpec {
-            left: leaf(&args.left_name, &args.left_namespace, &args.left_endpoint),
-            right: leaf(
+        right: LeafRequest {
+            kubeconfig: read_kubeconfig(
                 &args.right_name,
-                &args.right_namespace,
-                &args.right_endpoint,
-            ),
-            mtu: args.mtu,
+                &args.right_kubeconfig,
+                args.right_context.as_deref(),
+            )?,
+            name: args.right_name.clone(),
+            namespace: args.right_namespace.clone(),
+            endpoint: args.right_endpoint.clone(),
         },
-    );
-    shortcut.metadata.namespace = Some(namespace.clone());
-    let applied = shortcuts
-        .patch(&args.name, &apply, &Patch::Apply(&shortcut))
-        .await
-        .map_err(hub_error(format!(
-            "apply ShortcutConnection {namespace}/{}",
-            args.name
-        )))?;
-    progress.done(
-        "hub",
-        &format!("applied ShortcutConnection {namespace}/{}", args.name),
-    );
-
-    if let Some(owner) = applied.controller_owner_ref(&()) {
-        for name in &secret_names {
-            let patch = serde_json::json!({ "metadata": { "ownerReferences": [owner] } });
-            secrets
-                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(hub_error(format!(
-                    "set the owner of Secret {namespace}/{name}"
-                )))?;
-        }
-    }
+        mtu: args.mtu,
+    };
+    let client = args.hub.client().await?;
+    apply_shortcut(&client, &request, &progress).await?;
+    let shortcuts: Api<ShortcutConnection> = Api::namespaced(client, namespace);
 
     if !args.wait {
         println!(
