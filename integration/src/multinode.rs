@@ -5,7 +5,8 @@
 //!
 //! Addressing: node `i` is `192.168.77.(10+i)/24` on `eth0` with pod CIDR `10.0.i.0/24` (its
 //! pod is `10.0.i.2`, the node side `10.0.i.1`); the remote cluster holds [`REMOTE_HOST`] in
-//! [`REMOTE_VIEW`] and reaches node `i` over `169.254.(50+i).0/30`.
+//! [`REMOTE_VIEW`] and reaches node `i` over `169.254.(50+i).0/30`, a link with the tunnel's
+//! MTU.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -25,8 +26,8 @@ use crate::netns::{self, Netns, NetnsError};
 pub const REMOTE_VIEW: &str = "10.201.0.0/16";
 /// An address inside [`REMOTE_VIEW`] that answers (ping, iperf3).
 pub const REMOTE_HOST: &str = "10.201.0.1";
-/// The node subnet.
-pub const UNDERLAY_PREFIX: &str = "192.168.77";
+/// MTU of the links to the remote cluster, as the tunnel's (WireGuard's default).
+pub const TUNNEL_MTU: &str = "1420";
 
 /// Why the multi-node cluster could not be built or driven.
 #[derive(Debug, thiserror::Error)]
@@ -131,6 +132,9 @@ impl MultiNodeCluster {
 
             let remote_if = format!("n{i}");
             netns::veth(&host, "rem0", &remote, &remote_if)?;
+            // The stand-in for the tunnel has the tunnel's MTU.
+            host.exec(&["ip", "link", "set", "rem0", "mtu", TUNNEL_MTU])?;
+            remote.exec(&["ip", "link", "set", &remote_if, "mtu", TUNNEL_MTU])?;
             let link = 50 + u16::from(i);
             host.exec(&[
                 "ip",

@@ -17,6 +17,7 @@ use futures::{Stream, StreamExt};
 use ipnet::Ipv4Net;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
+use kube::runtime::utils::PredicateConfig;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
 use kubetun_crds::TunnelEndpoint;
@@ -26,7 +27,7 @@ use super::netlink::{Kernel, NetlinkError, Underlay};
 use super::plan::{
     AgentSettings, Attachment, DesiredState, OverlaySettings, PlanError, PlanInput, plan,
 };
-use super::source::{ClusterView, GatewayLocator, SourceError, read_cluster};
+use super::source::{ClusterView, GatewayLocator, SourceError, node_fingerprint, read_cluster};
 use super::{cleanup, converge};
 use crate::cluster_info::DEFAULT_NAMESPACE;
 
@@ -329,9 +330,12 @@ fn changes(client: &Client, config: &AgentConfig) -> impl Stream<Item = ()> + us
             .touched_objects()
             .map(drop)
             .boxed(),
+        // Node heartbeats are frequent and irrelevant: only address or pod CIDR changes count
+        // (a deleted node is noticed at the next resync).
         watcher(nodes, watcher::Config::default())
             .default_backoff()
             .touched_objects()
+            .predicate_filter(node_fingerprint, PredicateConfig::default())
             .map(drop)
             .boxed(),
         watcher(pods, watcher::Config::default().labels(&pod_selector))

@@ -160,6 +160,18 @@ pub fn node_facts(node: &KubeNode) -> Result<Node, SourceError> {
     })
 }
 
+/// A hash of what the plan reads from a Node (its InternalIP and pod CIDRs), so that status
+/// heartbeats do not trigger passes.
+pub fn node_fingerprint(node: &KubeNode) -> Option<u64> {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut hasher = DefaultHasher::new();
+    node_facts(node)
+        .ok()
+        .map(|facts| (facts.ip, facts.pod_cidrs))
+        .hash(&mut hasher);
+    Some(hasher.finish())
+}
+
 /// Where the gateway pod that carries traffic runs: running, not being deleted, ready if any
 /// is; the first by name when several match.
 pub fn gateway_host(pods: &[Pod]) -> Option<GatewayPlacement> {
@@ -269,6 +281,17 @@ mod tests {
         );
         let bare = kube_node("n2", &[("Hostname", "n2")], &[]);
         assert!(matches!(node_facts(&bare), Err(SourceError::NodeWithoutAddress(n)) if n == "n2"));
+    }
+
+    #[test]
+    fn node_fingerprints_ignore_everything_but_address_and_pod_cidrs() {
+        let node = kube_node("n1", &[("InternalIP", "10.1.0.4")], &["10.244.1.0/24"]);
+        let mut heartbeat = node.clone();
+        heartbeat.metadata.resource_version = Some("42".to_owned());
+        heartbeat.status.as_mut().unwrap().phase = Some("Running".to_owned());
+        assert_eq!(node_fingerprint(&node), node_fingerprint(&heartbeat));
+        let moved = kube_node("n1", &[("InternalIP", "10.1.0.5")], &["10.244.1.0/24"]);
+        assert_ne!(node_fingerprint(&node), node_fingerprint(&moved));
     }
 
     #[test]
