@@ -31,7 +31,8 @@ enum Command {
     Up {
         /// A topology YAML file (see examples/seed.yaml); default: the seed topology.
         topology: Option<PathBuf>,
-        /// Prefix of every namespace and interface name (lets several labs coexist).
+        /// Prefix of every namespace and interface name; with its own --state-dir, a second
+        /// lab can run next to the default one.
         #[arg(long, default_value = "")]
         prefix: String,
         /// The kubetun-gateway binary [default: next to this program, else on PATH].

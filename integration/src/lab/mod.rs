@@ -86,6 +86,9 @@ pub enum LabError {
         /// The client's error.
         error: Box<GatewayClientError>,
     },
+    /// The async runtime for the gRPC clients could not start.
+    #[error("cannot start the gRPC client runtime: {0}")]
+    Runtime(std::io::Error),
     /// No lab is up (no state file).
     #[error("no lab is up (no state in {0})")]
     NotUp(PathBuf),
@@ -217,10 +220,7 @@ pub fn up(options: &LabOptions, out: &mut dyn Write) -> Result<UpReport, LabErro
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|error| LabError::Io {
-            path: "tokio runtime".into(),
-            error,
-        })?;
+        .map_err(LabError::Runtime)?;
     let clients: Vec<GatewayClient> = {
         let _guard = runtime.enter();
         state
@@ -678,10 +678,7 @@ pub fn status(state_dir: &Path) -> Result<LabStatus, LabError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|error| LabError::Io {
-            path: "tokio runtime".into(),
-            error,
-        })?;
+        .map_err(LabError::Runtime)?;
     let clusters = state
         .clusters
         .iter()
