@@ -325,7 +325,7 @@ fn recorded_id(network: &Network) -> Option<u32> {
         .and_then(|id| parse_canonical(id).ok())
 }
 
-/// Whether the Network holds an ID after [`ensure_id`].
+/// Whether the Network holds an ID after the allocation step of a reconcile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IdOutcome {
     /// The Network holds this ID.
