@@ -45,7 +45,7 @@ pub const FIELD_MANAGER: &str = "kubetun-connector";
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The cluster info ConfigMap cannot be read.
-    #[error("({cluster}) cannot read kubetun's cluster info in namespace {namespace}: {source}")]
+    #[error("({cluster}) cannot read kubetun's cluster info in namespace {namespace}")]
     ClusterInfo {
         /// Role of the cluster (`local`, `remote`, a leaf name).
         cluster: String,
@@ -69,8 +69,8 @@ pub enum Error {
     },
     /// An API call failed.
     #[error(
-        "({cluster}, cluster {cluster_id}) cannot {action} {object}: {source}; check that the cluster is \
-         reachable and the credentials may manage kubetun resources in that namespace"
+        "({cluster}, cluster {cluster_id}) cannot {action} {object} (check that the cluster is reachable \
+         and the credentials may manage kubetun resources in that namespace)"
     )]
     Api {
         /// Role of the cluster.
@@ -133,6 +133,22 @@ pub enum Error {
     /// `reset` could not clean any of the two clusters.
     #[error("nothing was reset: {0}")]
     NothingReset(String),
+}
+
+/// `error` and its sources as one line, `: `-separated, skipping a source whose text the line
+/// already holds (many errors repeat their source in their own message).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = cause.source();
+    }
+    line
 }
 
 /// How the connector reaches one cluster.
@@ -568,7 +584,7 @@ impl Connector {
                         reason: rejection.reason.clone(),
                         message: rejection.message.clone(),
                     };
-                    progress.failed(&handle.label, &error.to_string());
+                    progress.failed(&handle.label, &error_chain(&error));
                     return Err(error);
                 }
                 if direction.processed {
@@ -629,7 +645,7 @@ impl Connector {
                 timeout: options.timeout,
                 last: direction.describe(),
             };
-            progress.failed(&self.handle(side).label, &error.to_string());
+            progress.failed(&self.handle(side).label, &error_chain(&error));
             return Err(error);
         }
         tokio::time::sleep(options.poll_interval).await;
@@ -694,7 +710,7 @@ impl Connector {
                             timeout: options.timeout,
                             last: "still present".to_owned(),
                         };
-                        progress.failed(&handle.label, &error.to_string());
+                        progress.failed(&handle.label, &error_chain(&error));
                         return Err(error);
                     }
                     tokio::time::sleep(options.poll_interval).await;
@@ -768,8 +784,9 @@ pub async fn reset(
         let own_id = match own {
             Ok(info) => info.cluster.id.clone(),
             Err(error) => {
-                progress.failed(&handle.label, &format!("skipped: {error}"));
-                problems.push(error.to_string());
+                let message = error_chain(error);
+                progress.failed(&handle.label, &format!("skipped: {message}"));
+                problems.push(message);
                 continue;
             }
         };
@@ -789,7 +806,7 @@ pub async fn reset(
         };
         match forget(handle, &own_id, &peer_id, progress).await {
             Ok(removed) => *slot = Some(removed),
-            Err(error) => problems.push(error.to_string()),
+            Err(error) => problems.push(error_chain(&error)),
         }
     }
     if result.iter().all(Option::is_none) {
@@ -1148,5 +1165,24 @@ fn peer_of(config: &NetworkConfig) -> Option<(&ClusterRef, bool)> {
         Some(ROLE_LOCAL) => Some((&config.spec.destination_cluster, true)),
         Some(ROLE_REMOTE) => Some((&config.spec.source_cluster, false)),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] Middle);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("middle repeats: {0}")]
+    struct Middle(#[source] std::io::Error);
+
+    #[test]
+    fn error_chains_join_causes_once() {
+        let error = Outer(Middle(std::io::Error::other("connection refused")));
+        assert_eq!(error_chain(&error), "outer: middle repeats: connection refused");
     }
 }

@@ -101,7 +101,7 @@ pub enum Error {
     #[error(transparent)]
     Connector(#[from] connector::Error),
     /// The hub's API failed.
-    #[error("hub: cannot {action}: {source}")]
+    #[error("hub: cannot {action}")]
     Hub {
         /// What was attempted.
         action: String,
@@ -110,7 +110,7 @@ pub enum Error {
         source: kube::Error,
     },
     /// The finalizer could not be added or removed.
-    #[error("finalizer {FINALIZER}: {0}")]
+    #[error("finalizer {FINALIZER}")]
     Finalizer(#[source] Box<finalizer::Error<Error>>),
     /// The object has no namespace (the CRD is namespaced; this is a bug elsewhere).
     #[error("ShortcutConnection {0} has no namespace")]
@@ -401,7 +401,7 @@ async fn with_finalizer(
 /// Retry with exponential backoff per shortcut.
 pub fn error_policy(shortcut: Arc<ShortcutConnection>, error: &Error, ctx: Arc<Context>) -> Action {
     let delay = ctx.backoff.next(&key_of(&shortcut), &ctx.intervals);
-    tracing::warn!(shortcut = %key_of(&shortcut), retry_in = ?delay, "{error}");
+    tracing::warn!(shortcut = %key_of(&shortcut), retry_in = ?delay, "{}", connector::error_chain(error));
     Action::requeue(delay)
 }
 
@@ -498,7 +498,7 @@ fn record_error(
     now: Time,
 ) {
     let (type_, reason) = error.condition();
-    let message = error.to_string();
+    let message = connector::error_chain(error);
     conditions::set(
         conditions_list,
         type_,

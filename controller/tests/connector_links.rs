@@ -252,7 +252,7 @@ async fn a_foreign_object_in_the_way_is_reported_and_left_alone() {
         .await
         .unwrap_err();
     assert!(matches!(error, Error::NotManaged { .. }), "{error}");
-    let message = error.to_string();
+    let message = connector::error_chain(&error);
     assert!(message.contains("(local, cluster europe)"), "{message}");
     assert!(
         message.contains("NetworkConfig kubetun-system/to-rome"),
@@ -292,7 +292,7 @@ async fn an_unreachable_cluster_is_named_and_reset_cleans_the_reachable_side() {
         .connect(quick(false), &Recorder::default())
         .await
         .unwrap_err();
-    let message = error.to_string();
+    let message = connector::error_chain(&error);
     assert!(
         message.starts_with("(remote) cannot read kubetun's cluster info"),
         "{message}"
@@ -352,7 +352,7 @@ async fn reset_without_a_way_to_know_the_peer_fails_with_the_reason() {
     )
     .await
     .unwrap_err();
-    let message = error.to_string();
+    let message = connector::error_chain(&error);
     assert!(
         message.contains("peer's cluster id is unknown"),
         "{message}"
@@ -373,7 +373,7 @@ async fn waiting_without_a_controller_times_out_naming_the_cluster() {
         .await
         .unwrap_err();
     assert!(matches!(error, Error::Timeout { .. }), "{error}");
-    let message = error.to_string();
+    let message = connector::error_chain(&error);
     assert!(
         message.starts_with("(remote, cluster rome) timed out"),
         "{message}"
@@ -401,7 +401,7 @@ async fn a_rejected_network_config_fails_fast_with_the_reason() {
         .connect(quick(true), &Recorder::default())
         .await
         .unwrap_err();
-    let message = error.to_string();
+    let message = connector::error_chain(&error);
     assert!(matches!(error, Error::Rejected { .. }), "{message}");
     assert!(
         message

@@ -30,19 +30,19 @@ pub enum Error {
         /// Why.
         reason: String,
     },
-    /// The connector failed.
-    #[error(transparent)]
+    /// The connector failed. Shown with its whole cause chain: this is the error the user
+    /// reads, so it carries no separate source.
+    #[error("{}", connector::error_chain(.0.as_ref()))]
     Connector(Box<connector::Error>),
-    /// An API call of the CLI itself failed.
-    #[error("({cluster}) cannot {action}: {source}")]
+    /// An API call of the CLI itself failed (shown with the API error's cause chain).
+    #[error("({cluster}) cannot {action}: {}", connector::error_chain(.error.as_ref()))]
     Api {
         /// Which cluster.
         cluster: String,
         /// What was attempted.
         action: String,
         /// The API error.
-        #[source]
-        source: Box<kube::Error>,
+        error: Box<kube::Error>,
     },
     /// A flag value is unusable.
     #[error("{0}")]

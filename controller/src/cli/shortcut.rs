@@ -164,7 +164,7 @@ pub async fn run(args: ShortcutArgs) -> Result<(), Error> {
                     .map_err(|source| Error::Api {
                         cluster: "hub".to_owned(),
                         action: "list ShortcutConnections".to_owned(),
-                        source: Box::new(source),
+                        error: Box::new(source),
                     })?;
             if shortcuts.items.is_empty() {
                 println!("no shortcuts");
@@ -185,7 +185,7 @@ fn hub_error(action: String) -> impl FnOnce(kube::Error) -> Error {
     move |source| Error::Api {
         cluster: "hub".to_owned(),
         action,
-        source: Box::new(source),
+        error: Box::new(source),
     }
 }
 
