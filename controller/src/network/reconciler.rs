@@ -584,7 +584,11 @@ pub fn desired_status(
         (
             true,
             reason::PEERINGS_READY,
-            format!("{} peerings ready", peerings.len()),
+            match peerings.len() {
+                0 => "no peerings".to_owned(),
+                1 => "1 peering ready".to_owned(),
+                n => format!("{n} peerings ready"),
+            },
         )
     };
     conditions::set(
@@ -636,7 +640,9 @@ mod tests {
         assert_eq!(first.phase, NetworkPhase::Available);
         assert_eq!(first.observed_generation, Some(3));
         assert_eq!(condition(&first, condition::ID_ALLOCATED).status, "True");
-        assert_eq!(condition(&first, condition::PEERINGS_READY).status, "True");
+        let peerings_ready = condition(&first, condition::PEERINGS_READY);
+        assert_eq!(peerings_ready.status, "True");
+        assert_eq!(peerings_ready.message, "no peerings");
 
         network.status = Some(first.clone());
         let again = desired_status(&network, &IdOutcome::Allocated(250), vec![], at(200));
