@@ -599,3 +599,38 @@ fn grpc_apply_remaps_against_wireguard_go_and_reports_status() {
     let allowed = a.wg(&["show", &a.ifname, "allowed-ips"]);
     assert!(allowed.contains(&format!("{TUNNEL_B}/32")), "{allowed}");
 }
+
+/// IPv6 on both layers: the IPv6 socket carries the tunnel, and IPv6 packets cross it.
+#[test]
+fn ipv6_underlay_and_inner_packets_with_wireguard_go() {
+    let Some((a, b)) = pair("i7", Implementation::Kubetun, Implementation::WireguardGo) else {
+        return;
+    };
+    for (side, veth, underlay) in [(&a, "veth-a", "fd77::1/64"), (&b, "veth-b", "fd77::2/64")] {
+        side.ns
+            .exec(&["ip", "-6", "address", "add", underlay, "dev", veth, "nodad"])
+            .expect("IPv6 underlay address");
+    }
+    a.configure(&b, TUNNEL_A, "fd99::2/128", Some("[fd77::2]:51820"));
+    b.configure(&a, TUNNEL_B, "fd99::1/128", None);
+    for (side, inner) in [(&a, "fd99::1/64"), (&b, "fd99::2/64")] {
+        side.ns
+            .exec(&[
+                "ip",
+                "-6",
+                "address",
+                "add",
+                inner,
+                "dev",
+                &side.ifname,
+                "nodad",
+            ])
+            .expect("IPv6 tunnel address");
+    }
+    assert!(
+        a.ns.wait_ping("fd99::2", Duration::from_secs(10)),
+        "no IPv6 ping reply through an IPv6 tunnel"
+    );
+    assert_eq!(b.peer_endpoint(), "[fd77::1]:51820");
+    assert!(b.ns.ping("fd99::1", 2), "reverse IPv6 ping failed");
+}
