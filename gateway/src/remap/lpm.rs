@@ -124,7 +124,7 @@ impl<A: Key> PrefixMap<A> {
     }
 
     /// The value of the longest prefix containing `addr`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn lookup(&self, addr: A) -> Option<u32> {
         match &self.repr {
             Repr::Linear(entries) => entries
@@ -142,7 +142,7 @@ impl<A: Key> PrefixMap<A> {
     }
 }
 
-#[inline]
+#[inline(always)]
 fn lookup_levels<A: Key>(levels: &[Level<A>], addr: A) -> Option<u32> {
     let (mut lo, mut hi) = (0, levels.len());
     let mut best = None;
@@ -163,7 +163,7 @@ fn lookup_levels<A: Key>(levels: &[Level<A>], addr: A) -> Option<u32> {
 }
 
 impl<A: Key> Level<A> {
-    #[inline]
+    #[inline(always)]
     fn probe(&self, key: A) -> Option<u32> {
         let index_mask = self.slots.len() - 1;
         let mut index = (key.hash64() >> self.shift) as usize;

@@ -18,7 +18,8 @@ struct Rule<A> {
     view: A,
     real: A,
     len: u8,
-    host_mask: A,
+    /// The peer has an ACL: only then does egress need its entry.
+    peer_has_acl: bool,
     /// A longer view of another route lies inside this one's view, so an ingress translation
     /// must confirm that the resulting view selects this route.
     view_shadowed: bool,
@@ -27,15 +28,18 @@ struct Rule<A> {
     real_shadowed: bool,
 }
 
-impl<A: Key + std::ops::BitOr<Output = A>> Rule<A> {
+impl<A: Key + std::ops::BitXor<Output = A>> Rule<A> {
+    /// The real address of `view_addr`, which lies in this rule's view: its network bits equal
+    /// the view's, so `view_addr ^ view` is exactly its host bits.
     #[inline]
     fn real_for(&self, view_addr: A) -> A {
-        self.real | view_addr.and(self.host_mask)
+        self.real ^ self.view ^ view_addr
     }
 
+    /// The view address of `real_addr`, which lies in this rule's real prefix.
     #[inline]
     fn view_for(&self, real_addr: A) -> A {
-        self.view | real_addr.and(self.host_mask)
+        self.view ^ self.real ^ real_addr
     }
 }
 
@@ -272,7 +276,7 @@ const NO_PEER: u32 = u32::MAX;
 
 fn build_family<A>(peers: &[PeerSpec], parts: fn(&IpNet) -> Option<(A, u8)>) -> FamilyTable<A>
 where
-    A: Key + std::ops::BitOr<Output = A> + std::ops::Not<Output = A>,
+    A: Key + std::ops::BitXor<Output = A>,
 {
     let mut rules: Vec<Rule<A>> = Vec::new();
     for (peer_index, spec) in peers.iter().enumerate() {
@@ -287,7 +291,7 @@ where
                 view,
                 real,
                 len,
-                host_mask: !A::mask(len),
+                peer_has_acl: spec.acl.is_some(),
                 view_shadowed: false,
                 real_shadowed: false,
             });
@@ -374,7 +378,7 @@ impl ExactSizeIterator for Views<'_> {}
 
 /// The per-family parts of the fast path, so egress and ingress are written once.
 trait Family {
-    type Addr: Key + std::ops::BitOr<Output = Self::Addr>;
+    type Addr: Key + std::ops::BitXor<Output = Self::Addr>;
     type Meta;
     fn parse(pkt: &[u8]) -> Result<Self::Meta, Malformed>;
     fn addr(pkt: &[u8], side: Side) -> Self::Addr;
@@ -540,8 +544,8 @@ impl RemapTable {
         {
             return Verdict::Drop(DropReason::LocalSourceNotAllowed);
         }
-        let peer = &self.peers[rule.peer_index as usize];
-        if let Some(acl) = &peer.acl
+        if rule.peer_has_acl
+            && let Some(acl) = &self.peers[rule.peer_index as usize].acl
             && !F::set(acl).contains(real)
         {
             return Verdict::Drop(DropReason::Acl);
