@@ -44,6 +44,15 @@ impl XorShift {
     }
 }
 
+/// How many distinct prefix lengths the rules use; the LPM probes about log2 of that.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lengths {
+    /// Four lengths, like IPAM-allocated pod and external CIDRs (/16../28, /40../64).
+    Typical,
+    /// Every length in /12../30 or /32../120: the worst case for the LPM.
+    Spread,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Family {
     V4,
@@ -65,11 +74,13 @@ impl Family {
         }
     }
 
-    /// Prefix lengths of the generated rules: many distinct lengths make the LPM work hardest.
-    fn random_len(self, rng: &mut XorShift) -> u8 {
-        match self {
-            Family::V4 => 12 + rng.below(19) as u8, // /12../30
-            Family::V6 => 32 + rng.below(89) as u8, // /32../120
+    /// A prefix length drawn from `lengths`.
+    fn random_len(self, lengths: Lengths, rng: &mut XorShift) -> u8 {
+        match (lengths, self) {
+            (Lengths::Typical, Family::V4) => [16, 20, 24, 28][rng.below(4) as usize],
+            (Lengths::Typical, Family::V6) => [40, 48, 56, 64][rng.below(4) as usize],
+            (Lengths::Spread, Family::V4) => 12 + rng.below(19) as u8, // /12../30
+            (Lengths::Spread, Family::V6) => 32 + rng.below(89) as u8, // /32../120
         }
     }
 
@@ -127,12 +138,12 @@ struct Setup {
     family: Family,
 }
 
-fn setup(family: Family, rules: usize) -> Setup {
+fn setup(family: Family, lengths: Lengths, rules: usize) -> Setup {
     let mut rng = XorShift(0x9e37_79b9_7f4a_7c15 ^ rules as u64 ^ family.bits() as u64);
     let mut used = HashSet::new();
     let mut pairs = Vec::new();
     while pairs.len() * 2 < rules {
-        let len = family.random_len(&mut rng);
+        let len = family.random_len(lengths, &mut rng);
         let p = random_prefix(family, len, &mut rng);
         let q = random_prefix(family, len, &mut rng);
         if p == q || !used.insert(p) || !used.insert(q) {
@@ -264,18 +275,26 @@ fn lookup_and_rewrite(c: &mut Criterion) {
     for family in [Family::V4, Family::V6] {
         let mut group = c.benchmark_group(format!("remap_{}", family.name()));
         group.throughput(Throughput::Elements(1));
-        for rules in RULE_COUNTS {
-            let setup = setup(family, rules);
+        let cases = RULE_COUNTS
+            .map(|rules| (Lengths::Typical, rules))
+            .into_iter()
+            .chain([(Lengths::Spread, 10_000)]);
+        for (lengths, rules) in cases {
+            let setup = setup(family, lengths, rules);
+            let (egress, ingress) = match lengths {
+                Lengths::Typical => ("egress", "ingress"),
+                Lengths::Spread => ("egress_spread", "ingress_spread"),
+            };
             let mut batch = egress_batch(&setup);
             let mut i = 0;
-            group.bench_function(BenchmarkId::new("egress", rules), |b| {
+            group.bench_function(BenchmarkId::new(egress, rules), |b| {
                 b.iter(|| {
                     i = (i + 1) % BATCH;
                     black_box(setup.table.egress(black_box(&mut batch[i])))
                 })
             });
             let mut batch = ingress_batch(&setup);
-            group.bench_function(BenchmarkId::new("ingress", rules), |b| {
+            group.bench_function(BenchmarkId::new(ingress, rules), |b| {
                 b.iter(|| {
                     i = (i + 1) % BATCH;
                     let (pkt, peers, turn) = &mut batch[i];
@@ -284,7 +303,7 @@ fn lookup_and_rewrite(c: &mut Criterion) {
                     black_box(verdict)
                 })
             });
-            if rules == 10_000 {
+            if lengths == Lengths::Typical && rules == 10_000 {
                 baseline(&mut group, &setup);
             }
         }
@@ -325,7 +344,7 @@ fn baseline(
 /// A reader loading the snapshot through `arc_swap::Cache` for every packet, with and without
 /// another thread storing a new snapshot every millisecond.
 fn snapshot_swaps(c: &mut Criterion) {
-    let setup = setup(Family::V4, 10_000);
+    let setup = setup(Family::V4, Lengths::Typical, 10_000);
     let mut batch = egress_batch(&setup);
     let snapshots = [Arc::new(setup.table.clone()), Arc::new(setup.table)];
     let shared = Arc::new(ArcSwap::new(Arc::clone(&snapshots[0])));
