@@ -116,6 +116,7 @@ async fn main() -> anyhow::Result<()> {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
 
+    kubetun_controller::cli::install_tls_provider();
     let client = kube::Client::try_default()
         .await
         .context("cannot build a Kubernetes client (in-cluster config or kubeconfig)")?;
