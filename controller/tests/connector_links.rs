@@ -12,7 +12,7 @@ use std::time::Duration;
 use connector_support::{Cluster, Controllers, NAMESPACE, Recorder, quick, settle};
 use kube::api::{ObjectMeta, PostParams};
 use kubetun_controller::connector::{
-    self, Connector, Error, MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL,
+    self, CidrKind, Connector, Error, MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL,
 };
 use kubetun_controller::planner::PEER_LABEL;
 use kubetun_crds::{ConnectionState, Endpoint, NetworkConfig};
@@ -408,4 +408,68 @@ async fn a_rejected_network_config_fails_fast_with_the_reason() {
             .starts_with("(local, cluster europe) rejected NetworkConfig kubetun-system/from-rome"),
         "{message}"
     );
+}
+
+#[tokio::test]
+async fn status_lists_every_link_with_views_state_and_what_a_pending_one_waits_for() {
+    let europe = Cluster::start("europe", "Europe", "10.200.0.0/16", "10.70.0.0/16").await;
+    let rome = Cluster::start("rome", "Rome", "10.202.0.0/16", "10.70.0.0/16").await;
+    let milan = Cluster::start("milan", "Milan", "10.203.0.0/16", "10.70.0.0/16").await;
+    {
+        let _controllers = Controllers::run(&[&europe, &rome]);
+        connector(&europe, &rome)
+            .connect(quick(true), &Recorder::default())
+            .await
+            .unwrap();
+    }
+    // Milan's controller is not running: its link stays half-way.
+    connector(&europe, &milan)
+        .sync(&Recorder::default())
+        .await
+        .unwrap();
+
+    let links = connector::link_statuses(&europe.handle("local"))
+        .await
+        .unwrap();
+    let peers: Vec<&str> = links.iter().map(|l| l.peer.id.as_str()).collect();
+    assert_eq!(peers, ["milan", "rome"]);
+
+    let milan_link = &links[0];
+    assert!(milan_link.connection.is_none());
+    assert_eq!(
+        milan_link.pending.as_deref(),
+        Some("waiting for the peer to process our NetworkConfig")
+    );
+    assert!(milan_link.local_cidrs.is_empty() && milan_link.remote_cidrs.is_empty());
+
+    let rome_link = &links[1];
+    assert_eq!(rome_link.peer.name, "Rome");
+    assert_eq!(
+        rome_link.endpoint.as_ref().unwrap().to_string(),
+        "rome.gateway.example:51820"
+    );
+    assert_eq!(
+        rome_link.connection.as_ref().unwrap().status,
+        ConnectionState::Connected
+    );
+    let find = |cidrs: &[(CidrKind, kubetun_crds::CidrMapping)], kind: CidrKind| {
+        cidrs
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, m)| m.clone())
+            .unwrap()
+    };
+    // How Rome sees Europe: pods as they are, the shared external CIDR remapped.
+    assert!(!find(&rome_link.local_cidrs, CidrKind::Pod).is_remapped());
+    assert!(find(&rome_link.local_cidrs, CidrKind::External).is_remapped());
+    // How Europe sees Rome.
+    assert_eq!(
+        find(&rome_link.remote_cidrs, CidrKind::Pod).real,
+        "10.202.0.0/16"
+    );
+    assert!(find(&rome_link.remote_cidrs, CidrKind::External).is_remapped());
+
+    let rendered = kubetun_controller::cli::network::render_link(rome_link);
+    assert!(rendered.starts_with("Peer rome (Rome)\n"), "{rendered}");
+    assert!(rendered.contains("connection:     Connected"), "{rendered}");
 }
