@@ -22,6 +22,11 @@ pub(crate) trait Key: Copy + Eq + Hash + std::fmt::Debug {
     fn and(self, other: Self) -> Self;
     /// A 64-bit hash whose high bits are well mixed.
     fn hash64(self) -> u64;
+    /// The key as stored in a hash slot, aligned to 4 bytes so that IPv6 slots take 20 bytes
+    /// instead of the 32 a 16-byte-aligned `u128` would need.
+    type Packed: Copy + Eq + std::fmt::Debug;
+    /// Converts to the stored form.
+    fn pack(self) -> Self::Packed;
 }
 
 const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -39,6 +44,11 @@ impl Key for u32 {
     #[inline]
     fn hash64(self) -> u64 {
         u64::from(self).wrapping_mul(GOLDEN)
+    }
+    type Packed = u32;
+    #[inline]
+    fn pack(self) -> u32 {
+        self
     }
 }
 
@@ -58,16 +68,26 @@ impl Key for u128 {
         let lo = self as u64;
         (hi.wrapping_mul(GOLDEN).rotate_left(31) ^ lo).wrapping_mul(GOLDEN)
     }
+    type Packed = [u32; 4];
+    #[inline]
+    fn pack(self) -> [u32; 4] {
+        [
+            (self >> 96) as u32,
+            (self >> 64) as u32,
+            (self >> 32) as u32,
+            self as u32,
+        ]
+    }
 }
 
 /// An immutable map from prefixes to `u32` values with longest-prefix-match lookup.
 #[derive(Clone, Debug)]
-pub(crate) struct PrefixMap<A> {
+pub(crate) struct PrefixMap<A: Key> {
     repr: Repr<A>,
 }
 
 #[derive(Clone, Debug)]
-enum Repr<A> {
+enum Repr<A: Key> {
     /// `(network, mask, value)`, longest prefix first.
     Linear(Box<[(A, A, u32)]>),
     /// One level per distinct prefix length, shortest first.
@@ -75,7 +95,7 @@ enum Repr<A> {
 }
 
 #[derive(Clone, Debug)]
-struct Level<A> {
+struct Level<A: Key> {
     mask: A,
     /// `64 - log2(slots.len())`: the hash's top bits pick the first slot.
     shift: u32,
@@ -85,8 +105,8 @@ struct Level<A> {
 /// A hash slot; `tag` is [`EMPTY`], [`MARKER`] (no prefix of this length or shorter matches the
 /// key) or `value + VALUE_BASE` (the best match at this length or shorter).
 #[derive(Clone, Copy, Debug)]
-struct Slot<A> {
-    key: A,
+struct Slot<A: Key> {
+    key: A::Packed,
     tag: u32,
 }
 
@@ -167,12 +187,13 @@ impl<A: Key> Level<A> {
     fn probe(&self, key: A) -> Option<u32> {
         let index_mask = self.slots.len() - 1;
         let mut index = (key.hash64() >> self.shift) as usize;
+        let packed = key.pack();
         loop {
             let slot = &self.slots[index & index_mask];
             if slot.tag == EMPTY {
                 return None;
             }
-            if slot.key == key {
+            if slot.key == packed {
                 return Some(slot.tag);
             }
             index = index.wrapping_add(1);
@@ -185,7 +206,7 @@ impl<A: Key> Level<A> {
         let bits = capacity.trailing_zeros();
         let mut slots = vec![
             Slot {
-                key: A::mask(0),
+                key: A::mask(0).pack(),
                 tag: EMPTY
             };
             capacity
@@ -197,7 +218,10 @@ impl<A: Key> Level<A> {
             while slots[index & (capacity - 1)].tag != EMPTY {
                 index = index.wrapping_add(1);
             }
-            slots[index & (capacity - 1)] = Slot { key, tag };
+            slots[index & (capacity - 1)] = Slot {
+                key: key.pack(),
+                tag,
+            };
         }
         Self {
             mask: A::mask(len),

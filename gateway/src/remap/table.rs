@@ -45,7 +45,7 @@ impl<A: Key + std::ops::BitXor<Output = A>> Rule<A> {
 
 /// The routes of one address family: rules, and the LPM over their views.
 #[derive(Clone, Debug)]
-struct FamilyTable<A> {
+struct FamilyTable<A: Key> {
     rules: Box<[Rule<A>]>,
     /// View prefix → rule index.
     views: PrefixMap<A>,
