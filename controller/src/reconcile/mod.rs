@@ -20,7 +20,8 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::runtime::{PredicateConfig, WatchStreamExt as _, predicates, watcher};
+
 use kube::{Resource, ResourceExt as _};
 use kubetun_crds::{Network, NetworkConfig, TunnelEndpoint};
 use serde::Serialize;
@@ -180,8 +181,15 @@ pub async fn run(ctx: Arc<Context>) {
         .touched_objects()
         .filter_map(|event| async move { event.ok().map(|_: Network| ()) });
 
+    // Owned TunnelEndpoints trigger their NetworkConfig on spec changes only: the gateway
+    // sync rewrites their status all the time. A TunnelEndpoint deleted by hand comes back
+    // with the periodic requeue.
+    let endpoint_changes = watcher(endpoints, watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .predicate_filter(predicates::generation, PredicateConfig::default());
     let controller = Controller::new(configs, watcher::Config::default())
-        .owns(endpoints, watcher::Config::default())
+        .owns_stream(endpoint_changes)
         .reconcile_all_on(network_changes)
         .shutdown_on_signal()
         .run(
