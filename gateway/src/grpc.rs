@@ -9,11 +9,12 @@ use std::time::Duration;
 
 use tokio::net::UnixListener;
 use tokio_stream::Stream;
-use tokio_stream::wrappers::{ReceiverStream, UnixListenerStream};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::clock::unix_ms;
 use crate::device::{ApplyError, Device};
+use crate::peercred::PeerPolicy;
 use crate::proto;
 use crate::proto::gateway_server::{Gateway, GatewayServer};
 use crate::state::DesiredState;
@@ -118,12 +119,13 @@ pub async fn bind(path: &Path) -> std::io::Result<(UnixListener, SocketFile)> {
     SocketFile::bind(path).await
 }
 
-/// Serves the `Gateway` service and gRPC health on `listener` until the task is cancelled;
-/// the socket file is removed then.
+/// Serves the `Gateway` service and gRPC health on `listener` to peers `policy` admits until
+/// the task is cancelled; the socket file is removed then.
 pub async fn serve(
     listener: UnixListener,
     file: SocketFile,
     device: Arc<Device>,
+    policy: PeerPolicy,
 ) -> std::io::Result<()> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<GatewayServer<GatewayService>>().await;
@@ -131,7 +133,7 @@ pub async fn serve(
     let result = tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(GatewayServer::new(GatewayService::new(device)))
-        .serve_with_incoming(UnixListenerStream::new(listener))
+        .serve_with_incoming(policy.incoming(listener))
         .await;
     drop(file);
     result.map_err(std::io::Error::other)

@@ -11,6 +11,7 @@ pub mod device;
 pub mod grpc;
 pub mod key;
 pub mod metrics;
+pub mod peercred;
 pub mod remap;
 pub mod state;
 pub mod status;

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Parser;
 use kubetun_gateway::device::Device;
+use kubetun_gateway::peercred::PeerPolicy;
 use kubetun_gateway::uapi::server::{SOCKET_DIR, UapiServer, socket_path};
 use kubetun_gateway::{grpc, metrics};
 use tokio::signal::unix::{SignalKind, signal};
@@ -43,6 +44,15 @@ struct Args {
     /// Serve /metrics, /healthz and /readyz on this address (e.g. 127.0.0.1:9586).
     #[arg(long, env = "KUBETUN_METRICS_ADDR")]
     metrics_addr: Option<SocketAddr>,
+    /// Also admit this uid on the control sockets (besides root and the gateway's own user);
+    /// repeatable.
+    #[arg(
+        long = "allow-uid",
+        value_name = "UID",
+        env = "KUBETUN_ALLOW_UIDS",
+        value_delimiter = ','
+    )]
+    allow_uids: Vec<u32>,
     /// Log as JSON lines.
     #[arg(long)]
     log_json: bool,
@@ -134,12 +144,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "gateway started"
     );
 
+    let policy = PeerPolicy::for_this_process().allowing(args.allow_uids.iter().copied());
     let mut servers = vec![
-        tokio::spawn(uapi.serve(Arc::clone(&device))),
+        tokio::spawn(uapi.serve(Arc::clone(&device), policy.clone())),
         tokio::spawn({
             let device = Arc::clone(&device);
             async move {
-                if let Err(error) = grpc::serve(grpc_listener, grpc_file, device).await {
+                if let Err(error) = grpc::serve(grpc_listener, grpc_file, device, policy).await {
                     tracing::error!(%error, "gRPC server failed");
                 }
             }

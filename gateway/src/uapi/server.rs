@@ -10,6 +10,7 @@ use tokio::net::{UnixListener, UnixStream};
 
 use super::{EADDRINUSE, EINVAL, EIO, Request, UapiError, format_errno, format_get, parse_request};
 use crate::device::{ApplyError, Device};
+use crate::peercred::PeerPolicy;
 use crate::status::uapi_view;
 use crate::unix_socket::SocketFile;
 
@@ -42,11 +43,15 @@ impl UapiServer {
         self.file.path()
     }
 
-    /// Serves connections until the task is cancelled.
-    pub async fn serve(self, device: Arc<Device>) {
+    /// Serves connections from peers `policy` admits until the task is cancelled.
+    pub async fn serve(self, device: Arc<Device>, policy: PeerPolicy) {
         loop {
             match self.listener.accept().await {
                 Ok((stream, _)) => {
+                    if let Err(refusal) = policy.admit(&stream) {
+                        tracing::warn!(%refusal, "UAPI connection refused");
+                        continue;
+                    }
                     tokio::spawn(serve_connection(stream, Arc::clone(&device)));
                 }
                 Err(error) => {
