@@ -224,3 +224,201 @@ fn teardown_removes_rules_routes_then_the_link() {
     );
     assert_eq!(teardown(&ObservedState::default()), vec![]);
 }
+
+mod model {
+    //! A model kernel: applying the diff to any observed state yields the desired state, and a
+    //! second diff is empty.
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Applies `changes` the way the kernel would (replace by destination, link deletion drops
+    /// the routes through it).
+    fn apply(mut state: ObservedState, changes: &[Change]) -> ObservedState {
+        for change in changes {
+            match change {
+                Change::DeleteRule(rule) => {
+                    let at = state
+                        .rules
+                        .iter()
+                        .position(|r| r == rule)
+                        .expect("rule exists");
+                    state.rules.remove(at);
+                }
+                Change::DeleteRoute(route) => {
+                    let at = state
+                        .routes
+                        .iter()
+                        .position(|r| r == route)
+                        .expect("route exists");
+                    state.routes.remove(at);
+                }
+                Change::DeleteLink => {
+                    assert!(state.overlay.take().is_some(), "link exists");
+                    state.routes.retain(|r| !r.via_overlay);
+                }
+                Change::CreateLink(link) => {
+                    assert!(state.overlay.is_none(), "link absent");
+                    state.overlay = Some(ObservedLink {
+                        identity: link.identity(),
+                        mtu: link.mtu,
+                        up: false,
+                        addresses: BTreeSet::new(),
+                        flood_to: BTreeSet::new(),
+                    });
+                }
+                Change::SetLinkMtu(mtu) => state.overlay.as_mut().expect("link").mtu = *mtu,
+                Change::DeleteAddress(a) => {
+                    assert!(state.overlay.as_mut().expect("link").addresses.remove(a));
+                }
+                Change::AddAddress(a) => {
+                    assert!(state.overlay.as_mut().expect("link").addresses.insert(*a));
+                }
+                Change::DeleteFlood(ip) => {
+                    assert!(state.overlay.as_mut().expect("link").flood_to.remove(ip));
+                }
+                Change::AddFlood(ip) => {
+                    assert!(state.overlay.as_mut().expect("link").flood_to.insert(*ip));
+                }
+                Change::SetLinkUp => state.overlay.as_mut().expect("link").up = true,
+                Change::PutRoute(route) => {
+                    assert!(
+                        !route.via_overlay || state.overlay.is_some(),
+                        "overlay routes need the link"
+                    );
+                    match state
+                        .routes
+                        .iter()
+                        .position(|r| r.destination == route.destination)
+                    {
+                        Some(at) => state.routes[at] = route.clone(),
+                        None => state.routes.push(route.clone()),
+                    }
+                }
+                Change::AddRule(rule) => {
+                    assert!(!state.rules.contains(rule), "rule added twice");
+                    state.rules.push(*rule);
+                }
+            }
+        }
+        state
+    }
+
+    fn destination() -> impl Strategy<Value = IpNet> {
+        (0u8..4).prop_map(|i| format!("10.{}.0.0/16", 200 + i).parse().unwrap())
+    }
+
+    fn route(overlay: bool) -> impl Strategy<Value = Route> {
+        (
+            destination(),
+            10u8..13,
+            any::<bool>(),
+            prop::option::of(1400u32..1402),
+        )
+            .prop_map(move |(destination, host, on_overlay, mtu)| Route {
+                destination,
+                via: Some(IpAddr::V4(Ipv4Addr::new(192, 168, 0, host))),
+                via_overlay: overlay && on_overlay,
+                mtu,
+                advmss: mtu.map(|m| m - 40),
+            })
+    }
+
+    fn rule() -> impl Strategy<Value = RuleSelector> {
+        prop_oneof![
+            destination().prop_map(RuleSelector::To),
+            destination().prop_map(RuleSelector::From),
+            Just(RuleSelector::Other),
+        ]
+    }
+
+    fn overlay_link() -> impl Strategy<Value = OverlayLink> {
+        (
+            prop::option::of(10u8..12),
+            1440u32..1451,
+            prop::collection::btree_set(20u8..24, 0..3),
+        )
+            .prop_map(|(remote, mtu, flood)| OverlayLink {
+                remote: remote.map(|h| Ipv4Addr::new(192, 168, 0, h)),
+                mtu,
+                flood_to: flood
+                    .into_iter()
+                    .map(|h| Ipv4Addr::new(192, 168, 0, h))
+                    .collect(),
+                ..link(None)
+            })
+    }
+
+    fn observed() -> impl Strategy<Value = ObservedState> {
+        prop::option::of((
+            overlay_link(),
+            any::<bool>(),
+            prop::collection::btree_set(0u8..3, 0..3),
+        ))
+        .prop_flat_map(|link| {
+            let has_link = link.is_some();
+            let overlay = link.map(|(link, up, addresses)| ObservedLink {
+                identity: link.identity(),
+                mtu: link.mtu,
+                up,
+                addresses: addresses
+                    .into_iter()
+                    .map(|h| Ipv4Net::new(Ipv4Addr::new(240, 168, 0, h), 8).unwrap())
+                    .collect(),
+                flood_to: link.flood_to,
+            });
+            (
+                Just(overlay),
+                prop::collection::vec(route(has_link), 0..6),
+                prop::collection::vec(rule(), 0..6),
+            )
+                .prop_map(|(overlay, routes, rules)| ObservedState {
+                    overlay,
+                    routes,
+                    rules,
+                })
+        })
+    }
+
+    fn wanted() -> impl Strategy<Value = DesiredState> {
+        prop::option::of(overlay_link()).prop_flat_map(|overlay| {
+            let has_link = overlay.is_some();
+            (
+                Just(overlay),
+                prop::collection::vec(route(has_link), 0..5),
+                prop::collection::btree_set(
+                    rule().prop_filter("never desired", |r| *r != RuleSelector::Other),
+                    0..5,
+                ),
+            )
+                .prop_map(|(overlay, routes, rules)| DesiredState {
+                    overlay,
+                    routes: routes.into_iter().map(|r| (r.destination, r)).collect(),
+                    rules,
+                    skipped: vec![],
+                })
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn applying_the_diff_reaches_the_desired_state(have in observed(), want in wanted()) {
+            let changes = diff(&have, &want);
+            let after = apply(have, &changes);
+            prop_assert_eq!(diff(&after, &want), vec![]);
+            let mut routes = after.routes.clone();
+            routes.sort();
+            prop_assert_eq!(routes, want.routes.values().cloned().collect::<Vec<_>>());
+            let rules: BTreeSet<RuleSelector> = after.rules.iter().copied().collect();
+            prop_assert_eq!(rules.len(), after.rules.len(), "no duplicate rules");
+            prop_assert_eq!(&rules, &want.rules);
+            prop_assert_eq!(after.overlay.is_some(), want.overlay.is_some());
+        }
+
+        #[test]
+        fn teardown_leaves_nothing(have in observed()) {
+            prop_assert!(apply(have.clone(), &teardown(&have)).is_empty());
+        }
+    }
+}
