@@ -53,6 +53,9 @@ pub struct GatewaySync {
     desired_version: Option<String>,
     rejected: Option<(String, String)>,
     last_write: HashMap<String, Instant>,
+    /// The TunnelEndpoints as of the last sync, with the statuses written since: watch
+    /// updates are matched against these instead of listing the API every second.
+    endpoints: Vec<TunnelEndpoint>,
 }
 
 impl GatewaySync {
@@ -65,6 +68,7 @@ impl GatewaySync {
             desired_version: None,
             rejected: None,
             last_write: HashMap::new(),
+            endpoints: Vec::new(),
         }
     }
 
@@ -103,7 +107,9 @@ impl GatewaySync {
                 GatewayReport::Failed(error)
             }
         };
-        self.write_statuses(&endpoints, report).await?;
+        let written = self.write_statuses(&mut endpoints, report).await;
+        self.endpoints = endpoints;
+        written?;
         Ok(GatewaySyncOutcome {
             version,
             peers,
@@ -158,11 +164,11 @@ impl GatewaySync {
 
     async fn write_statuses(
         &mut self,
-        endpoints: &[TunnelEndpoint],
+        endpoints: &mut [TunnelEndpoint],
         report: GatewayReport<'_>,
     ) -> Result<(), Error> {
         let now = self.ctx.now();
-        for endpoint in endpoints {
+        for endpoint in endpoints.iter_mut() {
             let status = tunnel_endpoint::status_from_report(endpoint, report, now.clone());
             let name = endpoint.name_any();
             let due = self
@@ -174,6 +180,7 @@ impl GatewaySync {
             if write {
                 tunnel_endpoint::write_status(&self.ctx, endpoint, &status).await?;
                 self.last_write.insert(name, Instant::now());
+                endpoint.status = Some(status);
             }
         }
         self.last_write
@@ -260,22 +267,17 @@ impl GatewaySync {
             return;
         }
         self.ctx.set_gateway_status(Some(status.clone()));
-        let api: Api<TunnelEndpoint> =
-            Api::namespaced(self.ctx.client.clone(), &self.ctx.namespace);
-        let result = match api.list(&ListParams::default()).await {
-            Ok(list) => {
-                let version = status.version.clone();
-                let report = GatewayReport::Reported {
-                    status: &status,
-                    desired_version: &version,
-                };
-                self.write_statuses(&list.items, report).await
-            }
-            Err(e) => Err(e.into()),
+        let mut endpoints = std::mem::take(&mut self.endpoints);
+        let report = GatewayReport::Reported {
+            status: &status,
+            desired_version: &status.version,
         };
-        if let Err(error) = result {
-            self.ctx.metrics.failed("gateway", &error);
-            tracing::warn!(%error, "cannot update TunnelEndpoint statuses");
+        let written = self.write_statuses(&mut endpoints, report).await;
+        self.endpoints = endpoints;
+        if let Err(error) = written {
+            // Most likely a TunnelEndpoint went away since the last sync: start over.
+            tracing::debug!(%error, "cannot update TunnelEndpoint statuses; resyncing");
+            self.sync_logged().await;
         }
     }
 }
