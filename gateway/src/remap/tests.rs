@@ -926,6 +926,27 @@ proptest! {
     }
 
     #[test]
+    fn mutated_corpus_packets_never_panic(
+        base in prop::sample::select(corpus()),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+        truncate in any::<prop::sample::Index>(),
+    ) {
+        let mut data = base;
+        // Keep the selector byte; mutate the packet.
+        for (index, value) in flips {
+            let i = 1 + index.index(data.len() - 1);
+            data[i] ^= value;
+        }
+        data.truncate(1 + truncate.index(data.len()));
+        let (verdict, pkt) = fuzz_check(&data);
+        if matches!(verdict, Verdict::Forward(_) | Verdict::Deliver)
+            && etherparse::SlicedPacket::from_ip(&data[1..]).is_ok()
+        {
+            prop_assert!(etherparse::SlicedPacket::from_ip(&pkt).is_ok(), "still parses");
+        }
+    }
+
+    #[test]
     fn mutated_real_packets_never_panic(
         l4 in l4_strategy(),
         egress in any::<bool>(),
@@ -994,9 +1015,20 @@ fn round_trip(
     Ok(())
 }
 
+fn corpus_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/remap")
+}
+
+/// The committed corpus entries of at least two bytes (selector and packet).
+fn corpus() -> Vec<Vec<u8>> {
+    let entries = std::fs::read_dir(corpus_dir()).expect("corpus directory");
+    let files = entries.map(|e| std::fs::read(e.expect("entry").path()).expect("corpus file"));
+    files.filter(|data| data.len() >= 2).collect()
+}
+
 #[test]
 fn committed_fuzz_corpus_replays_cleanly() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/remap");
+    let dir = corpus_dir();
     let mut replayed = 0;
     for entry in std::fs::read_dir(&dir).expect("corpus directory") {
         let path = entry.expect("entry").path();
