@@ -96,7 +96,7 @@ pub async fn run(args: GatewayArgs) -> Result<(), GatewayCliError> {
             let version = state.version.clone();
             let response = client.apply(state).await?;
             println!(
-                "applied version {version} ({peers} peers): generation {}, {}",
+                "applied version {version} (peers: {peers}): generation {}, {}",
                 response.generation,
                 if response.changed {
                     "changed"
@@ -221,8 +221,12 @@ pub fn render_status(status: &StatusResponse, now_unix_ms: i64) -> String {
     } else {
         out.push_str(&table(&rows));
     }
-    if !status.drops.is_empty() {
-        let mut drops: Vec<_> = status.drops.iter().collect();
+    let mut drops: Vec<_> = status
+        .drops
+        .iter()
+        .filter(|(_, count)| **count > 0)
+        .collect();
+    if !drops.is_empty() {
         drops.sort();
         out.push_str("\ndrops:");
         for (reason, count) in drops {
@@ -348,7 +352,7 @@ peers:
                 state: ConnectionState::Connected as i32,
                 ..PeerStatus::default()
             }],
-            drops: [("acl".to_owned(), 3)].into(),
+            drops: [("acl".to_owned(), 3), ("no_route".to_owned(), 0)].into(),
             ..StatusResponse::default()
         };
         let text = render_status(&status, 75_000);
@@ -358,6 +362,9 @@ peers:
         assert!(row.contains("1m5s ago"), "{row}");
         assert!(row.contains("1.2ms"), "{row}");
         assert!(row.contains("2.0 KiB"), "{row}");
-        assert!(text.contains("drops: acl=3"));
+        assert!(
+            text.contains("drops: acl=3\n"),
+            "zero counters are left out: {text}"
+        );
     }
 }
