@@ -1,6 +1,6 @@
-//! The route agent's reconcile input against an in-memory API server: TunnelEndpoints, Nodes
-//! and the gateway pod become the node's plan, and a gateway pod moved to another node moves
-//! every route with it.
+//! The route agent against an in-memory API server: TunnelEndpoints, Nodes and the gateway pod
+//! become the node's plan, a gateway pod moved to another node moves every route with it, and
+//! only a deleted DaemonSet (not a restart) counts as an uninstall.
 
 #![allow(clippy::unwrap_used)]
 
@@ -251,5 +251,37 @@ async fn a_fixed_gateway_ip_needs_no_pod() {
             .iter()
             .all(|r| matches!(r, RuleSelector::From(_))),
         "a is the gateway node now"
+    );
+}
+
+#[tokio::test]
+async fn only_a_deleted_daemonset_means_uninstall() {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    use kubetun_controller::agent::daemon::uninstalling;
+
+    let daemonset = DaemonSet {
+        metadata: ObjectMeta {
+            name: Some("kubetun-route-agent".to_owned()),
+            namespace: Some(NS.to_owned()),
+            ..ObjectMeta::default()
+        },
+        ..DaemonSet::default()
+    };
+    let client = ClientBuilder::new()
+        .with_object(daemonset)
+        .build()
+        .await
+        .unwrap();
+    assert!(
+        !uninstalling(&client, NS, "kubetun-route-agent").await,
+        "a restart keeps the routes"
+    );
+    Api::<DaemonSet>::namespaced(client.clone(), NS)
+        .delete("kubetun-route-agent", &Default::default())
+        .await
+        .unwrap();
+    assert!(
+        uninstalling(&client, NS, "kubetun-route-agent").await,
+        "the DaemonSet is gone"
     );
 }

@@ -347,7 +347,8 @@ fn changes(client: &Client, config: &AgentConfig) -> impl Stream<Item = ()> + us
 }
 
 /// True when the agent's DaemonSet is gone or being deleted (an uninstall, not a restart).
-async fn uninstalling(client: &Client, namespace: &str, daemonset: &str) -> bool {
+/// An API error answers false: keeping routes is the safe side.
+pub async fn uninstalling(client: &Client, namespace: &str, daemonset: &str) -> bool {
     match Api::<DaemonSet>::namespaced(client.clone(), namespace)
         .get_opt(daemonset)
         .await
