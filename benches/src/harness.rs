@@ -95,6 +95,8 @@ pub struct BenchConfig {
     pub retries: u32,
     /// How long to wait for the machine to go quiet before each run.
     pub quiet_wait: Duration,
+    /// Stop starting new runs after this long (the results say so).
+    pub time_budget: Option<Duration>,
     /// The daemons' executables.
     pub binaries: Binaries,
     /// Implementations left out before the run, with the reason (reported with the results).
@@ -137,13 +139,11 @@ pub enum BenchError {
     /// Nothing to measure.
     #[error("no implementations or no tests selected")]
     Empty,
-    /// A signal asked the harness to stop; the testbed was removed.
-    #[error("interrupted; the testbed was removed")]
-    Interrupted,
 }
 
 /// Builds the testbed, runs every measurement and summarises them; progress goes to `out`.
-/// Setting `stop` (e.g. from a signal) ends the run after the measurement in progress.
+/// Setting `stop` (e.g. from a signal) or running out of `time_budget` ends the run after the
+/// measurement in progress; the results then summarise what was measured and say so.
 pub fn run(
     config: &BenchConfig,
     stop: &AtomicBool,
@@ -177,7 +177,8 @@ pub fn run(
     )?;
     let started = Instant::now();
     let mut runs = Vec::new();
-    for repetition in 0..config.repetitions {
+    let mut stopped_early = None;
+    'measure: for repetition in 0..config.repetitions {
         let order = rotated(&config.implementations, repetition as usize);
         for &test in &config.tests {
             for &implementation in &order {
@@ -186,7 +187,17 @@ pub fn run(
                         say(out, "  the machine did not go quiet; measuring anyway");
                     }
                     if stop.load(Ordering::SeqCst) {
-                        return Err(BenchError::Interrupted);
+                        stopped_early = Some("interrupted by a signal".to_owned());
+                        break 'measure;
+                    }
+                    if let Some(budget) = config.time_budget
+                        && started.elapsed() >= budget
+                    {
+                        stopped_early = Some(format!(
+                            "stopped when its time budget of {} s was used up",
+                            budget.as_secs()
+                        ));
+                        break 'measure;
                     }
                     let record =
                         run_once(&testbed, config, repetition, attempt, test, implementation);
@@ -203,9 +214,15 @@ pub fn run(
     drop(testbed);
     say(
         out,
-        &format!("measured in {:.0} s", started.elapsed().as_secs_f64()),
+        &format!(
+            "measured in {:.0} s{}",
+            started.elapsed().as_secs_f64(),
+            stopped_early
+                .as_ref()
+                .map_or_else(String::new, |why| format!(" ({why})"))
+        ),
     );
-    Ok(report::summarise(machine, config, runs))
+    Ok(report::summarise(machine, config, runs, stopped_early))
 }
 
 /// `items` rotated left by `by`, so every implementation takes every position in turn.

@@ -32,6 +32,8 @@ pub struct BenchResults {
     pub ratios: Vec<Ratio>,
     /// Implementations left out, with the reason.
     pub left_out: Vec<(Implementation, String)>,
+    /// Why the run ended before every repetition was measured, if it did.
+    pub stopped_early: Option<String>,
     /// Every run, including disturbed and retried ones.
     pub runs: Vec<RunRecord>,
 }
@@ -86,6 +88,8 @@ pub enum Outcome {
         /// The first failure.
         error: String,
     },
+    /// The run stopped early, before this cell was measured.
+    NotRun,
 }
 
 /// Medians and ranges of a cell's runs.
@@ -136,7 +140,12 @@ pub fn median(values: &[f64]) -> Option<f64> {
 }
 
 /// Summarises `runs` into cells and ratios.
-pub fn summarise(machine: Machine, config: &BenchConfig, runs: Vec<RunRecord>) -> BenchResults {
+pub fn summarise(
+    machine: Machine,
+    config: &BenchConfig,
+    runs: Vec<RunRecord>,
+    stopped_early: Option<String>,
+) -> BenchResults {
     let mut cells = Vec::new();
     for &test in &config.tests {
         for &implementation in &config.implementations {
@@ -183,6 +192,7 @@ pub fn summarise(machine: Machine, config: &BenchConfig, runs: Vec<RunRecord>) -
         cells,
         ratios,
         left_out: config.left_out.clone(),
+        stopped_early,
         runs,
     }
 }
@@ -210,13 +220,16 @@ fn outcome(runs: &[RunRecord], test: Test, implementation: Implementation) -> Ou
             None => finals.push(run),
         }
     }
+    if finals.is_empty() {
+        return Outcome::NotRun;
+    }
     if let Some(error) = finals.iter().find_map(|r| r.result.as_ref().err()) {
         return Outcome::Failed {
             error: error.clone(),
         };
     }
     let disturbed = finals.iter().filter(|r| r.disturbed).count();
-    if disturbed > 0 || finals.is_empty() {
+    if disturbed > 0 {
         return Outcome::Disturbed {
             disturbed,
             runs: finals.len(),
@@ -272,6 +285,7 @@ fn throughput_text(outcome: &Outcome) -> String {
             format!("disturbed ({disturbed} of {runs} runs)")
         }
         Outcome::Failed { .. } => "failed".to_owned(),
+        Outcome::NotRun => "not run".to_owned(),
     }
 }
 
@@ -296,7 +310,7 @@ fn details_text(test: Test, outcome: &Outcome) -> String {
             }
             parts.join(", ")
         }
-        Outcome::Disturbed { .. } => "–".to_owned(),
+        Outcome::Disturbed { .. } | Outcome::NotRun => "–".to_owned(),
         Outcome::Failed { error } => error.replace('|', "/"),
     }
 }
@@ -376,6 +390,12 @@ pub fn render_markdown(results: &BenchResults) -> String {
         100.0 * settings.max_foreign_share
     );
     let _ = writeln!(md);
+    if let Some(why) = &results.stopped_early {
+        let _ = writeln!(
+            md,
+            "The run {why}: cells summarise the repetitions completed by then.\n"
+        );
+    }
 
     let mut header = String::from("| Test |");
     let mut rule = String::from("|---|");
@@ -517,6 +537,7 @@ mod tests {
             max_foreign_share: 0.1,
             retries: 1,
             quiet_wait: Duration::from_secs(1),
+            time_budget: None,
             binaries: Default::default(),
             left_out: vec![(Implementation::BoringtunCli, "not installed".into())],
         }
@@ -600,7 +621,7 @@ mod tests {
             runs.push(run(Test::Udp, WireguardGo, rep, 0, 9.0, true));
             runs.push(run(Test::Udp, WireguardGo, rep, 1, 1.0, rep == 1));
         }
-        let results = summarise(machine(), &config, runs);
+        let results = summarise(machine(), &config, runs, None);
 
         let kubetun = measured(&results.cells, Test::Tcp1, Kubetun).unwrap();
         assert_eq!(kubetun.median_gbps, 2.5);
@@ -670,11 +691,36 @@ mod tests {
         let config = config(vec![Implementation::Kubetun], vec![Test::Tcp4]);
         let mut failed = run(Test::Tcp4, Implementation::Kubetun, 0, 0, 1.0, false);
         failed.result = Err("iperf3: unable to connect".into());
-        let results = summarise(machine(), &config, vec![failed]);
+        let results = summarise(machine(), &config, vec![failed], None);
         assert!(
             matches!(&results.cells[0].outcome, Outcome::Failed { error } if error.contains("unable"))
         );
         assert!(render_markdown(&results).contains("| TCP, 4 streams | failed |"));
+    }
+
+    #[test]
+    fn an_early_stop_is_reported_and_unmeasured_cells_say_so() {
+        let config = config(
+            vec![Implementation::Kubetun, Implementation::WireguardGo],
+            vec![Test::Tcp1],
+        );
+        let runs = vec![run(Test::Tcp1, Implementation::Kubetun, 0, 0, 2.0, false)];
+        let results = summarise(
+            machine(),
+            &config,
+            runs,
+            Some("interrupted by a signal".into()),
+        );
+        assert_eq!(results.cells[1].outcome, Outcome::NotRun);
+        let md = render_markdown(&results);
+        assert!(
+            md.contains("The run interrupted by a signal: cells summarise"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| **2.00** (2.00–2.00) | not run | – |"),
+            "{md}"
+        );
     }
 
     #[test]

@@ -67,6 +67,7 @@ fn one_short_iteration_measures_every_implementation() {
         max_foreign_share: 0.10,
         retries: 1,
         quiet_wait: Duration::from_secs(5),
+        time_budget: None,
         binaries,
         left_out,
     };
@@ -90,6 +91,7 @@ fn one_short_iteration_measures_every_implementation() {
             }
             // A busy machine is reported, not measured; that is the harness working.
             Outcome::Disturbed { .. } => println!("disturbed: {cell:?}"),
+            Outcome::NotRun => panic!("{cell:?} was not run"),
             Outcome::Failed { error } => {
                 panic!(
                     "{} {} failed: {error}",

@@ -53,6 +53,9 @@ struct Args {
     /// Seconds to wait for the machine to go quiet before each run.
     #[arg(long, default_value_t = 30)]
     quiet_wait: u64,
+    /// Stop starting runs after this many seconds and report what was measured (0: no limit).
+    #[arg(long, default_value_t = 0)]
+    time_budget: u64,
     /// Prefix of namespace and interface names.
     #[arg(long, default_value = "kb")]
     prefix: String,
@@ -147,6 +150,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         max_foreign_share: args.max_outside_load,
         retries: args.retries,
         quiet_wait: Duration::from_secs(args.quiet_wait),
+        time_budget: (args.time_budget > 0).then(|| Duration::from_secs(args.time_budget)),
         binaries,
         left_out,
     };
