@@ -60,6 +60,18 @@ async fn a_cidr_with_host_bits_is_rejected_with_the_fix_in_the_message() {
         conditions::PROCESSED
     ));
     assert!(europe.endpoint("rome").await.is_some());
+
+    // Breaking a working peer tears the link down and frees its views.
+    let mut spec = rome.info.network_config_for(&europe.info.cluster);
+    spec.external_cidrs = vec!["10.70.0.0/33".into()];
+    announce_spec(&rome, &europe, spec).await;
+    settle(&[&europe, &rome]).await;
+    assert_rejected(
+        &europe,
+        "InvalidCIDR",
+        "spec.externalCIDRs entry \"10.70.0.0/33\"",
+    )
+    .await;
 }
 
 #[tokio::test]

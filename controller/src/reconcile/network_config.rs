@@ -143,6 +143,14 @@ async fn apply_remote(nc: &NetworkConfig, ctx: &Context) -> Result<Action, Error
         }
         Err(error) => {
             tracing::info!(networkconfig = %name, %error, "cannot process NetworkConfig");
+            // The peer's own NetworkConfig became unusable: its views go, as the status
+            // says. A NetworkConfig that only claims to be the peer's must not touch them.
+            if !matches!(
+                error,
+                PlanError::Misnamed { .. } | PlanError::InvalidSource { .. }
+            ) {
+                ctx.ipam().release(&nc.spec.source_cluster.id);
+            }
             status.processed = false;
             status.pod_cidrs.clear();
             status.external_cidrs.clear();
