@@ -23,8 +23,16 @@
 //! address only when it is the longest match on *both* sides: the view address must select it
 //! among all views and the real address must select it among its peer's real prefixes. Addresses
 //! of a shorter route that fall into a longer route's prefix belong to the longer route only, the
-//! same rule WireGuard applies to AllowedIPs. Identical views are rejected, as is one peer mapping
-//! the same real prefix to two views.
+//! same rule WireGuard applies to AllowedIPs; anything else is dropped (`no_route` on egress,
+//! `source_not_allowed` on ingress). Identical views are rejected, as is one peer mapping the
+//! same real prefix to two views. The check costs nothing for routes that nothing nests in.
+//!
+//! # Cost
+//!
+//! The views are matched by binary search on prefix lengths (Waldvogel et al.): at most 3 hash
+//! probes for up to 7 distinct lengths, 8 in the worst IPv6 case, whatever the rule count.
+//! Rewriting touches fixed offsets only; nothing allocates, locks or reads past the headers
+//! (except an ICMP error's quoted packet). `benches/benches/remap.rs` measures it.
 
 mod checksum;
 mod fuzz;
