@@ -17,6 +17,7 @@ use tokio::net::UdpSocket;
 
 use super::dispatch::{Incoming, classify, is_cookie_reply, is_initiation};
 use super::drops::{DeviceDrop, Drops};
+use super::net::Sockets;
 use super::peer::Peer;
 use super::snapshot::Snapshot;
 use crate::clock::unix_ms;
@@ -39,6 +40,9 @@ pub struct Shared {
     pub tun: Arc<tun_rs::AsyncDevice>,
     /// The current snapshot.
     pub snapshot: Arc<ArcSwap<Snapshot>>,
+    /// The UDP sockets. Kept out of the snapshot so that a task's cached snapshot never
+    /// keeps an old port bound after a listen-port change.
+    pub sockets: ArcSwap<Sockets>,
     /// Drop counters.
     pub drops: Drops,
     /// Set once the TUN reader has stopped (the interface was deleted or failed).
@@ -103,7 +107,7 @@ async fn egress(shared: &Shared, snapshot: &Snapshot, packet: &mut [u8], out: &m
     let result = peer.tunn.lock().0.encapsulate(packet, out);
     match result {
         TunnResult::WriteToNetwork(datagram) => {
-            send_to_peer(shared, snapshot, peer, datagram, endpoint).await;
+            send_to_peer(shared, peer, datagram, endpoint).await;
         }
         TunnResult::Done => {} // queued until the handshake completes
         TunnResult::Err(error) => {
@@ -193,8 +197,8 @@ async fn ingress(
                     "handshake completed"
                 );
             }
-            send_to_peer(shared, snapshot, peer, reply, source).await;
-            flush_queue(shared, snapshot, peer, source, out).await;
+            send_to_peer(shared, peer, reply, source).await;
+            flush_queue(shared, peer, source, out).await;
         }
         TunnResult::WriteToTunnelV4(packet, _) | TunnResult::WriteToTunnelV6(packet, _) => {
             accepted(peer, kind, source, datagram.len());
@@ -212,18 +216,12 @@ fn accepted(peer: &Peer, kind: Incoming, source: SocketAddr, len: usize) {
 }
 
 /// Sends the packets `Tunn` queued while it had no session, now that it has one.
-async fn flush_queue(
-    shared: &Shared,
-    snapshot: &Snapshot,
-    peer: &Peer,
-    endpoint: SocketAddr,
-    out: &mut [u8],
-) {
+async fn flush_queue(shared: &Shared, peer: &Peer, endpoint: SocketAddr, out: &mut [u8]) {
     loop {
         let result = peer.tunn.lock().0.decapsulate(None, &[], out);
         match result {
             TunnResult::WriteToNetwork(datagram) => {
-                send_to_peer(shared, snapshot, peer, datagram, endpoint).await;
+                send_to_peer(shared, peer, datagram, endpoint).await;
             }
             _ => return,
         }
@@ -328,18 +326,9 @@ async fn write_tun(tun: &tun_rs::AsyncDevice, packet: &[u8]) -> std::io::Result<
     tun.send(packet).await
 }
 
-async fn send_to_peer(
-    shared: &Shared,
-    snapshot: &Snapshot,
-    peer: &Peer,
-    datagram: &[u8],
-    endpoint: SocketAddr,
-) {
-    let Some(socket) = snapshot
-        .sockets
-        .as_deref()
-        .and_then(|s| s.for_addr(&endpoint))
-    else {
+async fn send_to_peer(shared: &Shared, peer: &Peer, datagram: &[u8], endpoint: SocketAddr) {
+    let sockets = shared.sockets.load();
+    let Some(socket) = sockets.for_addr(&endpoint) else {
         shared.drops.device(DeviceDrop::UdpSend);
         return;
     };
@@ -387,7 +376,7 @@ pub async fn timer_loop(shared: Arc<Shared>) {
             match result {
                 TunnResult::WriteToNetwork(datagram) => {
                     if let Some(endpoint) = endpoint {
-                        send_to_peer(&shared, &snapshot, peer, datagram, endpoint).await;
+                        send_to_peer(&shared, peer, datagram, endpoint).await;
                     }
                 }
                 TunnResult::Err(error) => tracing::trace!(?error, "peer timer"),
@@ -399,7 +388,7 @@ pub async fn timer_loop(shared: Arc<Shared>) {
             if keepalive_ms > 0 && unix_ms().saturating_sub(last_sent) >= keepalive_ms {
                 let result = peer.tunn.lock().0.encapsulate(&[], &mut out);
                 if let TunnResult::WriteToNetwork(datagram) = result {
-                    send_to_peer(&shared, &snapshot, peer, datagram, endpoint).await;
+                    send_to_peer(&shared, peer, datagram, endpoint).await;
                 }
             }
         }

@@ -134,11 +134,11 @@ impl Device {
             by_index: IndexMap::default(),
             by_key: HashMap::new(),
             remap: remap::RemapTable::empty(),
-            sockets: Some(Arc::new(sockets)),
         };
         let shared = Arc::new(Shared {
             tun: Arc::new(tun),
             snapshot: Arc::new(ArcSwap::from_pointee(snapshot)),
+            sockets: ArcSwap::from_pointee(sockets),
             drops: Default::default(),
             stopped: watch::channel(false).0,
         });
@@ -157,7 +157,7 @@ impl Device {
             changes: watch::channel(0).0,
         });
         if let Ok(mut control) = device.control.try_lock() {
-            control.readers = spawn_readers(&shared, shared.snapshot.load().sockets.as_deref());
+            control.readers = spawn_readers(&shared, &shared.sockets.load());
         }
         Ok(device)
     }
@@ -188,10 +188,10 @@ impl Device {
         let _ = stopped.wait_for(|stopped| *stopped).await;
     }
 
-    /// Whether the device can carry traffic: it has a private key and bound sockets.
+    /// Whether the device can carry traffic: it has a private key (sockets are always bound).
     pub fn is_ready(&self) -> bool {
         let snapshot = self.shared.snapshot.load();
-        snapshot.identity.is_some() && snapshot.sockets.is_some()
+        snapshot.identity.is_some()
     }
 
     /// Validates `next` and makes it the active state. Applying the state already active
@@ -219,44 +219,37 @@ impl Device {
         let resolved = resolve::resolve_endpoints(&next).await?;
         let port = next.interface.listen_port;
         let fwmark = next.interface.fwmark;
-        let new_sockets = match current.sockets.as_deref() {
-            Some(sockets) if port == 0 || port == sockets.port => None,
-            _ => Some(Arc::new(
-                Sockets::bind(port, fwmark).map_err(|source| ApplyError::Bind { port, source })?,
-            )),
-        };
-        let sockets = match &new_sockets {
-            Some(sockets) => Arc::clone(sockets),
-            None => {
-                let sockets = current.sockets.clone().ok_or_else(|| ApplyError::Bind {
-                    port,
-                    source: std::io::Error::other("no sockets"),
-                })?;
-                if fwmark != current.state.interface.fwmark
-                    && let Err(error) = sockets.set_fwmark(fwmark)
-                {
-                    tracing::warn!(%error, "cannot set fwmark");
-                }
-                sockets
+        let current_sockets = self.shared.sockets.load_full();
+        let new_sockets = if port == 0 || port == current_sockets.port {
+            if fwmark != current.state.interface.fwmark
+                && let Err(error) = current_sockets.set_fwmark(fwmark)
+            {
+                tracing::warn!(%error, "cannot set fwmark");
             }
+            None
+        } else {
+            Some(Arc::new(
+                Sockets::bind(port, fwmark).map_err(|source| ApplyError::Bind { port, source })?,
+            ))
         };
-        let snapshot = plan::next_snapshot(&current, &next, &resolved, Some(Arc::clone(&sockets)))?;
+        let snapshot = plan::next_snapshot(&current, &next, &resolved)?;
         let generation = snapshot.generation;
         self.shared.snapshot.store(Arc::new(snapshot));
+        if let Some(sockets) = new_sockets {
+            // The old sockets close once their readers are gone and no send holds them.
+            self.shared.sockets.store(Arc::clone(&sockets));
+            for reader in control.readers.drain(..) {
+                reader.abort();
+            }
+            control.readers = spawn_readers(&self.shared, &sockets);
+        }
         tracing::info!(
             generation,
             version = %next.version,
             peers = next.peers.len(),
-            listen_port = sockets.port,
+            listen_port = self.shared.sockets.load().port,
             "applied desired state"
         );
-
-        if new_sockets.is_some() {
-            for reader in control.readers.drain(..) {
-                reader.abort();
-            }
-            control.readers = spawn_readers(&self.shared, Some(&sockets));
-        }
         self.sync_host(&mut control, &next).await;
         self.changes.send_replace(generation);
         Ok(ApplyOutcome {
@@ -322,7 +315,7 @@ impl Device {
             version: snapshot.state.version.clone(),
             generation: snapshot.generation,
             private_key: snapshot.state.interface.private_key,
-            listen_port: snapshot.sockets.as_ref().map(|s| s.port),
+            listen_port: Some(self.shared.sockets.load().port),
             fwmark: snapshot.state.interface.fwmark,
             peers: snapshot
                 .slots()
@@ -418,10 +411,7 @@ impl PeerReport {
     }
 }
 
-fn spawn_readers(shared: &Arc<Shared>, sockets: Option<&Sockets>) -> Vec<JoinHandle<()>> {
-    let Some(sockets) = sockets else {
-        return Vec::new();
-    };
+fn spawn_readers(shared: &Arc<Shared>, sockets: &Sockets) -> Vec<JoinHandle<()>> {
     sockets
         .v4
         .iter()

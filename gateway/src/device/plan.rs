@@ -1,6 +1,6 @@
 //! Building the next snapshot from the current one and a validated desired state: which
 //! peers keep their runtime (sessions, learned endpoint, counters), which ids and receiver
-//! indices the others get, and the remap table. No IO; the sockets are bound by the caller.
+//! indices the others get, and the remap table. No IO.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -11,19 +11,17 @@ use boringtun::x25519::PublicKey;
 use rand_core::RngCore;
 
 use super::ApplyError;
-use super::net::Sockets;
 use super::peer::Peer;
 use super::snapshot::{Identity, IndexMap, PeerSlot, Snapshot};
 use crate::remap::{self, PeerId, RemapTable, TableBuilder};
 use crate::state::DesiredState;
 
 /// The snapshot implementing `next`, given the endpoints resolved for its peers (same order)
-/// and the sockets to use. Fails if the remap table rejects the routes.
+/// Fails if the remap table rejects the routes.
 pub fn next_snapshot(
     current: &Snapshot,
     next: &DesiredState,
     resolved: &[Option<SocketAddr>],
-    sockets: Option<Arc<Sockets>>,
 ) -> Result<Snapshot, ApplyError> {
     let plan = plan_peers(current, next)?;
     let table = remap_table(next, &plan.ids)?;
@@ -98,7 +96,6 @@ pub fn next_snapshot(
         by_index,
         by_key,
         remap: table,
-        sockets,
     };
     Ok(snapshot)
 }
@@ -215,7 +212,6 @@ mod tests {
             by_index: IndexMap::default(),
             by_key: HashMap::new(),
             remap: RemapTable::empty(),
-            sockets: None,
         }
     }
 
@@ -247,7 +243,7 @@ mod tests {
                 _ => None,
             })
             .collect();
-        next_snapshot(current, next, &resolved, None).expect("apply")
+        next_snapshot(current, next, &resolved).expect("apply")
     }
 
     fn runtime(snapshot: &Snapshot, n: u8) -> (PeerId, Arc<Peer>) {
@@ -333,7 +329,7 @@ mod tests {
             view: net("10.202.0.0/16"),
         });
         let next = state(vec![conflicting]);
-        let error = next_snapshot(&empty(), &next, &[None], None).expect_err("conflict");
+        let error = next_snapshot(&empty(), &next, &[None]).expect_err("conflict");
         assert!(matches!(error, ApplyError::Remap(_)), "{error}");
         assert!(error.to_string().contains("two views"), "{error}");
     }

@@ -1,5 +1,5 @@
 //! The immutable snapshot the data path reads: identity, peers by id / receiver index / public
-//! key, the remap table and the sockets. The control plane builds a new one for every change
+//! key, and the remap table. The control plane builds a new one for every change
 //! and swaps it in; readers load it through `arc_swap::Cache` without locks.
 
 use std::collections::HashMap;
@@ -9,7 +9,6 @@ use std::sync::Arc;
 use boringtun::noise::rate_limiter::RateLimiter;
 use boringtun::x25519::{PublicKey, StaticSecret};
 
-use super::net::Sockets;
 use super::peer::Peer;
 use crate::key::Key;
 use crate::remap::{PeerId, RemapTable};
@@ -104,8 +103,6 @@ pub struct Snapshot {
     pub by_key: HashMap<Key, PeerId>,
     /// Egress routing, ingress source checks, ACLs and address translation.
     pub remap: RemapTable,
-    /// The UDP sockets, once bound.
-    pub sockets: Option<Arc<Sockets>>,
 }
 
 impl Snapshot {
