@@ -83,23 +83,27 @@ pub struct SyncReport {
 pub async fn sync_once(ctx: &Arc<Context>) -> Result<SyncReport, Error> {
     let configs: Api<NetworkConfig> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let mut report = SyncReport::default();
-    let mut names: Vec<String> = configs
-        .list(&ListParams::default())
-        .await?
-        .items
+    let mut listed = configs.list(&ListParams::default()).await?.items;
+    listed.sort_by_key(|nc| nc.name_any());
+    // A local NetworkConfig only ensures its peer's TunnelEndpoint, which the peer's remote
+    // NetworkConfig does too when there is one.
+    let remote_peers: BTreeSet<String> = listed
         .iter()
-        .map(|nc| nc.name_any())
+        .filter_map(|nc| match network_config::role_of(nc) {
+            Some(network_config::Role::Remote { peer }) => Some(peer.to_owned()),
+            _ => None,
+        })
         .collect();
-    names.sort();
-    for name in names {
-        if let Some(nc) = configs.get_opt(&name).await? {
-            network_config::reconcile(Arc::new(nc), ctx.clone()).await?;
-        }
-        if let Some(nc) = configs.get_opt(&name).await?
-            && matches!(
-                network_config::role_of(&nc),
-                Some(network_config::Role::Remote { .. })
-            )
+    for nc in listed {
+        let name = nc.name_any();
+        let remote = match network_config::role_of(&nc) {
+            Some(network_config::Role::Local { peer }) if remote_peers.contains(peer) => continue,
+            Some(network_config::Role::Remote { .. }) => true,
+            _ => false,
+        };
+        network_config::reconcile(Arc::new(nc), ctx.clone()).await?;
+        if remote
+            && let Some(nc) = configs.get_opt(&name).await?
             && let Some(status) = &nc.status
         {
             match conditions::find(&status.conditions, conditions::PROCESSED) {
