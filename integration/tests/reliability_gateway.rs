@@ -8,6 +8,8 @@
 //!   ping train through the tunnel without loss, and re-apply nothing;
 //! - the private keys appear in no debug log line, metric, gRPC status, `wg show` output or
 //!   TunnelEndpoint the controller wrote;
+//! - a peer whose gateway vanishes turns its TunnelEndpoint Error with the reason while
+//!   traffic for it goes unanswered, and Connected again when it comes back;
 //! - the control sockets are mode 0600 and owned by the gateway's user, and a connection from
 //!   another uid is refused even when the file mode lets it through.
 
@@ -28,7 +30,8 @@ use kubetun_controller::keys::GatewayKey;
 use kubetun_controller::planner::GatewaySettings;
 use kubetun_controller::reconcile::gateway::GatewaySync;
 use kubetun_crds::{
-    CidrMapping, ClusterRef, Endpoint, Network, NetworkConfig, TunnelEndpoint, TunnelEndpointSpec,
+    CidrMapping, ClusterRef, ConnectionState, Endpoint, Network, NetworkConfig, TunnelEndpoint,
+    TunnelEndpointSpec,
 };
 use kubetun_integration::netns::{
     Netns, NsChild, bin_path, command_exists, require_root, veth, wait_for_path,
@@ -252,6 +255,32 @@ impl Side {
             .expect("fetch metrics")
     }
 
+    /// Waits until the TunnelEndpoint of `peer` shows `state`; returns its message.
+    async fn wait_connection(
+        &self,
+        peer: &str,
+        state: ConnectionState,
+        timeout: Duration,
+    ) -> Option<String> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            let connection = self
+                .endpoints()
+                .get(peer)
+                .await
+                .ok()
+                .and_then(|te| te.status)
+                .and_then(|s| s.connection);
+            if let Some(connection) = connection
+                && connection.status == state
+            {
+                return Some(connection.message);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        None
+    }
+
     /// Waits until the gateway runs a state with `peers` peers; returns that version.
     async fn wait_applied(&self, peers: usize, timeout: Duration) -> Option<(String, u64)> {
         let client = self.gateway_client();
@@ -430,6 +459,25 @@ async fn restarts_lose_nothing_and_secrets_stay_secret() {
         }
     }
     assert!(exposed.is_empty(), "private key exposed in {exposed:?}");
+
+    // A peer that vanishes: its TunnelEndpoint turns Error with a reason while traffic for it
+    // goes unanswered, and Connected again once it is back.
+    b.kill_gateway();
+    let mut ping = a.ns.command("ping");
+    ping.args(["-n", "-q", "-i", "0.5", "-w", "60"])
+        .arg(b.tunnel.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let _traffic = NsChild::spawn(&mut ping).expect("ping");
+    let message = a
+        .wait_connection("b", ConnectionState::Error, Duration::from_secs(45))
+        .await
+        .expect("a vanished peer turns Error");
+    assert!(message.contains("no handshake response"), "{message}");
+    b.start_gateway(&[]);
+    a.wait_connection("b", ConnectionState::Connected, Duration::from_secs(20))
+        .await
+        .expect("the peer that came back is Connected again");
 
     a.stop_controller().await;
     b.stop_controller().await;
