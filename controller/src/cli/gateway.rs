@@ -15,7 +15,7 @@ use crate::planner;
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayCliError {
     /// The state file cannot be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Read {
         /// The file (`-` for standard input).
         path: String,
