@@ -280,11 +280,12 @@ pub struct Direction {
     pub to: ClusterRef,
     /// `from` has mapped `to`'s CIDRs for the current spec.
     pub processed: bool,
-    /// `to`'s pod CIDRs as `from` sees them (from the TunnelEndpoint when it exists).
+    /// `to`'s pod CIDRs as `from` sees them (from the TunnelEndpoint when it is current).
     pub pod_cidrs: Vec<CidrMapping>,
     /// `to`'s external CIDRs as `from` sees them.
     pub external_cidrs: Vec<CidrMapping>,
-    /// `from`'s TunnelEndpoint towards `to` exists.
+    /// `from`'s TunnelEndpoint towards `to` exists, matches the current NetworkConfigs and
+    /// has a status for its current spec.
     pub tunnel_endpoint: bool,
     /// Connection state of `from`'s TunnelEndpoint.
     pub connection: Option<ConnectionStatus>,
@@ -308,8 +309,8 @@ impl Direction {
             return "NetworkConfig not processed".to_owned();
         }
         match &self.connection {
-            None if !self.tunnel_endpoint => "no TunnelEndpoint yet".to_owned(),
-            None => "TunnelEndpoint has no connection status yet".to_owned(),
+            None if !self.tunnel_endpoint => "no up-to-date TunnelEndpoint yet".to_owned(),
+            None => "the gateway has not reported the tunnel yet".to_owned(),
             Some(c) if c.message.is_empty() => c.status.to_string(),
             Some(c) => format!("{}: {}", c.status, c.message),
         }
@@ -534,6 +535,19 @@ impl Connector {
             .await
             .map_err(viewer.api_error::<TunnelEndpoint>(viewer_id, "get", viewed_id))?
             .filter(|te| te.spec.cluster.id == *viewed_id);
+        // A TunnelEndpoint built from an older NetworkConfig (or whose status predates its
+        // spec) does not describe this link yet.
+        let announced = incoming.as_ref().map(|nc| &nc.spec);
+        let tunnel = tunnel.filter(|te| {
+            let spec_current = announced.is_some_and(|spec| {
+                te.spec.endpoint == spec.endpoint && te.spec.public_key == spec.public_key
+            });
+            let status_current = te.status.as_ref().is_some_and(|status| {
+                status.observed_generation.is_none()
+                    || status.observed_generation >= te.metadata.generation
+            });
+            spec_current && status_current
+        });
         let (pod_cidrs, external_cidrs) = match (&tunnel, &processed_status) {
             (Some(te), _) => (
                 te.spec.remote_pod_cidrs.clone(),
@@ -1183,6 +1197,9 @@ mod tests {
     #[test]
     fn error_chains_join_causes_once() {
         let error = Outer(Middle(std::io::Error::other("connection refused")));
-        assert_eq!(error_chain(&error), "outer: middle repeats: connection refused");
+        assert_eq!(
+            error_chain(&error),
+            "outer: middle repeats: connection refused"
+        );
     }
 }
