@@ -34,6 +34,9 @@ struct State {
 struct Service {
     state: Arc<Mutex<State>>,
     changes: watch::Sender<u64>,
+    /// Flips to `false` when the server stops: open watch streams end, so the connections
+    /// close as they would when a gateway process exits.
+    running: watch::Receiver<bool>,
 }
 
 impl Service {
@@ -123,12 +126,14 @@ impl Gateway for Service {
         };
         let service = self.clone();
         let mut changes = self.changes.subscribe();
+        let mut running = self.running.clone();
         let stream = async_stream(move |tx| async move {
             let mut ticker = tokio::time::interval(interval);
             loop {
                 tokio::select! {
                     _ = ticker.tick() => {}
                     changed = changes.changed() => if changed.is_err() { return },
+                    _ = running.wait_for(|running| !running) => return,
                 }
                 if tx.send(Ok(service.status())).await.is_err() {
                     return;
@@ -176,9 +181,11 @@ impl FakeGateway {
     pub async fn start_at(socket: impl Into<PathBuf>) -> std::io::Result<Self> {
         let socket = socket.into();
         let (changes, _) = watch::channel(0);
+        let (_, running) = watch::channel(false);
         let service = Service {
             state: Arc::default(),
             changes,
+            running,
         };
         let mut gateway = Self {
             socket,
@@ -198,12 +205,15 @@ impl FakeGateway {
         }
         let listener = UnixListener::bind(&self.socket)?;
         let (shutdown, stopped) = oneshot::channel::<()>();
+        let (running, running_rx) = watch::channel(true);
+        self.service.running = running_rx;
         let service = GatewayServer::new(self.service.clone());
         self.server = Some(tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
                 .add_service(service)
                 .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
                     let _ = stopped.await;
+                    running.send_replace(false);
                 })
                 .await;
             if let Err(error) = result {
@@ -225,9 +235,16 @@ impl FakeGateway {
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
         }
-        if let Some(server) = self.server.take() {
-            server.abort();
-            let _ = server.await;
+        if let Some(mut server) = self.server.take() {
+            // Graceful first (open streams end, connections close); a server that does not
+            // finish in time is cut off.
+            if tokio::time::timeout(Duration::from_secs(2), &mut server)
+                .await
+                .is_err()
+            {
+                server.abort();
+                let _ = server.await;
+            }
         }
         let mut state = self.service.lock();
         state.current = None;

@@ -229,17 +229,13 @@ async fn restarted_gateway_is_reapplied_by_the_watch_loop_within_two_seconds() {
     loop {
         let te = europe.endpoint("rome").await.unwrap();
         let connection = te.status.and_then(|s| s.connection).unwrap();
-        if connection.status == ConnectionState::Error {
-            assert!(
-                connection.message.contains("unavailable"),
-                "{}",
-                connection.message
-            );
+        if connection.status == ConnectionState::Error && connection.message.contains("unavailable")
+        {
             break;
         }
         assert!(
             started.elapsed() < Duration::from_secs(3),
-            "gateway outage not reported"
+            "gateway outage not reported: {connection:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
