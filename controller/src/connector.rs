@@ -1095,17 +1095,17 @@ fn tagged(pods: &[CidrMapping], externals: &[CidrMapping]) -> Vec<(CidrKind, Cid
 /// Every link of the cluster behind `handle`: one per TunnelEndpoint, plus one per peer
 /// that has NetworkConfigs but no TunnelEndpoint yet. Sorted by peer id.
 pub async fn link_statuses(handle: &ClusterHandle) -> Result<Vec<LinkStatus>, Error> {
-    let label = handle.label.as_str();
+    let own_id = handle.load_info().await?.cluster.id;
     let tunnels = handle
         .tunnels()
         .list(&ListParams::default())
         .await
-        .map_err(handle.api_error::<TunnelEndpoint>(label, "list", "*"))?;
+        .map_err(handle.api_error::<TunnelEndpoint>(&own_id, "list", "*"))?;
     let configs = handle
         .configs()
         .list(&ListParams::default())
         .await
-        .map_err(handle.api_error::<NetworkConfig>(label, "list", "*"))?;
+        .map_err(handle.api_error::<NetworkConfig>(&own_id, "list", "*"))?;
     let mut links: BTreeMap<String, LinkStatus> = BTreeMap::new();
     for te in tunnels {
         let spec = te.spec;
