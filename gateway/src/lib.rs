@@ -6,6 +6,7 @@
 //! WireGuard text protocol), [`device`] (TUN, sockets, peers, data-path tasks), [`grpc`],
 //! [`metrics`] and [`status`] (reports).
 
+pub mod caps;
 pub mod clock;
 pub mod device;
 pub mod grpc;

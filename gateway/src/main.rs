@@ -19,7 +19,7 @@ use clap::Parser;
 use kubetun_gateway::device::Device;
 use kubetun_gateway::peercred::PeerPolicy;
 use kubetun_gateway::uapi::server::{SOCKET_DIR, UapiServer, socket_path};
-use kubetun_gateway::{grpc, metrics};
+use kubetun_gateway::{caps, grpc, metrics};
 use tokio::signal::unix::{SignalKind, signal};
 
 /// How long the detaching parent waits for the child to come up.
@@ -69,6 +69,12 @@ fn main() -> anyhow::Result<()> {
         return detach(&args);
     }
     init_tracing(args.log_json);
+    // Before any thread exists: every thread inherits the reduced sets.
+    let kept = caps::restrict_to(caps::RUNTIME).context("dropping capabilities")?;
+    tracing::debug!(
+        permitted = format_args!("{:#x}", kept.permitted),
+        "capabilities restricted"
+    );
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -10,6 +10,7 @@
 //!   TunnelEndpoint the controller wrote;
 //! - a peer whose gateway vanishes turns its TunnelEndpoint Error with the reason while
 //!   traffic for it goes unanswered, and Connected again when it comes back;
+//! - the gateway holds CAP_NET_ADMIN and CAP_NET_BIND_SERVICE only;
 //! - the control sockets are mode 0600 and owned by the gateway's user, and a connection from
 //!   another uid is refused even when the file mode lets it through.
 
@@ -147,6 +148,20 @@ impl Side {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// The capability sets of the running gateway, from `/proc/<pid>/status`.
+    fn capabilities(&self) -> Vec<(String, u64)> {
+        let pid = self.gateway.as_ref().expect("gateway running").pid();
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .expect("process status")
+            .lines()
+            .filter_map(|line| {
+                let (name, value) = line.split_once(':')?;
+                let name = name.strip_prefix("Cap")?;
+                Some((name.to_owned(), u64::from_str_radix(value.trim(), 16).ok()?))
+            })
+            .collect()
     }
 
     fn settings(&self) -> GatewaySettings {
@@ -363,6 +378,24 @@ async fn restarts_lose_nothing_and_secrets_stay_secret() {
     let Some((mut a, mut b)) = connected_pair("rlr").await else {
         return;
     };
+
+    // The gateways run with CAP_NET_ADMIN and CAP_NET_BIND_SERVICE only, in every set that
+    // can hold them, and the traffic above went through routes applied after the drop.
+    let runtime = 1 << 12 | 1 << 10;
+    for side in [&a, &b] {
+        let sets = side.capabilities();
+        let expected: Vec<(String, u64)> = [
+            ("Inh", 0),
+            ("Prm", runtime),
+            ("Eff", runtime),
+            ("Bnd", runtime),
+            ("Amb", 0),
+        ]
+        .into_iter()
+        .map(|(name, mask)| (name.to_owned(), mask))
+        .collect();
+        assert_eq!(sets, expected, "gateway {}", side.id);
+    }
 
     // Controller restart: a ping train across stopping the sync, a pause, and a new context.
     let train =
