@@ -154,7 +154,11 @@ fn rbac_covers_what_the_controller_does_and_binds_the_service_account() {
         granted(&cluster_rules, "events.k8s.io", "events"),
         verbs(&["create", "patch"])
     );
-    assert_eq!(granted(&rules, "", "secrets"), verbs(&["get", "create"]));
+    // The shortcut operator watches its kubeconfig Secrets by label.
+    assert_eq!(
+        granted(&rules, "", "secrets"),
+        verbs(&["get", "list", "watch", "create"])
+    );
     assert_eq!(
         granted(&rules, "", "configmaps"),
         verbs(&["get", "create", "patch"])
