@@ -359,7 +359,7 @@ pub fn render_markdown(results: &BenchResults) -> String {
         md,
         "Measured {} on {}. Two network namespaces joined by a veth pair; each implementation \
          runs one tunnel over it, configured identically with `wg setconf` (MTU {}); iperf3 \
-         runs through the tunnel ({}). {} runs of {} s per cell (`iperf3 -t {}{}`), the \
+         runs through the tunnel ({}). {} runs of {} s per cell ({}), the \
          implementations interleaved round-robin per repetition.",
         results.machine.date,
         results.machine.describe(),
@@ -367,11 +367,13 @@ pub fn render_markdown(results: &BenchResults) -> String {
         results.machine.iperf3,
         settings.repetitions,
         settings.seconds,
-        settings.seconds,
         if settings.omit > 0 {
-            format!(" -O {}", settings.omit)
+            format!(
+                "`iperf3 -t {} -O {}`, UDP without `-O`",
+                settings.seconds, settings.omit
+            )
         } else {
-            String::new()
+            format!("`iperf3 -t {}`", settings.seconds)
         },
     );
     let _ = writeln!(md);
