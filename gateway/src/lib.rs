@@ -10,6 +10,7 @@ pub mod caps;
 pub mod clock;
 pub mod device;
 pub mod grpc;
+pub mod io;
 pub mod key;
 pub mod metrics;
 pub mod peercred;

@@ -1,0 +1,51 @@
+//! Batched packet I/O for the data path: the kernel interfaces that decide throughput.
+//!
+//! - [`udp_batch`]: `recvmmsg`/`sendmmsg` with UDP GRO and GSO on the WireGuard sockets.
+//! - [`tun_offload`]: TUN reads and writes in batches, with tun-rs's virtio-net offloads
+//!   (TSO/USO super-packets split on read, GRO coalescing on write).
+//! - [`buffer`]: the preallocated buffers both use; nothing allocates per packet.
+//!
+//! Each technique can be switched off on its own ([`IoOptions`]) so its effect can be
+//! measured in isolation.
+
+pub mod buffer;
+pub mod tun_offload;
+pub mod udp_batch;
+
+#[cfg(test)]
+mod testns;
+
+/// Packets per batch unless configured otherwise (wireguard-go's `IdealBatchSize`).
+pub const DEFAULT_BATCH_SIZE: usize = 128;
+
+/// Which I/O techniques the data path uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IoOptions {
+    /// Open the TUN device with virtio-net offloads (TSO/USO reads, GRO writes).
+    pub tun_offload: bool,
+    /// Send runs of equal-size datagrams as one UDP GSO message.
+    pub udp_gso: bool,
+    /// Receive coalesced datagrams with UDP GRO.
+    pub udp_gro: bool,
+    /// Most packets handled per batch (1 turns batching off; at most
+    /// [`udp_batch::MAX_BATCH`]).
+    pub batch_size: usize,
+}
+
+impl Default for IoOptions {
+    fn default() -> Self {
+        Self {
+            tun_offload: true,
+            udp_gso: true,
+            udp_gro: true,
+            batch_size: DEFAULT_BATCH_SIZE,
+        }
+    }
+}
+
+impl IoOptions {
+    /// The batch size clamped to what the batch structures hold.
+    pub fn batch(&self) -> usize {
+        self.batch_size.clamp(1, udp_batch::MAX_BATCH)
+    }
+}

@@ -1,0 +1,321 @@
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket as StdUdpSocket};
+use std::time::Duration;
+
+use super::*;
+use crate::io::testns::{in_private_netns, runtime};
+
+const WG_DATAGRAM: usize = 1452;
+
+fn addr(port: u16) -> SocketAddr {
+    SocketAddr::from((Ipv4Addr::LOCALHOST, port))
+}
+
+/// A datagram whose bytes encode its sequence number.
+fn datagram(sequence: u32, len: usize) -> Vec<u8> {
+    let mut bytes = vec![(sequence % 251) as u8; len];
+    bytes[..4].copy_from_slice(&sequence.to_le_bytes());
+    bytes
+}
+
+fn message_shapes(batch: &SendBatch) -> Vec<(SocketAddr, usize, usize, usize)> {
+    batch
+        .messages
+        .iter()
+        .map(|m| (m.dest, m.segment, m.count, m.len))
+        .collect()
+}
+
+#[test]
+fn equal_sizes_to_one_endpoint_share_a_message_and_a_short_tail_closes_it() {
+    let mut batch = SendBatch::new(MAX_BATCH, 1 << 20);
+    for sequence in 0..10 {
+        assert!(batch.push(addr(1), &datagram(sequence, 1000)));
+    }
+    assert!(batch.push(addr(1), &datagram(10, 500)));
+    assert!(batch.push(addr(1), &datagram(11, 1000)));
+    assert!(batch.push(addr(2), &datagram(12, 1000)));
+    assert!(batch.push(addr(2), &datagram(13, 1200)));
+    assert_eq!(
+        message_shapes(&batch),
+        [
+            (addr(1), 1000, 11, 10_500),
+            (addr(1), 1000, 1, 1000),
+            (addr(2), 1000, 1, 1000),
+            (addr(2), 1200, 1, 1200),
+        ]
+    );
+    assert_eq!(batch.len(), 14);
+}
+
+#[test]
+fn a_message_stops_at_the_segment_and_payload_limits() {
+    let mut batch = SendBatch::new(MAX_BATCH, 1 << 20);
+    for sequence in 0..46 {
+        assert!(batch.push(addr(1), &datagram(sequence, WG_DATAGRAM)));
+    }
+    // 45 × 1452 = 65 340 bytes fit below 65 507; the 46th does not.
+    assert_eq!(
+        message_shapes(&batch),
+        [
+            (addr(1), WG_DATAGRAM, 45, 45 * WG_DATAGRAM),
+            (addr(1), WG_DATAGRAM, 1, WG_DATAGRAM)
+        ]
+    );
+    let mut batch = SendBatch::new(MAX_BATCH, 1 << 20);
+    for sequence in 0..70 {
+        assert!(batch.push(addr(1), &datagram(sequence, 100)));
+    }
+    assert_eq!(
+        message_shapes(&batch),
+        [
+            (addr(1), 100, MAX_GSO_SEGMENTS, 6400),
+            (addr(1), 100, 6, 600)
+        ]
+    );
+}
+
+#[test]
+fn the_batch_refuses_datagrams_beyond_its_capacity() {
+    let mut batch = SendBatch::new(3, 4000);
+    assert!(batch.push(addr(1), &[0; 1500]));
+    assert!(batch.push(addr(1), &[0; 1500]));
+    assert!(!batch.push(addr(1), &[0; 1500]), "out of bytes");
+    assert!(batch.push(addr(1), &[0; 1000]));
+    assert!(!batch.push(addr(1), &[0; 1]), "out of datagram slots");
+    batch.clear();
+    assert!(batch.is_empty());
+    assert!(batch.push(addr(1), &[0; 1500]));
+}
+
+#[test]
+fn splitting_keeps_every_datagram_in_order() {
+    let mut batch = SendBatch::new(MAX_BATCH, 1 << 20);
+    let lens = [1000, 1000, 1000, 400, 1000, 1000, 700, 700];
+    let dests = [1, 1, 1, 1, 1, 2, 2, 2];
+    for (sequence, (len, dest)) in lens.iter().zip(dests).enumerate() {
+        assert!(batch.push(addr(dest), &datagram(sequence as u32, *len)));
+    }
+    assert_eq!(batch.messages(), 4);
+    batch.split_from(1);
+    let shapes = message_shapes(&batch);
+    assert_eq!(shapes.len(), 1 + 1 + 1 + 2);
+    assert_eq!(shapes[0], (addr(1), 1000, 4, 3400));
+    assert_eq!(
+        shapes[1..],
+        [
+            (addr(1), 1000, 1, 1000),
+            (addr(2), 1000, 1, 1000),
+            (addr(2), 700, 1, 700),
+            (addr(2), 700, 1, 700),
+        ]
+    );
+    let starts: Vec<usize> = batch.messages.iter().map(|m| m.start).collect();
+    assert_eq!(starts, [0, 3400, 4400, 5400, 6100]);
+}
+
+#[test]
+fn socket_addresses_round_trip_through_the_kernel_layout() {
+    for addr in [
+        "192.0.2.7:51820".parse::<SocketAddr>().expect("v4"),
+        "[2001:db8::1]:443".parse().expect("v6"),
+        SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::LOCALHOST, 9, 7, 3)),
+    ] {
+        let (raw, len) = RawAddr::encode(addr);
+        assert_eq!(raw.decode(len), Some(addr));
+    }
+    assert_eq!(RawAddr::EMPTY.decode(0), None);
+}
+
+/// Sends `datagrams` from `sender` to `receiver` through a [`SendBatch`] and receives them
+/// through a [`RecvBatch`]; returns what arrived and how many messages carried it.
+fn round_trip(
+    want_gso: bool,
+    want_gro: bool,
+    datagrams: &[Vec<u8>],
+) -> (Vec<Vec<u8>>, usize, UdpOffload, UdpOffload) {
+    let receiver = StdUdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+    let sender = StdUdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+    receiver
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
+    let send_offload = UdpOffload::configure(&sender, want_gso, false);
+    let recv_offload = UdpOffload::configure(&receiver, false, want_gro);
+    let dest = receiver.local_addr().expect("addr");
+    let mut batch = SendBatch::new(MAX_BATCH, 1 << 20);
+    for bytes in datagrams {
+        assert!(batch.push(dest, bytes));
+    }
+    let report = batch.send(sender.as_fd(), &send_offload).expect("send");
+    assert_eq!(report.sent, datagrams.len());
+    assert_eq!(report.failed, 0);
+    assert!(batch.is_empty());
+
+    let mut received = Vec::new();
+    let mut messages = 0;
+    let mut recv = RecvBatch::new(8);
+    receiver.set_nonblocking(true).expect("nonblocking");
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while received.len() < datagrams.len() && std::time::Instant::now() < deadline {
+        match recv.recv(receiver.as_fd()) {
+            Ok(count) => {
+                messages += count;
+                assert_eq!(recv.rejected(), 0);
+                for datagram in recv.datagrams() {
+                    assert_eq!(datagram.source, sender.local_addr().expect("addr"));
+                    assert_eq!(recv.get(datagram.position).bytes, datagram.bytes);
+                    received.push(datagram.bytes.to_vec());
+                }
+            }
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(error) => panic!("recv: {error}"),
+        }
+    }
+    (received, messages, send_offload, recv_offload)
+}
+
+fn burst() -> Vec<Vec<u8>> {
+    // Small enough for a default receive buffer to hold it whole.
+    let mut datagrams: Vec<Vec<u8>> = (0..40).map(|s| datagram(s, WG_DATAGRAM)).collect();
+    datagrams.push(datagram(40, 300));
+    datagrams.push(datagram(41, WG_DATAGRAM));
+    datagrams
+}
+
+#[test]
+fn gso_and_gro_deliver_every_datagram_intact_in_fewer_messages() {
+    let Some((received, messages, send, recv)) =
+        in_private_netns(|| round_trip(true, true, &burst()))
+    else {
+        return;
+    };
+    assert!(send.gso() && recv.gro(), "kernel without UDP GSO/GRO");
+    assert_eq!(received, burst());
+    assert!(
+        messages < burst().len() / 10,
+        "{messages} messages: not coalesced"
+    );
+}
+
+#[test]
+fn without_offloads_every_datagram_is_its_own_message() {
+    let Some((received, messages, send, recv)) =
+        in_private_netns(|| round_trip(false, false, &burst()))
+    else {
+        return;
+    };
+    assert!(!send.gso() && !recv.gro());
+    assert_eq!(received, burst());
+    assert_eq!(messages, burst().len());
+}
+
+#[test]
+fn gso_sends_are_split_by_the_kernel_for_a_receiver_without_gro() {
+    let Some((received, messages, _, _)) = in_private_netns(|| round_trip(true, false, &burst()))
+    else {
+        return;
+    };
+    assert_eq!(received, burst());
+    assert_eq!(messages, burst().len());
+}
+
+#[test]
+fn batches_to_several_endpoints_and_families_go_out_in_one_call() {
+    let result = in_private_netns(|| {
+        let sender4 = StdUdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+        let a = StdUdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+        let b = StdUdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+        let offload = UdpOffload::configure(&sender4, true, false);
+        let mut batch = SendBatch::new(MAX_BATCH, 1 << 20);
+        for sequence in 0..6 {
+            let dest = if sequence % 2 == 0 { &a } else { &b };
+            assert!(batch.push(dest.local_addr().expect("addr"), &datagram(sequence, 64)));
+        }
+        let report = batch.send(sender4.as_fd(), &offload).expect("send");
+        let mut seen = Vec::new();
+        for socket in [&a, &b] {
+            socket.set_nonblocking(true).expect("nonblocking");
+            let mut recv = RecvBatch::new(16);
+            let count = recv.recv(socket.as_fd()).expect("recv");
+            seen.push((count, recv.datagrams().count()));
+        }
+        (report, seen)
+    });
+    let Some((report, seen)) = result else { return };
+    assert_eq!(report.sent, 6);
+    assert_eq!(report.calls, 1);
+    assert_eq!(seen, [(3, 3), (3, 3)]);
+}
+
+#[test]
+fn a_refused_message_is_counted_and_the_rest_still_go_out() {
+    let result = in_private_netns(|| {
+        let sender = StdUdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+        let receiver = StdUdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind");
+        let offload = UdpOffload::configure(&sender, true, false);
+        let mut batch = SendBatch::new(MAX_BATCH, 1 << 20);
+        let unreachable: SocketAddr = "[2001:db8::1]:9".parse().expect("v6");
+        assert!(batch.push(receiver.local_addr().expect("addr"), &datagram(0, 64)));
+        // An IPv6 destination on an IPv4 socket is refused by the kernel.
+        assert!(batch.push(unreachable, &datagram(1, 64)));
+        assert!(batch.push(receiver.local_addr().expect("addr"), &datagram(2, 64)));
+        let report = batch.send(sender.as_fd(), &offload).expect("send");
+        let error = batch.take_last_error();
+        receiver.set_nonblocking(true).expect("nonblocking");
+        let mut recv = RecvBatch::new(16);
+        let received: Vec<Vec<u8>> = match recv.recv(receiver.as_fd()) {
+            Ok(_) => recv.datagrams().map(|d| d.bytes.to_vec()).collect(),
+            Err(_) => Vec::new(),
+        };
+        (report, error.is_some(), received)
+    });
+    let Some((report, had_error, received)) = result else {
+        return;
+    };
+    assert_eq!((report.sent, report.failed), (2, 1));
+    assert!(had_error);
+    assert_eq!(received, [datagram(0, 64), datagram(2, 64)]);
+}
+
+#[test]
+fn async_send_and_receive_wait_for_readiness() {
+    const ROUNDS: u32 = 5;
+    const PER_ROUND: u32 = 40;
+    let result = in_private_netns(|| {
+        runtime().block_on(async {
+            let receiver = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
+                .await
+                .expect("bind");
+            let sender = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
+                .await
+                .expect("bind");
+            let send_offload = UdpOffload::configure(&sender, true, false);
+            let _gro = UdpOffload::configure(&receiver, false, true);
+            let dest = receiver.local_addr().expect("addr");
+            let mut recv = RecvBatch::new(8);
+            let mut batch = SendBatch::new(MAX_BATCH, 1 << 20);
+            let mut received = Vec::new();
+            for round in 0..ROUNDS {
+                for sequence in 0..PER_ROUND {
+                    let bytes = datagram(round * PER_ROUND + sequence, WG_DATAGRAM);
+                    assert!(batch.push(dest, &bytes));
+                }
+                batch.send_to(&sender, &send_offload).await.expect("send");
+                while received.len() < ((round + 1) * PER_ROUND) as usize {
+                    tokio::time::timeout(Duration::from_secs(2), recv.recv_from(&receiver))
+                        .await
+                        .expect("datagrams within 2 s")
+                        .expect("recv");
+                    received.extend(recv.datagrams().map(|d| d.bytes.to_vec()));
+                }
+            }
+            received
+        })
+    });
+    let Some(received) = result else { return };
+    let expected: Vec<Vec<u8>> = (0..ROUNDS * PER_ROUND)
+        .map(|s| datagram(s, WG_DATAGRAM))
+        .collect();
+    assert_eq!(received, expected);
+}
