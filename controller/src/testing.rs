@@ -60,6 +60,8 @@ impl Service {
                 last_handshake_unix_ms: now_ms,
                 latency_us: 250,
                 state: ConnectionState::Connected as i32,
+                routes: peer.routes.clone(),
+                acl: peer.acl.clone(),
                 ..PeerStatus::default()
             })
             .collect();

@@ -65,6 +65,18 @@ pub fn status_response(report: &DeviceReport, now_ms: u64) -> proto::StatusRespo
                     latency_us: peer.latency_us.unwrap_or(0),
                     state: state.into(),
                     message,
+                    routes: peer
+                        .config
+                        .routes
+                        .iter()
+                        .map(|route| proto::Route {
+                            real: route.real.to_string(),
+                            view: route.view.to_string(),
+                        })
+                        .collect(),
+                    acl: peer.config.acl.as_ref().map(|allowed| proto::Acl {
+                        allowed: allowed.iter().map(ToString::to_string).collect(),
+                    }),
                 }
             })
             .collect(),

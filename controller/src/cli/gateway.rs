@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use crate::gateway_api::{ConnectionState, DesiredState, StatusResponse};
+use crate::gateway_api::{ConnectionState, DesiredState, PeerStatus, StatusResponse};
 use crate::gateway_client::{DEFAULT_SOCKET, GatewayClient, GatewayClientError};
 use crate::planner;
 
@@ -220,6 +220,7 @@ pub fn render_status(status: &StatusResponse, now_unix_ms: i64) -> String {
         out.push_str("no peers\n");
     } else {
         out.push_str(&table(&rows));
+        out.push_str(&render_routes(&status.peers));
     }
     let mut drops: Vec<_> = status
         .drops
@@ -235,6 +236,40 @@ pub fn render_status(status: &StatusResponse, now_unix_ms: i64) -> String {
         out.push('\n');
     }
     out
+}
+
+/// One row per route: peer, real prefix, the view local clients use, and the peer's ACL.
+fn render_routes(peers: &[PeerStatus]) -> String {
+    let mut rows = vec![[
+        "PEER".to_owned(),
+        "REAL".to_owned(),
+        "VIEW".to_owned(),
+        "ACL".to_owned(),
+    ]];
+    for peer in peers {
+        let name = if peer.name.is_empty() {
+            &peer.public_key
+        } else {
+            &peer.name
+        };
+        let acl = match &peer.acl {
+            None => "-".to_owned(),
+            Some(acl) if acl.allowed.is_empty() => "deny all".to_owned(),
+            Some(acl) => acl.allowed.join(","),
+        };
+        for route in &peer.routes {
+            let view = if route.view.is_empty() || route.view == route.real {
+                format!("{} (not remapped)", route.real)
+            } else {
+                route.view.clone()
+            };
+            rows.push([name.clone(), route.real.clone(), view, acl.clone()]);
+        }
+    }
+    if rows.len() == 1 {
+        return String::new();
+    }
+    format!("\nroutes:\n{}", table(&rows))
 }
 
 fn ago(unix_ms: i64, now_unix_ms: i64) -> String {
@@ -287,7 +322,7 @@ fn table<const N: usize>(rows: &[[String; N]]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway_api::PeerStatus;
+    use crate::gateway_api::{Acl, Route};
 
     #[test]
     fn yaml_states_parse_with_camel_case_fields_and_get_a_version() {
@@ -350,6 +385,19 @@ peers:
                 rx_bytes: 2048,
                 latency_us: 1200,
                 state: ConnectionState::Connected as i32,
+                routes: vec![
+                    Route {
+                        real: "10.202.0.0/16".into(),
+                        view: "10.202.0.0/16".into(),
+                    },
+                    Route {
+                        real: "10.70.0.0/16".into(),
+                        view: "10.71.0.0/16".into(),
+                    },
+                ],
+                acl: Some(Acl {
+                    allowed: vec!["10.70.1.0/24".into()],
+                }),
                 ..PeerStatus::default()
             }],
             drops: [("acl".to_owned(), 3), ("no_route".to_owned(), 0)].into(),
@@ -357,6 +405,12 @@ peers:
         };
         let text = render_status(&status, 75_000);
         assert!(text.contains("interface kubetun0 listening on 51820 (version abc, generation 2)"));
+        let remapped = text.lines().find(|l| l.contains("10.70.0.0/16")).unwrap();
+        assert!(
+            remapped.contains("10.71.0.0/16") && remapped.contains("10.70.1.0/24"),
+            "{remapped}"
+        );
+        assert!(text.contains("10.202.0.0/16 (not remapped)"), "{text}");
         let row = text.lines().find(|l| l.starts_with("rome")).unwrap();
         assert!(row.contains("Connected"), "{row}");
         assert!(row.contains("1m5s ago"), "{row}");
