@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Parser;
 use kubetun_gateway::device::Device;
+use kubetun_gateway::io::IoOptions;
 use kubetun_gateway::peercred::PeerPolicy;
 use kubetun_gateway::uapi::server::{SOCKET_DIR, UapiServer, socket_path};
 use kubetun_gateway::{caps, grpc, metrics};
@@ -58,6 +59,42 @@ struct Args {
     log_json: bool,
     /// The TUN interface to create.
     ifname: String,
+    /// Data-path I/O techniques (each can be switched off to measure it).
+    #[command(flatten)]
+    io: IoArgs,
+}
+
+/// Switches of the batched I/O techniques; all are on by default.
+#[derive(Debug, clap::Args)]
+struct IoArgs {
+    /// Open the TUN device without virtio-net offloads (no TSO/USO reads, no GRO writes).
+    #[arg(long, env = "KUBETUN_NO_TUN_OFFLOAD")]
+    no_tun_offload: bool,
+    /// Send every UDP datagram on its own instead of in GSO messages.
+    #[arg(long, env = "KUBETUN_NO_UDP_GSO")]
+    no_udp_gso: bool,
+    /// Receive without UDP GRO.
+    #[arg(long, env = "KUBETUN_NO_UDP_GRO")]
+    no_udp_gro: bool,
+    /// Most packets per batch (1 turns batching off).
+    #[arg(
+        long,
+        env = "KUBETUN_BATCH_SIZE",
+        default_value_t = kubetun_gateway::io::DEFAULT_BATCH_SIZE as u16,
+        value_parser = clap::value_parser!(u16).range(1..=128)
+    )]
+    batch_size: u16,
+}
+
+impl IoArgs {
+    fn options(&self) -> IoOptions {
+        IoOptions {
+            tun_offload: !self.no_tun_offload,
+            udp_gso: !self.no_udp_gso,
+            udp_gro: !self.no_udp_gro,
+            batch_size: usize::from(self.batch_size),
+        }
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -131,7 +168,8 @@ fn detach(args: &Args) -> anyhow::Result<()> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let device = Device::create(&args.ifname).context("creating the device")?;
+    let device =
+        Device::create_with(&args.ifname, args.io.options()).context("creating the device")?;
     let uapi_path = socket_path(&args.uapi_dir, &args.ifname);
     let grpc_path = args
         .grpc_socket

@@ -1,9 +1,10 @@
 //! The data-path tasks: TUN → peer (egress), UDP → TUN (ingress) and the timer task.
 //!
 //! Each task owns its buffers and an `arc_swap::Cache` of the snapshot, so the per-packet work
-//! takes no global lock and allocates nothing; only the destination peer's `Tunn` mutex is
-//! taken, and released before any IO. The IO calls sit in small functions (`recv_from`,
-//! `send_datagram`, `write_tun`) so they can later be replaced by batched variants.
+//! takes no global lock and allocates nothing; only a peer's `Tunn` mutex is taken, once per
+//! batch for all of that peer's packets, and released before any IO. The IO is batched
+//! ([`crate::io`]): TUN reads and writes with virtio-net offloads, UDP with
+//! `recvmmsg`/`sendmmsg`, GRO and GSO, each switchable through [`IoOptions`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,10 +18,14 @@ use tokio::net::UdpSocket;
 
 use super::dispatch::{Incoming, classify, is_cookie_reply, is_initiation};
 use super::drops::{DeviceDrop, Drops};
-use super::net::Sockets;
+use super::net::{Sockets, WgSocket};
 use super::peer::Peer;
 use super::snapshot::Snapshot;
 use crate::clock::unix_ms;
+use crate::io::IoOptions;
+use crate::io::buffer::PacketBuf;
+use crate::io::tun_offload::{SEGMENTS_PER_READ, TunReader, TunWriter};
+use crate::io::udp_batch::{MAX_GSO_SEGMENTS, Position, RecvBatch, SendBatch};
 use crate::key::Key;
 use crate::remap::{DropReason, PeerId, Verdict};
 
@@ -29,6 +34,13 @@ const MAX_PACKET: usize = 65536;
 /// Room boringtun needs beyond the plaintext when encapsulating (header + tag). Every
 /// buffer is also far above the 148 bytes of the largest handshake message.
 const OVERHEAD: usize = 32;
+/// The smallest buffer boringtun writes a handshake initiation into.
+const HANDSHAKE_ROOM: usize = 148;
+/// Send-arena room per datagram of a batch: a full 1420-byte MTU packet once encrypted.
+const TYPICAL_DATAGRAM: usize = 1420 + OVERHEAD;
+/// With UDP GRO a receive reads `batch / GRO_MESSAGES_DIVISOR` messages, each holding up to
+/// 64 datagrams.
+const GRO_MESSAGES_DIVISOR: usize = 8;
 /// How often `update_timers` runs for every peer.
 pub const TIMER_TICK: Duration = Duration::from_millis(250);
 /// How often the shared handshake rate limiter is reset, in timer ticks.
@@ -43,6 +55,8 @@ pub struct Shared {
     /// The UDP sockets. Kept out of the snapshot so that a task's cached snapshot never
     /// keeps an old port bound after a listen-port change.
     pub sockets: ArcSwap<Sockets>,
+    /// The I/O techniques in use.
+    pub io: IoOptions,
     /// Drop counters.
     pub drops: Drops,
     /// Set once the TUN reader has stopped (the interface was deleted or failed).
@@ -59,96 +73,332 @@ impl std::fmt::Debug for Shared {
 
 type SnapshotCache = Cache<Arc<ArcSwap<Snapshot>>, Arc<Snapshot>>;
 
-/// Reads packets from the TUN device and sends them, encrypted, to the peer the remap table
-/// routes them to. Runs until the device fails or the task is aborted.
+/// Reads batches of packets from the TUN device and sends them, encrypted, to the peers the
+/// remap table routes them to. Runs until the device fails or the task is aborted.
+///
+/// Per batch: remap every packet, group the packets by peer (keeping each peer's packets in
+/// read order), take each peer's `Tunn` lock once for its whole group and encrypt straight
+/// into the send arena, where equal-size datagrams to one endpoint coalesce into GSO
+/// messages; then one `sendmmsg` per socket.
 pub async fn tun_loop(shared: Arc<Shared>) {
     let mut cache: SnapshotCache = Cache::new(Arc::clone(&shared.snapshot));
-    let mut packet = vec![0u8; MAX_PACKET];
-    let mut out = vec![0u8; MAX_PACKET + OVERHEAD];
+    let batch = shared.io.batch();
+    let mut reader = TunReader::new(batch);
+    let mut outbox = Outbox::new(batch);
+    let mut routed: Vec<(PeerId, u16)> = Vec::with_capacity(batch - 1 + SEGMENTS_PER_READ);
     loop {
-        let len = match shared.tun.recv(&mut packet).await {
-            Ok(len) => len,
-            Err(error) => {
-                tracing::error!(%error, "reading from the TUN device failed; stopping");
-                shared.stopped.send_replace(true);
-                return;
-            }
-        };
+        if let Err(error) = reader.recv(&shared.tun).await {
+            tracing::error!(%error, "reading from the TUN device failed; stopping");
+            shared.stopped.send_replace(true);
+            return;
+        }
+        shared
+            .drops
+            .device_many(DeviceDrop::TunRead, reader.take_skipped());
         let snapshot = cache.load();
-        egress(&shared, snapshot, &mut packet[..len], &mut out).await;
+        routed.clear();
+        for (index, packet) in reader.packets_mut().iter_mut().enumerate() {
+            match snapshot.remap.egress(packet.as_mut()) {
+                Verdict::Forward(id) => routed.push((id, index as u16)),
+                Verdict::Drop(reason) => {
+                    tracing::trace!(%reason, "egress drop");
+                    shared.drops.remap(reason);
+                }
+                Verdict::Deliver => shared.drops.remap(DropReason::NoRoute),
+            }
+        }
+        // Unique keys: the order inside a peer's group is the read order.
+        routed.sort_unstable();
+        for group in routed.chunk_by(|a, b| a.0 == b.0) {
+            encapsulate_group(&shared, snapshot, group, reader.packets(), &mut outbox).await;
+        }
+        outbox.flush(&shared).await;
     }
 }
 
-async fn egress(shared: &Shared, snapshot: &Snapshot, packet: &mut [u8], out: &mut [u8]) {
-    let id = match snapshot.remap.egress(packet) {
-        Verdict::Forward(id) => id,
-        Verdict::Drop(reason) => {
-            tracing::trace!(%reason, "egress drop");
-            shared.drops.remap(reason);
-            return;
-        }
-        Verdict::Deliver => {
-            shared.drops.remap(DropReason::NoRoute);
-            return;
-        }
-    };
+/// Encrypts one peer's packets of a batch into the outbox, under one `Tunn` lock per
+/// outbox fill.
+async fn encapsulate_group(
+    shared: &Shared,
+    snapshot: &Snapshot,
+    group: &[(PeerId, u16)],
+    packets: &[PacketBuf],
+    outbox: &mut Outbox,
+) {
+    let id = group[0].0;
+    let lost = group.len() as u64;
     let Some(slot) = snapshot.peer(id) else {
-        shared.drops.remap(DropReason::UnknownPeer);
+        (0..lost).for_each(|_| shared.drops.remap(DropReason::UnknownPeer));
         return;
     };
     let Some(peer) = &slot.runtime else {
-        shared.drops.device(DeviceDrop::NoPrivateKey);
+        shared.drops.device_many(DeviceDrop::NoPrivateKey, lost);
         return;
     };
     let Some(endpoint) = peer.endpoint() else {
-        shared.drops.device(DeviceDrop::NoEndpoint);
+        shared.drops.device_many(DeviceDrop::NoEndpoint, lost);
         return;
     };
-    let result = peer.tunn.lock().0.encapsulate(packet, out);
-    match result {
-        TunnResult::WriteToNetwork(datagram) => {
-            send_to_peer(shared, peer, datagram, endpoint).await;
+    let mut next = 0;
+    while next < group.len() {
+        let now = unix_ms();
+        let (mut bytes, mut datagrams, mut rejected) = (0usize, 0u64, 0u64);
+        {
+            let out = outbox.batch_for(&endpoint);
+            let mut tunn = peer.tunn.lock();
+            while let Some(&(_, index)) = group.get(next) {
+                let packet = packets[usize::from(index)].as_ref();
+                let needed = (packet.len() + OVERHEAD).max(HANDSHAKE_ROOM);
+                let Some(space) = out.space(needed) else {
+                    if out.is_empty() {
+                        // Larger than an empty arena: cannot be sent at all.
+                        rejected += 1;
+                        next += 1;
+                        continue;
+                    }
+                    break;
+                };
+                next += 1;
+                match tunn.0.encapsulate(packet, space) {
+                    TunnResult::WriteToNetwork(datagram) => {
+                        let len = datagram.len();
+                        if is_initiation(datagram) {
+                            peer.record_initiation(now);
+                        }
+                        out.commit(endpoint, len);
+                        bytes += len;
+                        datagrams += 1;
+                    }
+                    TunnResult::Done => {} // queued until the handshake completes
+                    TunnResult::Err(error) => {
+                        tracing::trace!(?error, "encapsulate failed");
+                        rejected += 1;
+                    }
+                    TunnResult::WriteToTunnelV4(..) | TunnResult::WriteToTunnelV6(..) => {}
+                }
+            }
         }
-        TunnResult::Done => {} // queued until the handshake completes
-        TunnResult::Err(error) => {
-            tracing::trace!(?error, "encapsulate failed");
-            shared.drops.device(DeviceDrop::Rejected);
+        // Counted when queued; a failed send is counted as a `udp_send` drop.
+        peer.record_sent_batch(bytes, datagrams, now);
+        shared.drops.device_many(DeviceDrop::Rejected, rejected);
+        if next < group.len() {
+            outbox.flush(shared).await;
         }
-        TunnResult::WriteToTunnelV4(..) | TunnResult::WriteToTunnelV6(..) => {}
     }
 }
 
-/// Receives datagrams from one UDP socket and hands each to [`ingress`].
-pub async fn udp_loop(shared: Arc<Shared>, socket: Arc<UdpSocket>) {
-    let mut cache: SnapshotCache = Cache::new(Arc::clone(&shared.snapshot));
-    let mut datagram = vec![0u8; MAX_PACKET];
-    let mut out = vec![0u8; MAX_PACKET + OVERHEAD];
-    loop {
-        let (len, source) = match recv_from(&socket, &mut datagram).await {
-            Ok(received) => received,
-            Err(error) => {
-                tracing::debug!(%error, "UDP receive failed");
+/// Outgoing datagrams of one task, per address family, sent with `sendmmsg` (and GSO).
+struct Outbox {
+    v4: SendBatch,
+    v6: SendBatch,
+}
+
+impl Outbox {
+    fn new(batch: usize) -> Self {
+        // Room for a batch of full-size datagrams and one maximal one.
+        let bytes = batch * (TYPICAL_DATAGRAM) + MAX_PACKET + OVERHEAD;
+        Self {
+            v4: SendBatch::new(batch, bytes),
+            v6: SendBatch::new(batch, bytes),
+        }
+    }
+
+    fn batch_for(&mut self, endpoint: &SocketAddr) -> &mut SendBatch {
+        match endpoint {
+            SocketAddr::V4(_) => &mut self.v4,
+            SocketAddr::V6(_) => &mut self.v6,
+        }
+    }
+
+    /// Sends everything queued; failures are counted as `udp_send` drops.
+    async fn flush(&mut self, shared: &Shared) {
+        let sockets = shared.sockets.load();
+        for (out, socket) in [(&mut self.v4, &sockets.v4), (&mut self.v6, &sockets.v6)] {
+            if out.is_empty() {
                 continue;
             }
-        };
-        let snapshot = cache.load();
-        ingress(
-            &shared,
-            snapshot,
-            &socket,
-            source,
-            &datagram[..len],
-            &mut out,
-        )
-        .await;
+            let Some(socket) = socket else {
+                shared
+                    .drops
+                    .device_many(DeviceDrop::UdpSend, out.len() as u64);
+                out.clear();
+                continue;
+            };
+            match out.send_to(&socket.udp, &socket.offload).await {
+                Ok(report) => {
+                    shared
+                        .drops
+                        .device_many(DeviceDrop::UdpSend, report.failed as u64);
+                    if let Some(error) = out.take_last_error() {
+                        tracing::trace!(%error, "UDP send failed");
+                    }
+                }
+                Err(error) => {
+                    tracing::debug!(%error, "UDP send failed");
+                    shared
+                        .drops
+                        .device_many(DeviceDrop::UdpSend, out.len() as u64);
+                    out.clear();
+                }
+            }
+        }
     }
 }
 
-async fn recv_from(socket: &UdpSocket, buf: &mut [u8]) -> std::io::Result<(usize, SocketAddr)> {
-    socket.recv_from(buf).await
+/// Receives batches of datagrams from one UDP socket (`recvmmsg`, split GRO messages) and
+/// decrypts them. Data messages are grouped by peer, each peer's `Tunn` lock taken once per
+/// group, and decrypted straight into the TUN write batch, which GRO-coalesces them on
+/// flush. Handshake messages take [`ingress`], in arrival order with the data around them.
+pub async fn udp_loop(shared: Arc<Shared>, socket: Arc<WgSocket>) {
+    let mut cache: SnapshotCache = Cache::new(Arc::clone(&shared.snapshot));
+    let batch = shared.io.batch();
+    // A GRO message carries up to 64 datagrams: fewer messages make a batch of similar size.
+    let messages = if socket.offload.gro() {
+        batch.div_ceil(GRO_MESSAGES_DIVISOR)
+    } else {
+        batch
+    };
+    let mut inbound = RecvBatch::new(messages);
+    let mut writer = TunWriter::new(batch);
+    let mut pending: Vec<(PeerId, u32, Position)> = Vec::with_capacity(messages * MAX_GSO_SEGMENTS);
+    let mut out = vec![0u8; MAX_PACKET + OVERHEAD];
+    loop {
+        if let Err(error) = inbound.recv_from(&socket.udp).await {
+            tracing::debug!(%error, "UDP receive failed");
+            continue;
+        }
+        let snapshot = cache.load();
+        shared
+            .drops
+            .device_many(DeviceDrop::InvalidDatagram, inbound.rejected() as u64);
+        for (sequence, datagram) in inbound.datagrams().enumerate() {
+            if let Incoming::Data { receiver } = classify(datagram.bytes) {
+                match snapshot.by_index.get(&receiver) {
+                    Some(id) => pending.push((*id, sequence as u32, datagram.position)),
+                    None => shared.drops.device(DeviceDrop::UnknownReceiver),
+                }
+                continue;
+            }
+            decrypt_pending(&shared, snapshot, &inbound, &mut pending, &mut writer).await;
+            let (source, bytes) = (datagram.source, datagram.bytes);
+            ingress(
+                &shared,
+                snapshot,
+                &socket.udp,
+                source,
+                bytes,
+                &mut out,
+                &mut writer,
+            )
+            .await;
+        }
+        decrypt_pending(&shared, snapshot, &inbound, &mut pending, &mut writer).await;
+        flush_tun(&shared, &mut writer).await;
+    }
 }
 
-/// Finds the peer a datagram belongs to, lets its `Tunn` process it and acts on the result.
+/// Decrypts the data messages collected so far, peer by peer, in arrival order per peer.
+async fn decrypt_pending(
+    shared: &Shared,
+    snapshot: &Snapshot,
+    inbound: &RecvBatch,
+    pending: &mut Vec<(PeerId, u32, Position)>,
+    writer: &mut TunWriter,
+) {
+    pending.sort_unstable();
+    for group in pending.chunk_by(|a, b| a.0 == b.0) {
+        decrypt_group(shared, snapshot, inbound, group, writer).await;
+    }
+    pending.clear();
+}
+
+/// Decrypts one peer's data messages into the TUN write batch under one `Tunn` lock per
+/// batch fill, translating each packet (source check, ACL, real → view) in place.
+async fn decrypt_group(
+    shared: &Shared,
+    snapshot: &Snapshot,
+    inbound: &RecvBatch,
+    group: &[(PeerId, u32, Position)],
+    writer: &mut TunWriter,
+) {
+    let id = group[0].0;
+    let Some(slot) = snapshot.peer(id) else {
+        (0..group.len()).for_each(|_| shared.drops.remap(DropReason::UnknownPeer));
+        return;
+    };
+    let Some(peer) = slot.runtime.as_deref() else {
+        shared
+            .drops
+            .device_many(DeviceDrop::NoPrivateKey, group.len() as u64);
+        return;
+    };
+    let mut next = 0;
+    while next < group.len() {
+        let (mut bytes, mut accepted, mut rejected) = (0usize, 0u64, 0u64);
+        let mut last_source = None;
+        {
+            let mut tunn = peer.tunn.lock();
+            while let Some(&(_, _, position)) = group.get(next) {
+                let Some(space) = writer.space() else { break };
+                next += 1;
+                let datagram = inbound.get(position);
+                match tunn
+                    .0
+                    .decapsulate(Some(datagram.source.ip()), datagram.bytes, space)
+                {
+                    TunnResult::WriteToTunnelV4(packet, _)
+                    | TunnResult::WriteToTunnelV6(packet, _) => {
+                        bytes += datagram.bytes.len();
+                        accepted += 1;
+                        last_source = Some(datagram.source);
+                        let len = packet.len();
+                        match snapshot.remap.ingress(id, packet) {
+                            Verdict::Deliver => writer.commit(len),
+                            Verdict::Drop(reason) => {
+                                tracing::trace!(%reason, peer = id, "ingress drop");
+                                shared.drops.remap(reason);
+                            }
+                            Verdict::Forward(_) => shared.drops.remap(DropReason::BadPacket),
+                        }
+                    }
+                    TunnResult::Done => {
+                        // A keepalive.
+                        bytes += datagram.bytes.len();
+                        accepted += 1;
+                        last_source = Some(datagram.source);
+                    }
+                    TunnResult::WriteToNetwork(_) => {
+                        // Transport data never asks for a reply; nothing to send.
+                        tracing::trace!("unexpected reply to a data message");
+                    }
+                    TunnResult::Err(error) => {
+                        tracing::trace!(?error, source = %datagram.source, "datagram rejected");
+                        rejected += 1;
+                    }
+                }
+            }
+        }
+        peer.record_received_batch(bytes, accepted);
+        if let Some(source) = last_source {
+            peer.roam(source);
+        }
+        shared.drops.device_many(DeviceDrop::Rejected, rejected);
+        if next < group.len() {
+            flush_tun(shared, writer).await;
+        }
+    }
+}
+
+/// Writes the TUN batch; a failed write is counted as a `tun_write` drop.
+async fn flush_tun(shared: &Shared, writer: &mut TunWriter) {
+    if let Err(error) = writer.flush(&shared.tun).await {
+        tracing::trace!(%error, "TUN write failed");
+        shared.drops.device(DeviceDrop::TunWrite);
+    }
+}
+
+/// Finds the peer of a datagram that is not transport data (a handshake message, a cookie
+/// reply), lets its `Tunn` process it and acts on the result.
 async fn ingress(
     shared: &Shared,
     snapshot: &Snapshot,
@@ -156,6 +406,7 @@ async fn ingress(
     source: SocketAddr,
     datagram: &[u8],
     out: &mut [u8],
+    writer: &mut TunWriter,
 ) {
     let kind = classify(datagram);
     let Some(id) = find_peer(shared, snapshot, socket, source, datagram, kind, out).await else {
@@ -202,7 +453,7 @@ async fn ingress(
         }
         TunnResult::WriteToTunnelV4(packet, _) | TunnResult::WriteToTunnelV6(packet, _) => {
             accepted(peer, kind, source, datagram.len());
-            deliver(shared, snapshot, id, packet).await;
+            deliver(shared, snapshot, id, packet, writer).await;
         }
         TunnResult::Done => accepted(peer, kind, source, datagram.len()),
     }
@@ -305,12 +556,20 @@ async fn find_peer(
     }
 }
 
-/// Translates a decrypted packet (source check, ACL, real → view) and writes it to the TUN.
-async fn deliver(shared: &Shared, snapshot: &Snapshot, id: PeerId, packet: &mut [u8]) {
+/// Translates a decrypted packet (source check, ACL, real → view) and queues it for the TUN.
+async fn deliver(
+    shared: &Shared,
+    snapshot: &Snapshot,
+    id: PeerId,
+    packet: &mut [u8],
+    writer: &mut TunWriter,
+) {
     match snapshot.remap.ingress(id, packet) {
         Verdict::Deliver => {
-            if let Err(error) = write_tun(&shared.tun, packet).await {
-                tracing::trace!(%error, "TUN write failed");
+            if writer.is_full() {
+                flush_tun(shared, writer).await;
+            }
+            if !writer.push(packet) {
                 shared.drops.device(DeviceDrop::TunWrite);
             }
         }
@@ -320,10 +579,6 @@ async fn deliver(shared: &Shared, snapshot: &Snapshot, id: PeerId, packet: &mut 
         }
         Verdict::Forward(_) => shared.drops.remap(DropReason::BadPacket),
     }
-}
-
-async fn write_tun(tun: &tun_rs::AsyncDevice, packet: &[u8]) -> std::io::Result<usize> {
-    tun.send(packet).await
 }
 
 async fn send_to_peer(shared: &Shared, peer: &Peer, datagram: &[u8], endpoint: SocketAddr) {
@@ -336,7 +591,7 @@ async fn send_to_peer(shared: &Shared, peer: &Peer, datagram: &[u8], endpoint: S
     if is_initiation(datagram) {
         peer.record_initiation(now);
     }
-    match send_datagram(socket, datagram, endpoint).await {
+    match send_datagram(&socket.udp, datagram, endpoint).await {
         Ok(_) => peer.record_sent(datagram.len(), now),
         Err(error) => {
             tracing::trace!(%error, %endpoint, "UDP send failed");

@@ -21,6 +21,8 @@ pub enum DeviceDrop {
     NoEndpoint,
     /// A packet arrived or was routed while the interface has no private key.
     NoPrivateKey,
+    /// A TUN read that could not be split into packets (a malformed offload header).
+    TunRead,
     /// Writing to the TUN device failed.
     TunWrite,
     /// Sending a datagram failed.
@@ -29,7 +31,7 @@ pub enum DeviceDrop {
 
 impl DeviceDrop {
     /// Every reason, in counter order.
-    pub const ALL: [DeviceDrop; 9] = [
+    pub const ALL: [DeviceDrop; 10] = [
         DeviceDrop::InvalidDatagram,
         DeviceDrop::UnknownReceiver,
         DeviceDrop::UnknownInitiator,
@@ -37,6 +39,7 @@ impl DeviceDrop {
         DeviceDrop::UnderLoad,
         DeviceDrop::NoEndpoint,
         DeviceDrop::NoPrivateKey,
+        DeviceDrop::TunRead,
         DeviceDrop::TunWrite,
         DeviceDrop::UdpSend,
     ];
@@ -51,6 +54,7 @@ impl DeviceDrop {
             DeviceDrop::UnderLoad => "under_load",
             DeviceDrop::NoEndpoint => "no_endpoint",
             DeviceDrop::NoPrivateKey => "no_private_key",
+            DeviceDrop::TunRead => "tun_read",
             DeviceDrop::TunWrite => "tun_write",
             DeviceDrop::UdpSend => "udp_send",
         }
@@ -78,7 +82,14 @@ impl Drops {
 
     /// Counts one packet dropped by the device.
     pub fn device(&self, reason: DeviceDrop) {
-        self.counters[REMAP_REASONS + reason as usize].fetch_add(1, Ordering::Relaxed);
+        self.device_many(reason, 1);
+    }
+
+    /// Counts `count` packets dropped by the device for the same reason.
+    pub fn device_many(&self, reason: DeviceDrop, count: u64) {
+        if count > 0 {
+            self.counters[REMAP_REASONS + reason as usize].fetch_add(count, Ordering::Relaxed);
+        }
     }
 
     /// `(reason, count)` for every reason, including zeros.

@@ -27,6 +27,7 @@ use tokio::task::JoinHandle;
 use self::datapath::Shared;
 use self::net::Sockets;
 use self::snapshot::{IndexMap, PeerSlot, Snapshot};
+use crate::io::IoOptions;
 use crate::remap;
 use crate::state::{DesiredState, StateError};
 
@@ -111,21 +112,35 @@ pub struct Device {
 
 impl Device {
     /// Creates the TUN device `name`, binds UDP sockets on a kernel-chosen port, and starts the
-    /// data-path tasks with an empty configuration. Must run inside a tokio runtime.
+    /// data-path tasks with an empty configuration and every I/O technique on. Must run
+    /// inside a tokio runtime.
     pub fn create(name: &str) -> Result<Arc<Device>, DeviceError> {
+        Self::create_with(name, IoOptions::default())
+    }
+
+    /// Like [`Device::create`], with the I/O techniques of `io`.
+    pub fn create_with(name: &str, io: IoOptions) -> Result<Arc<Device>, DeviceError> {
         let initial = DesiredState::default();
         let tun = tun_rs::DeviceBuilder::new()
             .name(name)
             .mtu(initial.interface.mtu)
             .with(|builder| {
-                builder.tx_queue_len(TUN_TX_QUEUE_LEN);
+                builder
+                    .tx_queue_len(TUN_TX_QUEUE_LEN)
+                    .offload(io.tun_offload);
             })
             .build_async()
             .map_err(|source| DeviceError::Tun {
                 name: name.to_owned(),
                 source,
             })?;
-        let sockets = Sockets::bind(0, 0).map_err(DeviceError::Bind)?;
+        tracing::info!(
+            tun_offload = tun.tcp_gso(),
+            tun_udp_offload = tun.udp_gso(),
+            batch = io.batch(),
+            "TUN device created"
+        );
+        let sockets = Sockets::bind(0, 0, &io).map_err(DeviceError::Bind)?;
         let snapshot = Snapshot {
             generation: 0,
             state: initial.clone(),
@@ -139,6 +154,7 @@ impl Device {
             tun: Arc::new(tun),
             snapshot: Arc::new(ArcSwap::from_pointee(snapshot)),
             sockets: ArcSwap::from_pointee(sockets),
+            io,
             drops: Default::default(),
             stopped: watch::channel(false).0,
         });
@@ -229,7 +245,8 @@ impl Device {
             None
         } else {
             Some(Arc::new(
-                Sockets::bind(port, fwmark).map_err(|source| ApplyError::Bind { port, source })?,
+                Sockets::bind(port, fwmark, &self.shared.io)
+                    .map_err(|source| ApplyError::Bind { port, source })?,
             ))
         };
         let snapshot = plan::next_snapshot(&current, &next, &resolved)?;

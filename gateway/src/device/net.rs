@@ -1,5 +1,6 @@
 //! The UDP sockets of the device: one IPv4 and one IPv6 (v6-only) socket on the same port,
-//! with large kernel buffers and an optional firewall mark.
+//! with large kernel buffers, an optional firewall mark, and the UDP offloads (GSO, GRO) the
+//! kernel supports and the [`IoOptions`] allow.
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -9,27 +10,40 @@ use std::sync::Arc;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::UdpSocket;
 
+use crate::io::IoOptions;
+use crate::io::udp_batch::UdpOffload;
+
 /// Kernel socket buffer size asked for (the same 7 MiB upstream wireguard-go uses): without it
 /// the decrypting side overflows its receive queue under TCP load.
 pub const SOCKET_BUFFER_BYTES: usize = 7 << 20;
+
+/// One bound socket and the offloads in use on it.
+#[derive(Debug)]
+pub struct WgSocket {
+    /// The socket.
+    pub udp: UdpSocket,
+    /// GSO/GRO state, shared by every task sending on the socket.
+    pub offload: UdpOffload,
+}
 
 /// The bound sockets. Either may be missing (e.g. IPv6 disabled), not both.
 #[derive(Debug)]
 pub struct Sockets {
     /// The IPv4 socket.
-    pub v4: Option<Arc<UdpSocket>>,
+    pub v4: Option<Arc<WgSocket>>,
     /// The IPv6 socket.
-    pub v6: Option<Arc<UdpSocket>>,
+    pub v6: Option<Arc<WgSocket>>,
     /// The port both are bound to.
     pub port: u16,
 }
 
 impl Sockets {
-    /// Binds both families on `port` (0: a kernel-chosen port, shared by both).
-    pub fn bind(port: u16, fwmark: u32) -> io::Result<Sockets> {
-        let v4 = bind_one(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)), fwmark)?;
-        let port = v4.local_addr()?.port();
-        let v6 = match bind_one(SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)), fwmark) {
+    /// Binds both families on `port` (0: a kernel-chosen port, shared by both), with the
+    /// UDP offloads `io` allows.
+    pub fn bind(port: u16, fwmark: u32, io: &IoOptions) -> io::Result<Sockets> {
+        let v4 = bind_one(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)), fwmark, io)?;
+        let port = v4.udp.local_addr()?.port();
+        let v6 = match bind_one(SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)), fwmark, io) {
             Ok(socket) => Some(Arc::new(socket)),
             Err(error) if error.kind() == io::ErrorKind::AddrInUse => return Err(error),
             Err(error) => {
@@ -45,7 +59,7 @@ impl Sockets {
     }
 
     /// The socket that can reach `addr`.
-    pub fn for_addr(&self, addr: &SocketAddr) -> Option<&UdpSocket> {
+    pub fn for_addr(&self, addr: &SocketAddr) -> Option<&WgSocket> {
         match addr {
             SocketAddr::V4(_) => self.v4.as_deref(),
             SocketAddr::V6(_) => self.v6.as_deref(),
@@ -55,13 +69,13 @@ impl Sockets {
     /// Sets `SO_MARK` on both sockets (0 clears it).
     pub fn set_fwmark(&self, fwmark: u32) -> io::Result<()> {
         for socket in self.v4.iter().chain(self.v6.iter()) {
-            socket2::SockRef::from(socket.as_ref()).set_mark(fwmark)?;
+            socket2::SockRef::from(&socket.udp).set_mark(fwmark)?;
         }
         Ok(())
     }
 }
 
-fn bind_one(addr: SocketAddr, fwmark: u32) -> io::Result<UdpSocket> {
+fn bind_one(addr: SocketAddr, fwmark: u32, io: &IoOptions) -> io::Result<WgSocket> {
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
@@ -73,7 +87,11 @@ fn bind_one(addr: SocketAddr, fwmark: u32) -> io::Result<UdpSocket> {
     set_buffer(&socket, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
     set_buffer(&socket, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
     socket.bind(&addr.into())?;
-    UdpSocket::from_std(socket.into())
+    let offload = UdpOffload::configure(&socket, io.udp_gso, io.udp_gro);
+    Ok(WgSocket {
+        udp: UdpSocket::from_std(socket.into())?,
+        offload,
+    })
 }
 
 /// Asks for [`SOCKET_BUFFER_BYTES`], first with the `*FORCE` option (needs CAP_NET_ADMIN,

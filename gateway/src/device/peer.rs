@@ -84,19 +84,40 @@ impl Peer {
 
     /// Records a datagram sent at `now_ms`.
     pub fn record_sent(&self, bytes: usize, now_ms: u64) {
+        self.record_sent_batch(bytes, 1, now_ms);
+    }
+
+    /// Records `datagrams` datagrams of `bytes` bytes in total sent at `now_ms`: one update
+    /// of the shared counters per batch instead of one per datagram.
+    pub fn record_sent_batch(&self, bytes: usize, datagrams: u64, now_ms: u64) {
+        if datagrams == 0 {
+            return;
+        }
         self.stats
             .tx_bytes
             .fetch_add(bytes as u64, Ordering::Relaxed);
-        self.stats.tx_packets.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .tx_packets
+            .fetch_add(datagrams, Ordering::Relaxed);
         self.stats.last_sent_ms.store(now_ms, Ordering::Relaxed);
     }
 
     /// Records an accepted datagram.
     pub fn record_received(&self, bytes: usize) {
+        self.record_received_batch(bytes, 1);
+    }
+
+    /// Records `datagrams` accepted datagrams of `bytes` bytes in total.
+    pub fn record_received_batch(&self, bytes: usize, datagrams: u64) {
+        if datagrams == 0 {
+            return;
+        }
         self.stats
             .rx_bytes
             .fetch_add(bytes as u64, Ordering::Relaxed);
-        self.stats.rx_packets.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .rx_packets
+            .fetch_add(datagrams, Ordering::Relaxed);
     }
 
     /// Records that a handshake initiation was sent at `now_ms`.
