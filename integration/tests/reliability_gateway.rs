@@ -10,6 +10,7 @@
 //!   TunnelEndpoint the controller wrote;
 //! - a peer whose gateway vanishes turns its TunnelEndpoint Error with the reason while
 //!   traffic for it goes unanswered, and Connected again when it comes back;
+//! - an endpoint learned by roaming survives re-applies of unchanged peers;
 //! - the gateway holds CAP_NET_ADMIN and CAP_NET_BIND_SERVICE only;
 //! - the control sockets are mode 0600 and owned by the gateway's user, and a connection from
 //!   another uid is refused even when the file mode lets it through.
@@ -28,7 +29,7 @@ use kubetun_controller::context::{Context, ControllerConfig};
 use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::ipam::IpamConfig;
 use kubetun_controller::keys::GatewayKey;
-use kubetun_controller::planner::GatewaySettings;
+use kubetun_controller::planner::{self, GatewaySettings};
 use kubetun_controller::reconcile::gateway::GatewaySync;
 use kubetun_crds::{
     CidrMapping, ClusterRef, ConnectionState, Endpoint, Network, NetworkConfig, TunnelEndpoint,
@@ -268,6 +269,16 @@ impl Side {
         self.ns
             .exec(&["bash", "-c", &script])
             .expect("fetch metrics")
+    }
+
+    /// The endpoint the gateway uses for its one peer.
+    async fn peer_endpoint(&self) -> String {
+        let status = self.gateway_client().status().await.expect("status");
+        status
+            .peers
+            .first()
+            .map(|p| p.endpoint.clone())
+            .unwrap_or_default()
     }
 
     /// Waits until the TunnelEndpoint of `peer` shows `state`; returns its message.
@@ -511,6 +522,49 @@ async fn restarts_lose_nothing_and_secrets_stay_secret() {
     a.wait_connection("b", ConnectionState::Connected, Duration::from_secs(20))
         .await
         .expect("the peer that came back is Connected again");
+
+    // Roaming: A's datagrams now leave from another address, B learns it, and re-applies of
+    // B's unchanged peers (by hand with a new version, then by its sync restoring its own)
+    // keep the learned endpoint.
+    a.ns.exec(&["ip", "address", "add", "192.0.2.11/24", "dev", "veth-a"])
+        .expect("second address");
+    a.ns.exec(&[
+        "ip",
+        "route",
+        "replace",
+        "192.0.2.0/24",
+        "dev",
+        "veth-a",
+        "src",
+        "192.0.2.11",
+    ])
+    .expect("source route");
+    let roamed = "192.0.2.11:51820";
+    let deadline = Instant::now() + STARTUP;
+    while b.peer_endpoint().await != roamed {
+        assert!(Instant::now() < deadline, "b did not learn A's new address");
+        let _ = a.ns.ping(&b.tunnel.to_string(), 1);
+    }
+    let te = b.endpoints().get("a").await.expect("TunnelEndpoint a");
+    let mut state = planner::desired_state(&b.settings(), &[te.spec]);
+    state.version = "re-applied".into();
+    let response = b.gateway_client().apply(state).await.expect("re-apply");
+    assert!(response.changed, "a new version swaps the tables");
+    assert_eq!(
+        b.peer_endpoint().await,
+        roamed,
+        "re-apply forgot the roamed endpoint"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        b.peer_endpoint().await,
+        roamed,
+        "the sync's re-apply forgot it"
+    );
+    assert!(
+        b.ns.ping(&a.tunnel.to_string(), 2),
+        "traffic over the roamed endpoint"
+    );
 
     a.stop_controller().await;
     b.stop_controller().await;
