@@ -7,6 +7,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         .type_attribute(".", "#[derive(serde::Serialize, serde::Deserialize)]")
         .message_attribute(".", "#[serde(default, rename_all = \"camelCase\")]")
-        .compile_protos(&[format!("{proto_dir}/gateway.proto")], &[proto_dir.to_string()])?;
+        .compile_protos(
+            &[format!("{proto_dir}/gateway.proto")],
+            &[proto_dir.to_string()],
+        )?;
     Ok(())
 }

@@ -1,5 +1,18 @@
-//! kubetun controller library: IPAM, the CR -> gateway-state planner, reconcilers, the gateway
-//! client and the connector shared by the CLI and the ShortcutConnection operator.
+//! kubetun controller library: everything between the Kubernetes API and the gateway.
+//!
+//! Pure core (no IO, time passed in):
+//! - [`ipam`]: [`ipam::Ipam`] maps remote CIDRs to non-overlapping local views.
+//! - [`planner`]: NetworkConfigs -> `TunnelEndpointSpec`s -> the gateway's
+//!   [`gateway_api::DesiredState`].
+//!
+//! IO shell:
+//! - [`reconcile`]: NetworkConfig and TunnelEndpoint reconcilers and the gateway sync
+//!   ([`gateway_client::GatewayClient`] over the Unix socket).
+//! - [`network`]: the Network / NetworkId allocator and peerings (the gateway ACL).
+//! - [`connector`] and [`shortcut`]: linking two clusters, from the CLI or the hub's operator.
+//! - [`agent`]: the per-node route agent.
+//! - [`cli`]: the `kubetun` subcommands; [`cluster_info`], [`keys`], [`conditions`],
+//!   [`context`] and [`error`] are shared plumbing.
 
 /// Gateway control API client types, generated from `gateway/proto/gateway.proto`.
 #[allow(missing_docs, clippy::all)]
@@ -7,19 +20,19 @@ pub mod gateway_api {
     tonic::include_proto!("kubetun.gateway.v1");
 }
 
+pub mod agent;
+pub mod cli;
 pub mod cluster_info;
 pub mod conditions;
+pub mod connector;
 pub mod context;
 pub mod error;
 pub mod gateway_client;
 pub mod ipam;
 pub mod keys;
+pub mod network;
 pub mod planner;
 pub mod reconcile;
+pub mod shortcut;
 #[doc(hidden)]
 pub mod testing;
-pub mod network;
-pub mod connector;
-pub mod cli;
-pub mod shortcut;
-pub mod agent;

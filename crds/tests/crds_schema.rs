@@ -295,7 +295,12 @@ fn kubectl_surface_is_complete() {
             "sc",
             &["Left", "Right", "Phase", "Age"],
         ),
-        ("Network", "Namespaced", "knet", &["ID", "Cluster", "Phase", "Age"]),
+        (
+            "Network",
+            "Namespaced",
+            "knet",
+            &["ID", "Cluster", "Phase", "Age"],
+        ),
         (
             "NetworkId",
             "Cluster",

@@ -1,7 +1,7 @@
 //! The agent process (`kubetun-controller agent`): flags, the reconcile pass and its loop.
 //!
 //! A pass reads the cluster ([`source`](super::source)), plans ([`plan`](super::plan)) and
-//! converges the kernel ([`converge`](super::converge)). Passes run on start (which repairs
+//! converges the kernel ([`converge`]). Passes run on start (which repairs
 //! whatever a previous run left behind), on every change of a TunnelEndpoint, Node or gateway
 //! pod, and every resync period. A missing gateway leaves the routes in place.
 //!

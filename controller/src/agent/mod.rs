@@ -3,7 +3,7 @@
 //!
 //! Layout:
 //! - [`plan`] (pure): TunnelEndpoints + node facts + gateway location -> [`plan::DesiredState`].
-//! - [`diff`] (pure): kernel state tagged as ours + desired state -> ordered [`diff::Change`]s.
+//! - [`diff`](mod@diff) (pure): kernel state tagged as ours + desired state -> ordered [`diff::Change`]s.
 //! - [`netlink`] (IO): reads the tagged kernel state and applies changes through rtnetlink.
 //! - [`source`] (IO): TunnelEndpoints, Nodes and the gateway's location from the API.
 //! - [`daemon`]: the `kubetun-controller agent` process: flags, passes, watch loop, uninstall.
