@@ -257,6 +257,15 @@ pub fn parse_endpoint(text: &str) -> Result<Endpoint, String> {
     })
 }
 
+/// Appends `text` to `out` with every line indented by two spaces.
+pub fn push_indented(out: &mut String, text: &str) {
+    for line in text.lines() {
+        out.push_str("  ");
+        out.push_str(line);
+        out.push('\n');
+    }
+}
+
 /// Renders rows under headers with columns padded to their widest cell.
 pub fn render_table(headers: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();

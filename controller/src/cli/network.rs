@@ -9,7 +9,7 @@ use kubetun_crds::{CidrMapping, Endpoint};
 
 use super::{
     ConsoleProgress, Error, KubeconfigSource, format_bytes, parse_duration, parse_endpoint,
-    render_table,
+    push_indented, render_table,
 };
 use crate::cluster_info::DEFAULT_NAMESPACE;
 use crate::connector::{self, ClusterHandle, Connector, LinkStatus, WaitOptions};
@@ -360,11 +360,7 @@ pub fn render_link(link: &LinkStatus) -> String {
             &["OWNER", "KIND", "CIDR", "SEEN BY", "AS", "REMAPPED"],
             &rows,
         );
-        for line in table.lines() {
-            out.push_str("  ");
-            out.push_str(line);
-            out.push('\n');
-        }
+        push_indented(&mut out, &table);
     }
     out
 }

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::{
     ConsoleProgress, Error, KubeconfigSource, minify_kubeconfig, parse_duration, parse_endpoint,
-    render_table,
+    push_indented, render_table,
 };
 use crate::cluster_info::DEFAULT_NAMESPACE;
 use crate::conditions;
@@ -537,11 +537,7 @@ pub fn render_shortcuts(shortcuts: &[ShortcutConnection]) -> String {
             &["FROM", "SEES", "KIND", "CIDR", "AS", "REMAPPED", "TUNNEL"],
             &rows,
         );
-        for line in table.lines() {
-            out.push_str("  ");
-            out.push_str(line);
-            out.push('\n');
-        }
+        push_indented(&mut out, &table);
     }
     out
 }
