@@ -128,7 +128,7 @@ async fn encapsulate_group(
     let id = group[0].0;
     let lost = group.len() as u64;
     let Some(slot) = snapshot.peer(id) else {
-        (0..lost).for_each(|_| shared.drops.remap(DropReason::UnknownPeer));
+        shared.drops.remap_many(DropReason::UnknownPeer, lost);
         return;
     };
     let Some(peer) = &slot.runtime else {
@@ -323,7 +323,9 @@ async fn decrypt_group(
 ) {
     let id = group[0].0;
     let Some(slot) = snapshot.peer(id) else {
-        (0..group.len()).for_each(|_| shared.drops.remap(DropReason::UnknownPeer));
+        shared
+            .drops
+            .remap_many(DropReason::UnknownPeer, group.len() as u64);
         return;
     };
     let Some(peer) = slot.runtime.as_deref() else {

@@ -73,11 +73,18 @@ pub struct Drops {
 impl Drops {
     /// Counts one packet dropped by the remap table.
     pub fn remap(&self, reason: remap::DropReason) {
+        self.remap_many(reason, 1);
+    }
+
+    /// Counts `count` packets dropped by the remap table for the same reason.
+    pub fn remap_many(&self, reason: remap::DropReason, count: u64) {
         let index = remap::DropReason::ALL
             .iter()
             .position(|r| *r == reason)
             .unwrap_or(0);
-        self.counters[index].fetch_add(1, Ordering::Relaxed);
+        if count > 0 {
+            self.counters[index].fetch_add(count, Ordering::Relaxed);
+        }
     }
 
     /// Counts one packet dropped by the device.
