@@ -12,12 +12,12 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use arc_swap::{ArcSwap, Cache};
-use boringtun::noise::handshake::parse_handshake_anon;
-use boringtun::noise::{Packet, TunnResult};
+use boringtun::noise::TunnResult;
 use tokio::net::UdpSocket;
 
-use super::dispatch::{Incoming, classify, is_cookie_reply, is_initiation};
+use super::dispatch::{Incoming, classify, is_initiation};
 use super::drops::{DeviceDrop, Drops};
+use super::handshake::HandshakeQueue;
 use super::net::{Sockets, WgSocket};
 use super::peer::Peer;
 use super::snapshot::Snapshot;
@@ -26,14 +26,13 @@ use crate::io::IoOptions;
 use crate::io::buffer::PacketBuf;
 use crate::io::tun_offload::{SEGMENTS_PER_READ, TunReader, TunWriter};
 use crate::io::udp_batch::{MAX_GSO_SEGMENTS, Position, RecvBatch, SendBatch};
-use crate::key::Key;
 use crate::remap::{DropReason, PeerId, Verdict};
 
 /// Largest IP packet or UDP datagram handled.
-const MAX_PACKET: usize = 65536;
+pub(super) const MAX_PACKET: usize = 65536;
 /// Room boringtun needs beyond the plaintext when encapsulating (header + tag). Every
 /// buffer is also far above the 148 bytes of the largest handshake message.
-const OVERHEAD: usize = 32;
+pub(super) const OVERHEAD: usize = 32;
 /// The smallest buffer boringtun writes a handshake initiation into.
 const HANDSHAKE_ROOM: usize = 148;
 /// Send-arena room per datagram of a batch: a full 1420-byte MTU packet once encrypted.
@@ -59,6 +58,8 @@ pub struct Shared {
     pub io: IoOptions,
     /// Drop counters.
     pub drops: Drops,
+    /// Handshake messages for the handshake worker.
+    pub handshakes: HandshakeQueue,
     /// Set once the TUN reader has stopped (the interface was deleted or failed).
     pub stopped: tokio::sync::watch::Sender<bool>,
 }
@@ -248,7 +249,7 @@ impl Outbox {
 /// Receives batches of datagrams from one UDP socket (`recvmmsg`, split GRO messages) and
 /// decrypts them. Data messages are grouped by peer, each peer's `Tunn` lock taken once per
 /// group, and decrypted straight into the TUN write batch, which GRO-coalesces them on
-/// flush. Handshake messages take [`ingress`], in arrival order with the data around them.
+/// flush. Handshake messages go to the handshake queue ([`super::handshake`]).
 pub async fn udp_loop(shared: Arc<Shared>, socket: Arc<WgSocket>) {
     let mut cache: SnapshotCache = Cache::new(Arc::clone(&shared.snapshot));
     let batch = shared.io.batch();
@@ -261,7 +262,6 @@ pub async fn udp_loop(shared: Arc<Shared>, socket: Arc<WgSocket>) {
     let mut inbound = RecvBatch::new(messages);
     let mut writer = TunWriter::new(batch);
     let mut pending: Vec<(PeerId, u32, Position)> = Vec::with_capacity(messages * MAX_GSO_SEGMENTS);
-    let mut out = vec![0u8; MAX_PACKET + OVERHEAD];
     loop {
         if let Err(error) = inbound.recv_from(&socket.udp).await {
             tracing::debug!(%error, "UDP receive failed");
@@ -272,25 +272,24 @@ pub async fn udp_loop(shared: Arc<Shared>, socket: Arc<WgSocket>) {
             .drops
             .device_many(DeviceDrop::InvalidDatagram, inbound.rejected() as u64);
         for (sequence, datagram) in inbound.datagrams().enumerate() {
-            if let Incoming::Data { receiver } = classify(datagram.bytes) {
-                match snapshot.by_index.get(&receiver) {
+            match classify(datagram.bytes) {
+                Incoming::Data { receiver } => match snapshot.by_index.get(&receiver) {
                     Some(id) => pending.push((*id, sequence as u32, datagram.position)),
                     None => shared.drops.device(DeviceDrop::UnknownReceiver),
+                },
+                Incoming::Invalid => shared.drops.device(DeviceDrop::InvalidDatagram),
+                // A handshake completing behind data of the same batch is harmless: a session's
+                // first data message can only follow the handshake that created it.
+                Incoming::Initiation | Incoming::Response { .. } | Incoming::CookieReply { .. } => {
+                    if shared
+                        .handshakes
+                        .offer(datagram.source, datagram.bytes)
+                        .is_err()
+                    {
+                        shared.drops.device(DeviceDrop::HandshakeQueueFull);
+                    }
                 }
-                continue;
             }
-            decrypt_pending(&shared, snapshot, &inbound, &mut pending, &mut writer).await;
-            let (source, bytes) = (datagram.source, datagram.bytes);
-            ingress(
-                &shared,
-                snapshot,
-                &socket.udp,
-                source,
-                bytes,
-                &mut out,
-                &mut writer,
-            )
-            .await;
         }
         decrypt_pending(&shared, snapshot, &inbound, &mut pending, &mut writer).await;
         flush_tun(&shared, &mut writer).await;
@@ -396,190 +395,6 @@ async fn flush_tun(shared: &Shared, writer: &mut TunWriter) {
     if let Err(error) = writer.flush(&shared.tun).await {
         tracing::trace!(%error, "TUN write failed");
         shared.drops.device(DeviceDrop::TunWrite);
-    }
-}
-
-/// Finds the peer of a datagram that is not transport data (a handshake message, a cookie
-/// reply), lets its `Tunn` process it and acts on the result.
-async fn ingress(
-    shared: &Shared,
-    snapshot: &Snapshot,
-    socket: &UdpSocket,
-    source: SocketAddr,
-    datagram: &[u8],
-    out: &mut [u8],
-    writer: &mut TunWriter,
-) {
-    let kind = classify(datagram);
-    let Some(id) = find_peer(shared, snapshot, socket, source, datagram, kind, out).await else {
-        return;
-    };
-    let Some(slot) = snapshot.peer(id) else {
-        shared.drops.remap(DropReason::UnknownPeer);
-        return;
-    };
-    let Some(peer) = slot.runtime.as_deref() else {
-        shared.drops.device(DeviceDrop::NoPrivateKey);
-        return;
-    };
-    let result = peer
-        .tunn
-        .lock()
-        .0
-        .decapsulate(Some(source.ip()), datagram, out);
-    let now = unix_ms();
-    match result {
-        TunnResult::Err(error) => {
-            tracing::trace!(?error, %source, "datagram rejected");
-            shared.drops.device(DeviceDrop::Rejected);
-        }
-        TunnResult::WriteToNetwork(reply) if is_cookie_reply(reply) => {
-            // The limiter tripped between our check and the peer's: the sender is unproven.
-            shared.drops.device(DeviceDrop::UnderLoad);
-            if let Err(error) = send_datagram(socket, reply, source).await {
-                tracing::trace!(%error, "cookie reply not sent");
-            }
-        }
-        TunnResult::WriteToNetwork(reply) => {
-            accepted(peer, kind, source, datagram.len());
-            if matches!(kind, Incoming::Initiation | Incoming::Response { .. }) {
-                peer.record_handshake(now);
-                tracing::debug!(
-                    peer = %slot.config.display_name(),
-                    endpoint = %source,
-                    "handshake completed"
-                );
-            }
-            send_to_peer(shared, peer, reply, source).await;
-            flush_queue(shared, peer, source, out).await;
-        }
-        TunnResult::WriteToTunnelV4(packet, _) | TunnResult::WriteToTunnelV6(packet, _) => {
-            accepted(peer, kind, source, datagram.len());
-            deliver(shared, snapshot, id, packet, writer).await;
-        }
-        TunnResult::Done => accepted(peer, kind, source, datagram.len()),
-    }
-}
-
-fn accepted(peer: &Peer, kind: Incoming, source: SocketAddr, len: usize) {
-    if kind.authenticates_source() {
-        peer.roam(source);
-    }
-    peer.record_received(len);
-}
-
-/// Sends the packets `Tunn` queued while it had no session, now that it has one.
-async fn flush_queue(shared: &Shared, peer: &Peer, endpoint: SocketAddr, out: &mut [u8]) {
-    loop {
-        let result = peer.tunn.lock().0.decapsulate(None, &[], out);
-        match result {
-            TunnResult::WriteToNetwork(datagram) => {
-                send_to_peer(shared, peer, datagram, endpoint).await;
-            }
-            _ => return,
-        }
-    }
-}
-
-/// The receiver lookup: by index for responses, cookies and data; by decrypting the initiator's
-/// static key for initiations. Handshake messages pass the shared rate limiter first, which
-/// answers with a cookie reply when under load.
-async fn find_peer(
-    shared: &Shared,
-    snapshot: &Snapshot,
-    socket: &UdpSocket,
-    source: SocketAddr,
-    datagram: &[u8],
-    kind: Incoming,
-    out: &mut [u8],
-) -> Option<PeerId> {
-    let Some(identity) = snapshot.identity.as_deref() else {
-        shared.drops.device(DeviceDrop::NoPrivateKey);
-        return None;
-    };
-    let receiver = match kind {
-        Incoming::Invalid => {
-            shared.drops.device(DeviceDrop::InvalidDatagram);
-            return None;
-        }
-        Incoming::Initiation | Incoming::Response { .. } => {
-            let packet = match identity
-                .rate_limiter
-                .verify_packet(Some(source.ip()), datagram, out)
-            {
-                Ok(packet) => packet,
-                Err(TunnResult::WriteToNetwork(cookie)) => {
-                    shared.drops.device(DeviceDrop::UnderLoad);
-                    if let Err(error) = send_datagram(socket, cookie, source).await {
-                        tracing::trace!(%error, "cookie reply not sent");
-                    }
-                    return None;
-                }
-                Err(_) => {
-                    shared.drops.device(DeviceDrop::Rejected);
-                    return None;
-                }
-            };
-            match packet {
-                Packet::HandshakeInit(init) => {
-                    let half =
-                        match parse_handshake_anon(&identity.private, &identity.public, &init) {
-                            Ok(half) => half,
-                            Err(_) => {
-                                shared.drops.device(DeviceDrop::Rejected);
-                                return None;
-                            }
-                        };
-                    let key = Key::from_bytes(half.peer_static_public);
-                    return match snapshot.by_key.get(&key) {
-                        Some(id) => Some(*id),
-                        None => {
-                            tracing::debug!(%source, "handshake from an unknown public key");
-                            shared.drops.device(DeviceDrop::UnknownInitiator);
-                            None
-                        }
-                    };
-                }
-                Packet::HandshakeResponse(response) => response.receiver_idx >> 8,
-                Packet::PacketCookieReply(_) | Packet::PacketData(_) => {
-                    shared.drops.device(DeviceDrop::InvalidDatagram);
-                    return None;
-                }
-            }
-        }
-        Incoming::CookieReply { receiver } | Incoming::Data { receiver } => receiver,
-    };
-    match snapshot.by_index.get(&receiver) {
-        Some(id) => Some(*id),
-        None => {
-            shared.drops.device(DeviceDrop::UnknownReceiver);
-            None
-        }
-    }
-}
-
-/// Translates a decrypted packet (source check, ACL, real → view) and queues it for the TUN.
-async fn deliver(
-    shared: &Shared,
-    snapshot: &Snapshot,
-    id: PeerId,
-    packet: &mut [u8],
-    writer: &mut TunWriter,
-) {
-    match snapshot.remap.ingress(id, packet) {
-        Verdict::Deliver => {
-            if writer.is_full() {
-                flush_tun(shared, writer).await;
-            }
-            if !writer.push(packet) {
-                shared.drops.device(DeviceDrop::TunWrite);
-            }
-        }
-        Verdict::Drop(reason) => {
-            tracing::trace!(%reason, peer = id, "ingress drop");
-            shared.drops.remap(reason);
-        }
-        Verdict::Forward(_) => shared.drops.remap(DropReason::BadPacket),
     }
 }
 

@@ -17,6 +17,8 @@ pub enum DeviceDrop {
     Rejected,
     /// A handshake arrived while the rate limiter demanded a cookie.
     UnderLoad,
+    /// A handshake message found the handshake queue full (a flood) and was not processed.
+    HandshakeQueueFull,
     /// A packet for a peer whose endpoint is unknown.
     NoEndpoint,
     /// A packet arrived or was routed while the interface has no private key.
@@ -31,12 +33,13 @@ pub enum DeviceDrop {
 
 impl DeviceDrop {
     /// Every reason, in counter order.
-    pub const ALL: [DeviceDrop; 10] = [
+    pub const ALL: [DeviceDrop; 11] = [
         DeviceDrop::InvalidDatagram,
         DeviceDrop::UnknownReceiver,
         DeviceDrop::UnknownInitiator,
         DeviceDrop::Rejected,
         DeviceDrop::UnderLoad,
+        DeviceDrop::HandshakeQueueFull,
         DeviceDrop::NoEndpoint,
         DeviceDrop::NoPrivateKey,
         DeviceDrop::TunRead,
@@ -52,6 +55,7 @@ impl DeviceDrop {
             DeviceDrop::UnknownInitiator => "unknown_initiator",
             DeviceDrop::Rejected => "rejected",
             DeviceDrop::UnderLoad => "under_load",
+            DeviceDrop::HandshakeQueueFull => "handshake_queue_full",
             DeviceDrop::NoEndpoint => "no_endpoint",
             DeviceDrop::NoPrivateKey => "no_private_key",
             DeviceDrop::TunRead => "tun_read",

@@ -7,6 +7,7 @@
 pub mod datapath;
 pub mod dispatch;
 pub mod drops;
+pub mod handshake;
 mod host;
 pub mod net;
 pub mod peer;
@@ -48,6 +49,9 @@ pub enum DeviceError {
     /// The UDP sockets could not be bound.
     #[error("binding UDP sockets: {0}")]
     Bind(std::io::Error),
+    /// The handshake worker thread could not be started.
+    #[error("starting the handshake worker: {0}")]
+    Worker(std::io::Error),
 }
 
 /// Why a desired state was not applied. The previous state stays active in every case.
@@ -150,14 +154,18 @@ impl Device {
             by_key: HashMap::new(),
             remap: remap::RemapTable::empty(),
         };
+        let (handshakes, handshake_queue) = handshake::HandshakeQueue::new();
         let shared = Arc::new(Shared {
             tun: Arc::new(tun),
             snapshot: Arc::new(ArcSwap::from_pointee(snapshot)),
             sockets: ArcSwap::from_pointee(sockets),
             io,
             drops: Default::default(),
+            handshakes,
             stopped: watch::channel(false).0,
         });
+        handshake::spawn_worker(Arc::downgrade(&shared), handshake_queue)
+            .map_err(DeviceError::Worker)?;
         let device = Arc::new(Device {
             name: name.to_owned(),
             shared: Arc::clone(&shared),

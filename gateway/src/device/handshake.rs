@@ -1,0 +1,328 @@
+//! Handshake messages off the data path.
+//!
+//! The UDP readers decrypt transport data inline but hand every handshake initiation,
+//! response and cookie reply to a bounded [`HandshakeQueue`]. One worker thread drains it: the
+//! shared rate limiter (cookie replies when over the allowance), the Diffie-Hellman work of
+//! initiations, the replies, and the packets a peer queued while it had no session.
+//!
+//! Why a queue and a thread of its own: a flood of initiations from unknown keys costs MAC
+//! checks, cookie replies and sends for every datagram. Inline, that work sits in front of the
+//! real peers' data; queued, a flood only costs the readers a 148-byte copy, and beyond the
+//! queue's capacity a counted drop. The worker runs at a lower scheduling priority, so when
+//! the data path and a flood compete for the cores, the data path wins.
+
+use std::net::SocketAddr;
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::Weak;
+
+use boringtun::noise::handshake::parse_handshake_anon;
+use boringtun::noise::{Packet, TunnResult};
+
+use super::datapath::{MAX_PACKET, OVERHEAD, Shared};
+use super::dispatch::{INITIATION_LEN, Incoming, classify, is_cookie_reply, is_initiation};
+use super::drops::DeviceDrop;
+use super::peer::Peer;
+use super::snapshot::Snapshot;
+use crate::clock::unix_ms;
+use crate::key::Key;
+use crate::remap::{DropReason, PeerId};
+
+/// Handshake messages that may wait for the worker. At the worker's pace (tens of µs per
+/// initiation that passes the limiter, a few µs per cookie reply) this is a few ms of work:
+/// enough to absorb bursts, small enough that a waiting real handshake is not stale.
+pub const HANDSHAKE_QUEUE_LEN: usize = 1024;
+/// The worker's nice value: below the data path's, so a flood yields the CPU to it.
+const WORKER_NICE: i32 = 10;
+
+/// One received handshake message, copied out of the receive batch.
+#[derive(Debug, Clone, Copy)]
+pub struct HandshakeMessage {
+    source: SocketAddr,
+    len: u8,
+    bytes: [u8; INITIATION_LEN],
+}
+
+impl HandshakeMessage {
+    /// Copies `datagram` (at most an initiation's 148 bytes; `None` if longer).
+    pub fn new(source: SocketAddr, datagram: &[u8]) -> Option<HandshakeMessage> {
+        let mut bytes = [0u8; INITIATION_LEN];
+        bytes
+            .get_mut(..datagram.len())?
+            .copy_from_slice(datagram);
+        Some(HandshakeMessage {
+            source,
+            len: u8::try_from(datagram.len()).ok()?,
+            bytes,
+        })
+    }
+
+    fn datagram(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+/// The sending side of the queue, held by the UDP readers (through [`Shared`]).
+#[derive(Debug)]
+pub struct HandshakeQueue {
+    sender: SyncSender<HandshakeMessage>,
+}
+
+/// The queue was full: the message was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueFull;
+
+impl HandshakeQueue {
+    /// A queue and the receiver its worker drains (see [`spawn_worker`]).
+    pub fn new() -> (HandshakeQueue, Receiver<HandshakeMessage>) {
+        let (sender, receiver) = sync_channel(HANDSHAKE_QUEUE_LEN);
+        (HandshakeQueue { sender }, receiver)
+    }
+
+    /// Queues a handshake message without waiting; a full queue refuses it.
+    pub fn offer(&self, source: SocketAddr, datagram: &[u8]) -> Result<(), QueueFull> {
+        let message = HandshakeMessage::new(source, datagram).ok_or(QueueFull)?;
+        match self.sender.try_send(message) {
+            Ok(()) => Ok(()),
+            // Disconnected only while the device is being torn down.
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => Err(QueueFull),
+        }
+    }
+}
+
+/// Starts the worker thread. It holds the device weakly and ends when the queue's sender is
+/// dropped with the device.
+pub fn spawn_worker(
+    shared: Weak<Shared>,
+    queue: Receiver<HandshakeMessage>,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("kubetun-handshake".into())
+        .spawn(move || run_worker(&shared, &queue))
+        .map(drop)
+}
+
+fn run_worker(shared: &Weak<Shared>, queue: &Receiver<HandshakeMessage>) {
+    lower_priority();
+    let mut out = vec![0u8; MAX_PACKET + OVERHEAD];
+    while let Ok(message) = queue.recv() {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let snapshot = shared.snapshot.load();
+        process(&shared, &snapshot, &message, &mut out);
+    }
+}
+
+/// Lowers this thread's priority (Linux nice values are per thread). Failing leaves the
+/// default priority, which is still correct, only less protective.
+fn lower_priority() {
+    // SAFETY: setpriority only reads its integer arguments; `who = 0` is the calling thread.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, WORKER_NICE) };
+    if rc != 0 {
+        tracing::debug!(
+            error = %std::io::Error::last_os_error(),
+            "could not lower the handshake worker's priority"
+        );
+    }
+}
+
+/// Finds the peer of a handshake message, lets its `Tunn` process it and acts on the result.
+fn process(shared: &Shared, snapshot: &Snapshot, message: &HandshakeMessage, out: &mut [u8]) {
+    let (source, datagram) = (message.source, message.datagram());
+    let kind = classify(datagram);
+    let Some(id) = find_peer(shared, snapshot, source, datagram, kind, out) else {
+        return;
+    };
+    let Some(slot) = snapshot.peer(id) else {
+        shared.drops.remap(DropReason::UnknownPeer);
+        return;
+    };
+    let Some(peer) = slot.runtime.as_deref() else {
+        shared.drops.device(DeviceDrop::NoPrivateKey);
+        return;
+    };
+    let result = peer
+        .tunn
+        .lock()
+        .0
+        .decapsulate(Some(source.ip()), datagram, out);
+    match result {
+        TunnResult::Err(error) => {
+            tracing::trace!(?error, %source, "handshake message rejected");
+            shared.drops.device(DeviceDrop::Rejected);
+        }
+        TunnResult::WriteToNetwork(reply) if is_cookie_reply(reply) => {
+            // The limiter tripped between our check and the peer's: the sender is unproven.
+            shared.drops.device(DeviceDrop::UnderLoad);
+            send(shared, reply, source);
+        }
+        TunnResult::WriteToNetwork(reply) => {
+            accepted(peer, kind, source, datagram.len());
+            if matches!(kind, Incoming::Initiation | Incoming::Response { .. }) {
+                peer.record_handshake(unix_ms());
+                tracing::debug!(
+                    peer = %slot.config.display_name(),
+                    endpoint = %source,
+                    "handshake completed"
+                );
+            }
+            send_to_peer(shared, peer, reply, source);
+            flush_queued(shared, peer, source, out);
+        }
+        TunnResult::Done => accepted(peer, kind, source, datagram.len()),
+        TunnResult::WriteToTunnelV4(..) | TunnResult::WriteToTunnelV6(..) => {
+            // Only transport data decrypts to a packet, and data never reaches this queue.
+            shared.drops.device(DeviceDrop::InvalidDatagram);
+        }
+    }
+}
+
+fn accepted(peer: &Peer, kind: Incoming, source: SocketAddr, len: usize) {
+    if kind.authenticates_source() {
+        peer.roam(source);
+    }
+    peer.record_received(len);
+}
+
+/// Sends the packets `Tunn` queued while it had no session, now that it has one.
+fn flush_queued(shared: &Shared, peer: &Peer, endpoint: SocketAddr, out: &mut [u8]) {
+    loop {
+        let result = peer.tunn.lock().0.decapsulate(None, &[], out);
+        match result {
+            TunnResult::WriteToNetwork(datagram) => send_to_peer(shared, peer, datagram, endpoint),
+            _ => return,
+        }
+    }
+}
+
+/// The receiver lookup: by index for responses and cookies; by decrypting the initiator's
+/// static key for initiations. Initiations and responses pass the shared rate limiter first,
+/// which answers with a cookie reply when over the allowance.
+fn find_peer(
+    shared: &Shared,
+    snapshot: &Snapshot,
+    source: SocketAddr,
+    datagram: &[u8],
+    kind: Incoming,
+    out: &mut [u8],
+) -> Option<PeerId> {
+    let Some(identity) = snapshot.identity.as_deref() else {
+        shared.drops.device(DeviceDrop::NoPrivateKey);
+        return None;
+    };
+    let receiver = match kind {
+        Incoming::Invalid | Incoming::Data { .. } => {
+            shared.drops.device(DeviceDrop::InvalidDatagram);
+            return None;
+        }
+        Incoming::Initiation | Incoming::Response { .. } => {
+            let packet = match identity
+                .rate_limiter
+                .verify_packet(Some(source.ip()), datagram, out)
+            {
+                Ok(packet) => packet,
+                Err(TunnResult::WriteToNetwork(cookie)) => {
+                    shared.drops.device(DeviceDrop::UnderLoad);
+                    send(shared, cookie, source);
+                    return None;
+                }
+                Err(_) => {
+                    shared.drops.device(DeviceDrop::Rejected);
+                    return None;
+                }
+            };
+            match packet {
+                Packet::HandshakeInit(init) => {
+                    let Ok(half) = parse_handshake_anon(&identity.private, &identity.public, &init)
+                    else {
+                        shared.drops.device(DeviceDrop::Rejected);
+                        return None;
+                    };
+                    let key = Key::from_bytes(half.peer_static_public);
+                    return match snapshot.by_key.get(&key) {
+                        Some(id) => Some(*id),
+                        None => {
+                            tracing::debug!(%source, "handshake from an unknown public key");
+                            shared.drops.device(DeviceDrop::UnknownInitiator);
+                            None
+                        }
+                    };
+                }
+                Packet::HandshakeResponse(response) => response.receiver_idx >> 8,
+                Packet::PacketCookieReply(_) | Packet::PacketData(_) => {
+                    shared.drops.device(DeviceDrop::InvalidDatagram);
+                    return None;
+                }
+            }
+        }
+        Incoming::CookieReply { receiver } => receiver,
+    };
+    match snapshot.by_index.get(&receiver) {
+        Some(id) => Some(*id),
+        None => {
+            shared.drops.device(DeviceDrop::UnknownReceiver);
+            None
+        }
+    }
+}
+
+fn send_to_peer(shared: &Shared, peer: &Peer, datagram: &[u8], endpoint: SocketAddr) {
+    let now = unix_ms();
+    if is_initiation(datagram) {
+        peer.record_initiation(now);
+    }
+    if send(shared, datagram, endpoint) {
+        peer.record_sent(datagram.len(), now);
+    }
+}
+
+/// Sends one datagram from this (non-async) thread without waiting: the sockets are
+/// non-blocking, and a full send buffer drops the datagram (counted), as the kernel would.
+fn send(shared: &Shared, datagram: &[u8], endpoint: SocketAddr) -> bool {
+    let sockets = shared.sockets.load();
+    let Some(socket) = sockets.for_addr(&endpoint) else {
+        shared.drops.device(DeviceDrop::UdpSend);
+        return false;
+    };
+    match socket2::SockRef::from(&socket.udp).send_to(datagram, &endpoint.into()) {
+        Ok(_) => true,
+        Err(error) => {
+            tracing::trace!(%error, %endpoint, "UDP send failed");
+            shared.drops.device(DeviceDrop::UdpSend);
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn source() -> SocketAddr {
+        "192.0.2.1:51820".parse().expect("address")
+    }
+
+    #[test]
+    fn messages_keep_their_bytes_and_refuse_oversize() {
+        let message = HandshakeMessage::new(source(), &[2u8; 92]).expect("fits");
+        assert_eq!(message.datagram(), &[2u8; 92][..]);
+        assert_eq!(message.source, source());
+        assert!(HandshakeMessage::new(source(), &[1u8; INITIATION_LEN]).is_some());
+        assert!(HandshakeMessage::new(source(), &[1u8; INITIATION_LEN + 1]).is_none());
+    }
+
+    #[test]
+    fn a_full_queue_refuses_and_keeps_what_it_holds() {
+        let (queue, receiver) = HandshakeQueue::new();
+        for n in 0..HANDSHAKE_QUEUE_LEN {
+            let byte = u8::try_from(n % 251).expect("byte");
+            assert_eq!(queue.offer(source(), &[byte; 64]), Ok(()), "message {n}");
+        }
+        assert_eq!(queue.offer(source(), &[0u8; 64]), Err(QueueFull));
+        let first = receiver.try_recv().expect("queued");
+        assert_eq!(first.datagram(), &[0u8; 64][..]);
+        assert_eq!(queue.offer(source(), &[7u8; 64]), Ok(()), "room again");
+        assert_eq!(receiver.try_iter().count(), HANDSHAKE_QUEUE_LEN);
+    }
+}
