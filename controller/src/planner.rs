@@ -325,6 +325,12 @@ pub fn tunnel_endpoint_spec(
     })
 }
 
+/// Milliseconds between the gateway's connectivity probes to each peer (every peer of a
+/// TunnelEndpoint is a kubetun gateway, which answers them).
+pub const CONNCHECK_INTERVAL_MS: u32 = 2000;
+/// Consecutive unanswered probes after which the gateway reports a peer unreachable.
+pub const CONNCHECK_LOSS_THRESHOLD: u32 = 5;
+
 /// Interface settings of the local gateway. `Debug` never prints the private key.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct GatewaySettings {
@@ -389,6 +395,7 @@ pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec
                 .map(|allowed| gateway_api::Acl {
                     allowed: allowed.clone(),
                 }),
+            conncheck_disabled: false,
         })
         .collect();
     let mut state = DesiredState {
@@ -401,6 +408,10 @@ pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec
             addresses: settings.addresses.clone(),
             local_prefixes: settings.local_prefixes.clone(),
             manage_routes: settings.manage_routes,
+            conncheck: Some(gateway_api::ConnCheck {
+                interval_ms: CONNCHECK_INTERVAL_MS,
+                loss_threshold: CONNCHECK_LOSS_THRESHOLD,
+            }),
         }),
         peers,
     };

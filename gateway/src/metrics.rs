@@ -16,7 +16,11 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 
+use prometheus_client::encoding::NoLabelSet;
+use prometheus_client::registry::Unit;
+
 use crate::device::Device;
+use crate::device::conncheck::{RTT_BUCKETS_US, RttHistogram};
 
 /// Reads the device on every scrape, so counters live only in the data path's atomics.
 #[derive(Debug)]
@@ -85,9 +89,49 @@ impl Collector for DeviceCollector {
             &per_peer(|p| p.handshakes),
         )?;
 
+        let probed: Vec<_> = report
+            .peers
+            .iter()
+            .filter_map(|p| Some(([("peer", p.config.display_name())], p.conncheck.as_ref()?)))
+            .collect();
+        let probe_counter = |field: fn(&crate::device::ConnCheckReport) -> u64| {
+            probed
+                .iter()
+                .map(|(labels, c)| (labels.clone(), field(c)))
+                .collect::<Vec<_>>()
+        };
+        encode_peer_counters(
+            &mut encoder,
+            "kubetun_peer_probes_sent",
+            "Connectivity probes (PINGs) sent to the peer",
+            &probe_counter(|c| c.reading.probes_sent),
+        )?;
+        encode_peer_counters(
+            &mut encoder,
+            "kubetun_peer_probes_lost",
+            "Connectivity probes not answered within their interval",
+            &probe_counter(|c| c.reading.probes_lost),
+        )?;
+        let mut rtt = encoder.encode_descriptor(
+            "kubetun_peer_rtt",
+            "Round-trip time of connectivity probes through the tunnel",
+            Some(&Unit::Seconds),
+            prometheus_client::metrics::MetricType::Histogram,
+        )?;
+        for (labels, conncheck) in &probed {
+            let histogram = &conncheck.reading.histogram;
+            let buckets = rtt_buckets(histogram);
+            rtt.encode_family(labels)?.encode_histogram::<NoLabelSet>(
+                histogram.sum_us as f64 / 1e6,
+                histogram.count(),
+                &buckets,
+                None,
+            )?;
+        }
+
         let mut latency = encoder.encode_descriptor(
             "kubetun_peer_latency_seconds",
-            "Round-trip time of the last handshake",
+            "Round-trip time: smoothed probe RTT with the connectivity check on, else the last handshake's",
             None,
             prometheus_client::metrics::MetricType::Gauge,
         )?;
@@ -126,6 +170,17 @@ impl Collector for DeviceCollector {
         ConstGauge::new(report.peers.len() as i64).encode(peers)?;
         Ok(())
     }
+}
+
+/// `(upper bound in seconds, count)` per bucket, not cumulative (the encoder sums them up),
+/// the overflow bucket last with an infinite bound.
+fn rtt_buckets(histogram: &RttHistogram) -> Vec<(f64, u64)> {
+    RTT_BUCKETS_US
+        .iter()
+        .map(|us| *us as f64 / 1e6)
+        .chain(std::iter::once(f64::INFINITY))
+        .zip(histogram.counts.iter().copied())
+        .collect()
 }
 
 /// Builds the registry: the device collector plus build information.
@@ -194,4 +249,25 @@ pub async fn serve(addr: SocketAddr, device: Arc<Device>) -> std::io::Result<()>
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(%addr, "metrics listening");
     axum::serve(listener, router(device)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rtt_buckets_span_50us_to_1s_plus_overflow() {
+        let mut histogram = RttHistogram::default();
+        for us in [40, 50, 51, 900, 2_000_000] {
+            histogram.observe(us);
+        }
+        let buckets = rtt_buckets(&histogram);
+        assert_eq!(buckets.len(), RTT_BUCKETS_US.len() + 1);
+        assert_eq!(buckets[0], (0.000_05, 2), "40 and 50 µs");
+        assert_eq!(buckets[1], (0.000_1, 1), "51 µs");
+        assert_eq!(buckets[4], (0.001, 1), "900 µs");
+        assert_eq!(buckets[13], (1.0, 0));
+        assert_eq!(buckets[14], (f64::INFINITY, 1), "2 s overflows");
+        assert_eq!(buckets.iter().map(|b| b.1).sum::<u64>(), histogram.count());
+    }
 }

@@ -10,6 +10,10 @@ use std::net::SocketAddr;
 
 use ipnet::IpNet;
 
+use crate::device::conncheck::{
+    ConnCheckConfig, DEFAULT_INTERVAL_MS, DEFAULT_LOSS_THRESHOLD, MAX_INTERVAL_MS,
+    MAX_LOSS_THRESHOLD, MIN_INTERVAL_MS,
+};
 use crate::key::{Key, KeyError};
 use crate::proto;
 
@@ -181,6 +185,8 @@ pub struct InterfaceConfig {
     pub local_prefixes: Vec<IpNet>,
     /// Install a route to the TUN for every view prefix.
     pub manage_routes: bool,
+    /// The gateway-to-gateway connectivity check; `None`: off.
+    pub conncheck: Option<ConnCheckConfig>,
 }
 
 impl Default for InterfaceConfig {
@@ -193,6 +199,7 @@ impl Default for InterfaceConfig {
             addresses: Vec::new(),
             local_prefixes: Vec::new(),
             manage_routes: false,
+            conncheck: None,
         }
     }
 }
@@ -214,6 +221,9 @@ pub struct PeerConfig {
     pub routes: Vec<RouteConfig>,
     /// Network isolation: only these remote (real) prefixes pass, in both directions.
     pub acl: Option<Vec<IpNet>>,
+    /// Probe this peer when the interface enables the connectivity check (false for peers
+    /// that are not kubetun gateways and never answer).
+    pub conncheck: bool,
 }
 
 impl PeerConfig {
@@ -227,6 +237,7 @@ impl PeerConfig {
             persistent_keepalive: 0,
             routes: Vec::new(),
             acl: None,
+            conncheck: true,
         }
     }
 
@@ -271,6 +282,9 @@ impl DesiredState {
         }
         for prefix in &self.interface.local_prefixes {
             canonical("interface local_prefixes", *prefix)?;
+        }
+        if let Some(conncheck) = &self.interface.conncheck {
+            validate_conncheck(conncheck)?;
         }
         let own = self.public_key();
         let mut keys = HashSet::new();
@@ -351,6 +365,16 @@ impl DesiredState {
                 .map(|a| parse_cidr("interface local_prefixes", a))
                 .collect::<Result<_, _>>()?,
             manage_routes: iface.manage_routes,
+            conncheck: iface.conncheck.map(|c| ConnCheckConfig {
+                interval_ms: match c.interval_ms {
+                    0 => DEFAULT_INTERVAL_MS,
+                    ms => ms,
+                },
+                loss_threshold: match c.loss_threshold {
+                    0 => DEFAULT_LOSS_THRESHOLD,
+                    n => n,
+                },
+            }),
         };
         let peers = request
             .peers
@@ -429,7 +453,30 @@ fn peer_from_proto(index: usize, peer: proto::Peer) -> Result<PeerConfig, StateE
         persistent_keepalive,
         routes,
         acl,
+        conncheck: !peer.conncheck_disabled,
     })
+}
+
+/// Rejects probe intervals and thresholds that make no sense: probes more often than every
+/// 100 ms are load rather than a check, and a minute apart or 100 losses they detect nothing.
+fn validate_conncheck(conncheck: &ConnCheckConfig) -> Result<(), StateError> {
+    if !(MIN_INTERVAL_MS..=MAX_INTERVAL_MS).contains(&conncheck.interval_ms) {
+        return Err(StateError::OutOfRange {
+            field: "interface conncheck interval_ms",
+            value: u64::from(conncheck.interval_ms),
+            min: u64::from(MIN_INTERVAL_MS),
+            max: u64::from(MAX_INTERVAL_MS),
+        });
+    }
+    if !(1..=MAX_LOSS_THRESHOLD).contains(&conncheck.loss_threshold) {
+        return Err(StateError::OutOfRange {
+            field: "interface conncheck loss_threshold",
+            value: u64::from(conncheck.loss_threshold),
+            min: 1,
+            max: u64::from(MAX_LOSS_THRESHOLD),
+        });
+    }
+    Ok(())
 }
 
 /// Parses `addr/len`; a bare address is a host prefix.
@@ -571,6 +618,57 @@ mod tests {
         }
         let err = DesiredState::from_proto(req, &DesiredState::default()).expect_err("mtu");
         assert!(err.to_string().contains("mtu"));
+    }
+
+    #[test]
+    fn conncheck_defaults_and_validation() {
+        let mut req = request(vec![proto_peer(2, &[])]);
+        let state = DesiredState::from_proto(req.clone(), &DesiredState::default()).expect("ok");
+        assert_eq!(state.interface.conncheck, None, "absent: off");
+        assert!(
+            state.peers[0].conncheck,
+            "peers are probed unless opted out"
+        );
+
+        if let Some(iface) = req.interface.as_mut() {
+            iface.conncheck = Some(proto::ConnCheck::default());
+        }
+        req.peers[0].conncheck_disabled = true;
+        let state = DesiredState::from_proto(req.clone(), &DesiredState::default()).expect("ok");
+        assert_eq!(
+            state.interface.conncheck,
+            Some(ConnCheckConfig {
+                interval_ms: 2000,
+                loss_threshold: 5
+            }),
+            "0 means the defaults"
+        );
+        assert!(!state.peers[0].conncheck);
+
+        for (interval_ms, loss_threshold, expected) in [
+            (
+                50,
+                0,
+                "interface conncheck interval_ms: 50 is out of range 100..=60000",
+            ),
+            (3_600_000, 0, "interval_ms: 3600000 is out of range"),
+            (
+                0,
+                1000,
+                "interface conncheck loss_threshold: 1000 is out of range 1..=100",
+            ),
+        ] {
+            if let Some(iface) = req.interface.as_mut() {
+                iface.conncheck = Some(proto::ConnCheck {
+                    interval_ms,
+                    loss_threshold,
+                });
+            }
+            let error = DesiredState::from_proto(req.clone(), &DesiredState::default())
+                .expect_err("out of range")
+                .to_string();
+            assert!(error.contains(expected), "{error}");
+        }
     }
 
     #[test]

@@ -24,6 +24,18 @@ pub fn connection_state(report: &PeerReport, now_ms: u64) -> (proto::ConnectionS
             "no endpoint: waiting for the peer to connect".into(),
         );
     }
+    if let Some(conncheck) = report.conncheck.as_ref().filter(|c| c.is_unreachable()) {
+        // Stable wording (the threshold, not the growing count): the controller writes a
+        // TunnelEndpoint status whenever the message changes.
+        return (
+            S::Error,
+            format!(
+                "no reply to the last {} connectivity probes ({} interval)",
+                conncheck.config.loss_threshold,
+                conncheck.config.interval_text()
+            ),
+        );
+    }
     let pending = report.handshake_pending_since_ms;
     if pending != 0 && now_ms.saturating_sub(pending) > HANDSHAKE_FAILING_AFTER_MS {
         let secs = now_ms.saturating_sub(pending) / 1000;
@@ -76,6 +88,15 @@ pub fn status_response(report: &DeviceReport, now_ms: u64) -> proto::StatusRespo
                         .collect(),
                     acl: peer.config.acl.as_ref().map(|allowed| proto::Acl {
                         allowed: allowed.iter().map(ToString::to_string).collect(),
+                    }),
+                    conncheck: peer.conncheck.as_ref().map(|c| proto::ConnCheckStatus {
+                        interval_ms: c.config.interval_ms,
+                        loss_threshold: c.config.loss_threshold,
+                        consecutive_losses: c.reading.consecutive_losses,
+                        last_reply_unix_ms: i64::try_from(c.last_reply_unix_ms).unwrap_or(i64::MAX),
+                        last_rtt_us: c.reading.last_rtt_us.unwrap_or(0),
+                        probes_sent: c.reading.probes_sent,
+                        probes_lost: c.reading.probes_lost,
                     }),
                 }
             })
@@ -132,6 +153,7 @@ mod tests {
             last_handshake_ms: 0,
             handshake_pending_since_ms: 0,
             latency_us: None,
+            conncheck: None,
         }
     }
 
@@ -163,6 +185,70 @@ mod tests {
         let mut r = report();
         r.active = false;
         assert_eq!(connection_state(&r, NOW).0, S::Error);
+    }
+
+    fn conncheck(losses: u32) -> crate::device::ConnCheckReport {
+        crate::device::ConnCheckReport {
+            config: crate::device::conncheck::ConnCheckConfig::default(),
+            reading: crate::device::conncheck::ProberReading {
+                consecutive_losses: losses,
+                srtt_us: Some(800),
+                ..Default::default()
+            },
+            last_reply_unix_ms: NOW - 10_000,
+        }
+    }
+
+    #[test]
+    fn conncheck_losses_make_a_connected_peer_error_until_a_reply() {
+        let mut r = report();
+        r.last_handshake_ms = NOW - 5_000;
+        r.conncheck = Some(conncheck(4));
+        assert_eq!(connection_state(&r, NOW).0, S::Connected, "below threshold");
+        r.conncheck = Some(conncheck(5));
+        let (state, message) = connection_state(&r, NOW);
+        assert_eq!(state, S::Error);
+        assert_eq!(
+            message,
+            "no reply to the last 5 connectivity probes (2 s interval)"
+        );
+        r.conncheck = Some(conncheck(9));
+        assert_eq!(
+            connection_state(&r, NOW).1,
+            message,
+            "the message stays put"
+        );
+        r.conncheck = Some(conncheck(0));
+        assert_eq!(
+            connection_state(&r, NOW).0,
+            S::Connected,
+            "a reply recovers"
+        );
+    }
+
+    #[test]
+    fn status_carries_the_conncheck_reading() {
+        let mut r = report();
+        r.latency_us = Some(800);
+        r.conncheck = Some(conncheck(2));
+        let device = DeviceReport {
+            interface_name: "kt0".into(),
+            version: String::new(),
+            generation: 1,
+            private_key: None,
+            listen_port: Some(51820),
+            fwmark: 0,
+            peers: vec![r],
+            drops: Vec::new(),
+            remap_rules: 0,
+        };
+        let status = status_response(&device, NOW);
+        let peer = &status.peers[0];
+        assert_eq!(peer.latency_us, 800);
+        let conncheck = peer.conncheck.as_ref().expect("conncheck on");
+        assert_eq!(conncheck.consecutive_losses, 2);
+        assert_eq!(conncheck.interval_ms, 2000);
+        assert_eq!(conncheck.last_reply_unix_ms, (NOW - 10_000) as i64);
     }
 
     #[test]

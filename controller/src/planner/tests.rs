@@ -342,3 +342,20 @@ fn desired_state_is_sorted_versioned_and_keeps_the_key_out_of_the_version() {
     );
     assert!(!format!("{settings:?}").contains(&settings.private_key));
 }
+
+#[test]
+fn desired_state_turns_the_connectivity_check_on_for_every_peer() {
+    let settings = GatewaySettings::default();
+    let state = desired_state(
+        &settings,
+        &[te("rome", "10.202.0.0/16", "10.71.0.0/16", "R")],
+    );
+    let conncheck = state
+        .interface
+        .as_ref()
+        .and_then(|i| i.conncheck.as_ref())
+        .expect("the check is on");
+    assert_eq!(conncheck.interval_ms, CONNCHECK_INTERVAL_MS);
+    assert_eq!(conncheck.loss_threshold, CONNCHECK_LOSS_THRESHOLD);
+    assert!(state.peers.iter().all(|p| !p.conncheck_disabled));
+}

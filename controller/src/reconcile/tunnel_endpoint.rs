@@ -416,6 +416,51 @@ mod tests {
     }
 
     #[test]
+    fn probe_latency_and_the_unreachable_message_reach_the_status() {
+        let mut report = gateway("v1", gateway_api::ConnectionState::Connected);
+        report.peers[0].latency_us = 420;
+        fn desired(status: &StatusResponse) -> GatewayReport<'_> {
+            GatewayReport::Reported {
+                status,
+                desired_version: "v1",
+            }
+        }
+        let connected = status_from_report(&endpoint(), desired(&report), now());
+        let connection = connected.connection.as_ref().expect("connection set");
+        assert_eq!(connection.latency_us, Some(420));
+        assert_eq!(connection.latency.as_deref(), Some("420µs"));
+
+        let message = "no reply to the last 5 connectivity probes (2 s interval)";
+        report.peers[0].state = gateway_api::ConnectionState::Error as i32;
+        report.peers[0].message = message.into();
+        let mut te = endpoint();
+        te.status = Some(connected.clone());
+        let lost = status_from_report(&te, desired(&report), now());
+        let connection = lost.connection.as_ref().expect("connection set");
+        assert_eq!(connection.status, ConnectionState::Error);
+        assert_eq!(connection.message, message);
+        let condition = conditions::find(&lost.conditions, conditions::CONNECTED).expect("set");
+        assert_eq!(condition.status, "False");
+        assert_eq!(condition.reason, reason::CONNECTION_ERROR);
+        assert_eq!(condition.message, message);
+        assert!(
+            differs_significantly(Some(&connected), &lost),
+            "written at once"
+        );
+
+        // The next reply: Connected again, written at once too.
+        report.peers[0].state = gateway_api::ConnectionState::Connected as i32;
+        report.peers[0].message.clear();
+        te.status = Some(lost.clone());
+        let back = status_from_report(&te, desired(&report), now());
+        assert_eq!(
+            back.connection.as_ref().map(|c| c.status),
+            Some(ConnectionState::Connected)
+        );
+        assert!(differs_significantly(Some(&lost), &back));
+    }
+
+    #[test]
     fn counters_alone_are_not_significant() {
         let report = gateway("v1", gateway_api::ConnectionState::Connected);
         let a = status_from_report(

@@ -15,11 +15,13 @@ use arc_swap::{ArcSwap, Cache};
 use boringtun::noise::TunnResult;
 use tokio::net::UdpSocket;
 
+use super::conncheck::is_probe_destination;
 use super::dispatch::{Incoming, classify, is_initiation};
 use super::drops::{DeviceDrop, Drops};
 use super::handshake::HandshakeQueue;
 use super::net::{Sockets, WgSocket};
 use super::peer::Peer;
+use super::probe::ProbeInbox;
 use super::snapshot::Snapshot;
 use crate::clock::unix_ms;
 use crate::io::IoOptions;
@@ -99,6 +101,11 @@ pub async fn tun_loop(shared: Arc<Shared>) {
         let snapshot = cache.load();
         routed.clear();
         for (index, packet) in reader.packets_mut().iter_mut().enumerate() {
+            if is_probe_destination(packet.as_ref()) {
+                // Only the gateway itself speaks to the probe addresses: no spoofed probes.
+                shared.drops.device(DeviceDrop::ProbeAddress);
+                continue;
+            }
             match snapshot.remap.egress(packet.as_mut()) {
                 Verdict::Forward(id) => routed.push((id, index as u16)),
                 Verdict::Drop(reason) => {
@@ -333,6 +340,7 @@ async fn decrypt_group(
             .device_many(DeviceDrop::NoPrivateKey, group.len() as u64);
         return;
     };
+    let mut probes = ProbeInbox::default();
     let mut next = 0;
     while next < group.len() {
         let (mut bytes, mut accepted, mut rejected) = (0usize, 0u64, 0u64);
@@ -352,6 +360,9 @@ async fn decrypt_group(
                         bytes += datagram.bytes.len();
                         accepted += 1;
                         last_source = Some(datagram.source);
+                        if probes.take(shared, peer, packet) {
+                            continue; // a connectivity probe, the gateway's own
+                        }
                         let len = packet.len();
                         match snapshot.remap.ingress(id, packet) {
                             Verdict::Deliver => writer.commit(len),
@@ -383,6 +394,7 @@ async fn decrypt_group(
         if let Some(source) = last_source {
             peer.roam(source);
         }
+        probes.answer(shared, peer).await;
         shared.drops.device_many(DeviceDrop::Rejected, rejected);
         if next < group.len() {
             flush_tun(shared, writer).await;
@@ -398,7 +410,12 @@ async fn flush_tun(shared: &Shared, writer: &mut TunWriter) {
     }
 }
 
-async fn send_to_peer(shared: &Shared, peer: &Peer, datagram: &[u8], endpoint: SocketAddr) {
+pub(super) async fn send_to_peer(
+    shared: &Shared,
+    peer: &Peer,
+    datagram: &[u8],
+    endpoint: SocketAddr,
+) {
     let sockets = shared.sockets.load();
     let Some(socket) = sockets.for_addr(&endpoint) else {
         shared.drops.device(DeviceDrop::UdpSend);

@@ -29,11 +29,13 @@ pub enum DeviceDrop {
     TunWrite,
     /// Sending a datagram failed.
     UdpSend,
+    /// A packet from the TUN device addressed to the connectivity probe prefix.
+    ProbeAddress,
 }
 
 impl DeviceDrop {
     /// Every reason, in counter order.
-    pub const ALL: [DeviceDrop; 11] = [
+    pub const ALL: [DeviceDrop; 12] = [
         DeviceDrop::InvalidDatagram,
         DeviceDrop::UnknownReceiver,
         DeviceDrop::UnknownInitiator,
@@ -45,6 +47,7 @@ impl DeviceDrop {
         DeviceDrop::TunRead,
         DeviceDrop::TunWrite,
         DeviceDrop::UdpSend,
+        DeviceDrop::ProbeAddress,
     ];
 
     /// The snake_case metric label.
@@ -61,6 +64,7 @@ impl DeviceDrop {
             DeviceDrop::TunRead => "tun_read",
             DeviceDrop::TunWrite => "tun_write",
             DeviceDrop::UdpSend => "udp_send",
+            DeviceDrop::ProbeAddress => "probe_address",
         }
     }
 }

@@ -4,6 +4,7 @@
 //! next snapshot (keeping the sessions of peers whose keys did not change), swaps it in, and
 //! then brings the host configuration (MTU, addresses, routes) in line.
 
+pub mod conncheck;
 pub mod datapath;
 pub mod dispatch;
 pub mod drops;
@@ -12,6 +13,7 @@ mod host;
 pub mod net;
 pub mod peer;
 mod plan;
+pub mod probe;
 mod resolve;
 pub mod snapshot;
 
@@ -177,6 +179,7 @@ impl Device {
                 tokio::spawn(datapath::tun_loop(Arc::clone(&shared))),
                 tokio::spawn(datapath::timer_loop(Arc::clone(&shared))),
                 tokio::spawn(resolve::reresolve_loop(Arc::clone(&shared))),
+                tokio::spawn(probe::prober_loop(Arc::clone(&shared))),
             ]),
             changes: watch::channel(0).0,
         });
@@ -344,7 +347,7 @@ impl Device {
             fwmark: snapshot.state.interface.fwmark,
             peers: snapshot
                 .slots()
-                .map(|(_, slot)| PeerReport::new(slot))
+                .map(|(_, slot)| PeerReport::new(slot, snapshot.state.interface.conncheck))
                 .collect(),
             drops: self.shared.drops.snapshot(),
             remap_rules: snapshot.remap.len(),
@@ -398,12 +401,33 @@ pub struct PeerReport {
     pub last_handshake_ms: u64,
     /// Unix ms since which handshakes go unanswered; 0 = none pending.
     pub handshake_pending_since_ms: u64,
-    /// Round-trip time of the last handshake.
+    /// Round-trip time: the smoothed probe RTT when the connectivity check is on for this
+    /// peer, else the RTT of the last handshake.
     pub latency_us: Option<u64>,
+    /// The connectivity check; `None` when it is off for this peer.
+    pub conncheck: Option<ConnCheckReport>,
+}
+
+/// A status reading of one peer's connectivity check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnCheckReport {
+    /// The settings in effect.
+    pub config: conncheck::ConnCheckConfig,
+    /// Losses, RTTs, counters.
+    pub reading: conncheck::ProberReading,
+    /// Unix ms of the last reply; 0 = none yet.
+    pub last_reply_unix_ms: u64,
+}
+
+impl ConnCheckReport {
+    /// True once the last `loss_threshold` probes went unanswered.
+    pub fn is_unreachable(&self) -> bool {
+        self.reading.consecutive_losses >= self.config.loss_threshold
+    }
 }
 
 impl PeerReport {
-    fn new(slot: &PeerSlot) -> Self {
+    fn new(slot: &PeerSlot, conncheck: Option<conncheck::ConnCheckConfig>) -> Self {
         let mut report = PeerReport {
             config: slot.config.clone(),
             endpoint: None,
@@ -416,6 +440,7 @@ impl PeerReport {
             last_handshake_ms: 0,
             handshake_pending_since_ms: 0,
             latency_us: None,
+            conncheck: None,
         };
         if let Some(peer) = &slot.runtime {
             let stats = &peer.stats;
@@ -431,6 +456,20 @@ impl PeerReport {
                 stats.handshake_pending_since_ms.load(Ordering::Relaxed);
             let (_, _, _, _, rtt_ms) = peer.tunn.lock().0.stats();
             report.latency_us = rtt_ms.map(|ms| u64::from(ms) * 1000);
+            if let Some(config) = conncheck.filter(|_| slot.config.conncheck) {
+                let reading = peer.conncheck.lock().reading();
+                // The prober's clock is monotonic; status speaks Unix time.
+                let last_reply_unix_ms = reading.last_reply_us.map_or(0, |at| {
+                    let age_ms = probe::mono_us().saturating_sub(at) / 1000;
+                    crate::clock::unix_ms().saturating_sub(age_ms)
+                });
+                report.latency_us = reading.srtt_us;
+                report.conncheck = Some(ConnCheckReport {
+                    config,
+                    reading,
+                    last_reply_unix_ms,
+                });
+            }
         }
         report
     }

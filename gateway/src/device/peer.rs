@@ -7,6 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use arc_swap::ArcSwapOption;
 use boringtun::noise::Tunn;
 use parking_lot::Mutex;
+use rand_core::RngCore as _;
+
+use super::conncheck::Prober;
 
 /// Runtime state of one peer. Created when the peer (or its key material) first appears in
 /// the desired state and kept across applies that leave its keys unchanged.
@@ -20,6 +23,9 @@ pub struct Peer {
     endpoint: ArcSwapOption<SocketAddr>,
     /// Counters.
     pub stats: PeerStats,
+    /// Connectivity check state. Taken after `tunn` when both are held (a PONG is recorded
+    /// while decrypting), never the other way round.
+    pub conncheck: Mutex<Prober>,
 }
 
 /// `Tunn` does not implement `Debug`; this wrapper gives the peer a useful one.
@@ -60,6 +66,9 @@ impl Peer {
             tunn: Mutex::new(TunnCell(tunn)),
             endpoint: ArcSwapOption::from_pointee(endpoint),
             stats: PeerStats::default(),
+            // A random first sequence number: PONGs meant for a previous session's prober
+            // of this peer do not match.
+            conncheck: Mutex::new(Prober::new(rand_core::OsRng.next_u32())),
         }
     }
 
