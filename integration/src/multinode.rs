@@ -1,7 +1,8 @@
 //! A cluster with several nodes, as network namespaces, for the route agent: nodes on one L2
 //! segment (a bridge namespace), a "pod" behind every node, and a remote "cluster" wired to
 //! every node so that any node can play the gateway's node (plain routing stands in for the
-//! tunnel). The agent logic runs in-process in each node's namespace.
+//! tunnel). The agent logic runs in-process in each node's namespace ([`converge_node`], which
+//! the lab's multi-node clusters use too).
 //!
 //! Addressing: node `i` is `192.168.77.(10+i)/24` on `eth0` with pod CIDR `10.0.i.0/24` (its
 //! pod is `10.0.i.2`, the node side `10.0.i.1`); the remote cluster holds [`REMOTE_HOST`] in
@@ -20,6 +21,7 @@ use kubetun_controller::agent::plan::{
 use kubetun_controller::agent::{cleanup, converge};
 use kubetun_crds::{CidrMapping, ClusterRef, TunnelEndpointSpec};
 
+use crate::lab::named;
 use crate::netns::{self, Netns, NetnsError};
 
 /// The remote cluster's view CIDR, as this cluster sees it.
@@ -225,23 +227,14 @@ impl MultiNodeCluster {
         attachment: Attachment,
         endpoints: &[TunnelEndpointSpec],
     ) -> Result<Vec<Change>, MultiNodeError> {
-        let local = &self.nodes[index].facts;
-        let gateway_ip = self.nodes[gateway].facts.ip;
-        let nodes = self.node_facts();
-        in_namespace(&self.nodes[index].netns, async move |kernel: Kernel| {
-            let underlay_mtu = kernel.underlay(local.ip).await?.mtu;
-            let desired = plan(&PlanInput {
-                settings: kernel.settings(),
-                attachment,
-                local,
-                underlay_mtu,
-                gateway_ip,
-                gateway_pod_ip: None,
-                nodes: &nodes,
-                endpoints,
-            })?;
-            Ok(converge(&kernel, &desired).await?)
-        })
+        converge_node(
+            self.nodes[index].netns.name(),
+            &self.nodes[index].facts,
+            &self.node_facts(),
+            self.nodes[gateway].facts.ip,
+            attachment,
+            endpoints,
+        )
     }
 
     /// Agent passes on every node with the gateway on node `gateway`.
@@ -259,16 +252,14 @@ impl MultiNodeCluster {
 
     /// `agent --cleanup` on node `index`; what it removed.
     pub fn agent_cleanup(&self, index: usize) -> Result<Vec<Change>, MultiNodeError> {
-        in_namespace(&self.nodes[index].netns, async |kernel: Kernel| {
+        in_namespace(self.nodes[index].netns.name(), async |kernel: Kernel| {
             Ok(cleanup(&kernel).await?)
         })
     }
 
     /// The agent's tagged state on node `index`.
     pub fn agent_state(&self, index: usize) -> Result<ObservedState, MultiNodeError> {
-        in_namespace(&self.nodes[index].netns, async |kernel: Kernel| {
-            Ok(kernel.observe().await?)
-        })
+        observe_node(self.nodes[index].netns.name())
     }
 }
 
@@ -291,12 +282,43 @@ pub fn remote_endpoints(views: &[&str]) -> Vec<TunnelEndpointSpec> {
         .collect()
 }
 
-/// Runs `work` with an agent kernel handle inside namespace `ns`.
+/// One agent pass (plan, then converge) in the namespace named `ns`, the host network of node
+/// `local`, with the gateway on the node at `gateway_ip`; the applied changes.
+pub fn converge_node(
+    ns: &str,
+    local: &Node,
+    nodes: &[Node],
+    gateway_ip: IpAddr,
+    attachment: Attachment,
+    endpoints: &[TunnelEndpointSpec],
+) -> Result<Vec<Change>, MultiNodeError> {
+    in_namespace(ns, async move |kernel: Kernel| {
+        let underlay_mtu = kernel.underlay(local.ip).await?.mtu;
+        let desired = plan(&PlanInput {
+            settings: kernel.settings(),
+            attachment,
+            local,
+            underlay_mtu,
+            gateway_ip,
+            gateway_pod_ip: None,
+            nodes,
+            endpoints,
+        })?;
+        Ok(converge(&kernel, &desired).await?)
+    })
+}
+
+/// The agent's tagged state in the namespace named `ns`.
+pub fn observe_node(ns: &str) -> Result<ObservedState, MultiNodeError> {
+    in_namespace(ns, async |kernel: Kernel| Ok(kernel.observe().await?))
+}
+
+/// Runs `work` with an agent kernel handle inside the namespace named `ns`.
 fn in_namespace<T: Send>(
-    ns: &Netns,
+    ns: &str,
     work: impl AsyncFnOnce(Kernel) -> Result<T, MultiNodeError> + Send,
 ) -> Result<T, MultiNodeError> {
-    netns::run_in(ns, || {
+    named::run_in(ns, || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;

@@ -1,6 +1,11 @@
-//! Lab topologies: which clusters exist (pod and external CIDRs, how many pods and external
-//! endpoints each has), the underlay that joins their gateways, and which clusters are linked —
-//! first the hub `links`, then the leaf-to-leaf `shortcuts`.
+//! Lab topologies: which clusters exist (pod and external CIDRs, how many nodes, pods and
+//! external endpoints each has), the underlay that joins their gateways, and which clusters are
+//! linked — first the hub `links`, then the leaf-to-leaf `shortcuts`.
+//!
+//! A cluster with `nodes: 1` (the default) is one gateway namespace with its pods behind it. With
+//! `nodes: N >= 2` it has N node namespaces on one cluster L2 at [`NODE_NETWORK`], node `i`
+//! holding the `i`-th of N equal slices of the pod CIDR (rounded up to a power of two) with
+//! `pods` pods behind it; the external endpoints sit behind the first node.
 //!
 //! A topology is a YAML file; [`Topology::seed`] is the built-in Europe/Rome/Milan topology
 //! (`examples/seed.yaml`). Parsing validates everything the lab relies on, so a bad file fails
@@ -14,6 +19,8 @@ use serde::{Deserialize, Serialize};
 
 /// The seed topology (Europe hub; Rome and Milan leaves; all with external CIDR 10.70.0.0/16).
 pub const SEED_YAML: &str = include_str!("../../examples/seed.yaml");
+/// Two multi-node clusters with identical pod and external CIDRs (`examples/multinode.yaml`).
+pub const MULTINODE_YAML: &str = include_str!("../../examples/multinode.yaml");
 
 /// Host offset of the gateway's own address in every local CIDR (`.1`).
 pub const GATEWAY_HOST: u32 = 1;
@@ -27,6 +34,14 @@ pub const MAX_ENDPOINTS: u8 = 32;
 pub const MAX_CLUSTER_NAME: usize = 8;
 /// UDP port every lab gateway listens on (each in its own namespace).
 pub const GATEWAY_PORT: u16 = 51820;
+/// The most nodes a cluster may have.
+pub const MAX_NODES: u8 = 8;
+/// The node network of every multi-node cluster (each cluster has its own L2, so they may all
+/// use the same one). RFC 6598 shared space: outside the RFC 1918 pools IPAM remaps into, so
+/// it is never a view.
+pub const NODE_NETWORK: Ipv4Net = Ipv4Net::new_assert(Ipv4Addr::new(100, 64, 0, 0), 24);
+/// Host offset of node 0 in [`NODE_NETWORK`]; node `i` (0-based) gets `FIRST_NODE_HOST + i`.
+pub const FIRST_NODE_HOST: u32 = 11;
 
 /// Why a topology was rejected.
 #[derive(Debug, thiserror::Error)]
@@ -113,6 +128,14 @@ pub enum TopologyError {
     /// The tunnel MTU is out of range.
     #[error("mtu {0} is outside 1280..=9000")]
     Mtu(u32),
+    /// Too few or too many nodes, or a pod CIDR too small to give each node a slice.
+    #[error("cluster {cluster}: {message}")]
+    Nodes {
+        /// The cluster.
+        cluster: String,
+        /// What is wrong.
+        message: String,
+    },
 }
 
 /// A topology as written in YAML.
@@ -146,6 +169,10 @@ fn default_one() -> u8 {
     1
 }
 
+fn is_one(value: &u8) -> bool {
+    *value == 1
+}
+
 /// One cluster.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -157,7 +184,11 @@ pub struct ClusterSpec {
     /// The cluster's external CIDR (non-pod endpoints reachable through its gateway).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub external_cidr: Option<Ipv4Net>,
-    /// How many pod namespaces to create.
+    /// How many nodes: 1 is a single gateway namespace with everything behind it; 2 or more
+    /// are node namespaces on one cluster L2, the gateway running on one of them.
+    #[serde(default = "default_one", skip_serializing_if = "is_one")]
+    pub nodes: u8,
+    /// How many pod namespaces to create (behind each node when there are several).
     #[serde(default = "default_one")]
     pub pods: u8,
     /// How many external-endpoint namespaces to create (needs `externalCidr`).
@@ -190,6 +221,33 @@ impl ClusterSpec {
     pub fn external_address(&self, n: u8) -> Option<Ipv4Addr> {
         self.external_cidr.map(|cidr| host(cidr, endpoint_host(n)))
     }
+
+    /// True when the cluster has two or more node namespaces.
+    pub fn is_multi_node(&self) -> bool {
+        self.nodes >= 2
+    }
+
+    /// The slice of the pod CIDR that node `index` (0-based) holds: the pod CIDR split into the
+    /// smallest power of two of equal parts that is at least the number of nodes.
+    pub fn node_pod_cidr(&self, index: u8) -> Ipv4Net {
+        let bits = u32::from(self.nodes.max(1))
+            .next_power_of_two()
+            .trailing_zeros();
+        let len = u32::from(self.pod_cidr.prefix_len()) + bits;
+        let size = 1u32.checked_shl(32 - len).unwrap_or(0);
+        let network = u32::from(self.pod_cidr.network()) + u32::from(index) * size;
+        Ipv4Net::new_assert(Ipv4Addr::from(network), len as u8)
+    }
+
+    /// The underlay (InternalIP) address of node `index` (0-based) on [`NODE_NETWORK`].
+    pub fn node_address(&self, index: u8) -> Ipv4Addr {
+        host(NODE_NETWORK, FIRST_NODE_HOST + u32::from(index))
+    }
+
+    /// The address of pod `n` (1-based) behind node `index` (0-based).
+    pub fn node_pod_address(&self, index: u8, n: u8) -> Ipv4Addr {
+        host(self.node_pod_cidr(index), endpoint_host(n))
+    }
 }
 
 /// Two clusters to link, written `[Europe, Rome]`.
@@ -219,6 +277,13 @@ impl Topology {
         }
         check_canonical("underlay", self.underlay)?;
         check_size("underlay", self.underlay, self.clusters.len() as u32)?;
+        let multi_node = self.clusters.iter().any(ClusterSpec::is_multi_node);
+        if multi_node && overlaps(self.underlay, NODE_NETWORK) {
+            return Err(TopologyError::Overlap {
+                first: format!("underlay {}", self.underlay),
+                second: format!("the node network {NODE_NETWORK}"),
+            });
+        }
 
         let mut ids = HashSet::new();
         for cluster in &self.clusters {
@@ -227,11 +292,15 @@ impl Topology {
                 return Err(TopologyError::DuplicateCluster(cluster.name.clone()));
             }
             for (kind, cidr) in cluster_cidrs(cluster) {
-                if cidr.contains(&self.underlay.network())
-                    || self.underlay.contains(&cidr.network())
-                {
+                if overlaps(cidr, self.underlay) {
                     return Err(TopologyError::Overlap {
                         first: format!("underlay {}", self.underlay),
+                        second: format!("{} {kind} CIDR {cidr}", cluster.name),
+                    });
+                }
+                if cluster.is_multi_node() && overlaps(cidr, NODE_NETWORK) {
+                    return Err(TopologyError::Overlap {
+                        first: format!("the node network {NODE_NETWORK}"),
                         second: format!("{} {kind} CIDR {cidr}", cluster.name),
                     });
                 }
@@ -332,9 +401,35 @@ fn validate_cluster(cluster: &ClusterSpec) -> Result<(), TopologyError> {
             message: format!("at most {MAX_ENDPOINTS} pods and {MAX_ENDPOINTS} externals"),
         });
     }
+    if cluster.nodes == 0 || cluster.nodes > MAX_NODES {
+        return Err(TopologyError::Nodes {
+            cluster: name.clone(),
+            message: format!("nodes must be 1..={MAX_NODES}"),
+        });
+    }
     let needed = endpoint_host(cluster.pods.max(cluster.externals).max(1));
     check_canonical(&format!("{name} pod CIDR"), cluster.pod_cidr)?;
     check_size(&format!("{name} pod CIDR"), cluster.pod_cidr, needed)?;
+    if cluster.is_multi_node() {
+        let bits = u32::from(cluster.nodes)
+            .next_power_of_two()
+            .trailing_zeros();
+        if u32::from(cluster.pod_cidr.prefix_len()) + bits > 30 {
+            return Err(TopologyError::Nodes {
+                cluster: name.clone(),
+                message: format!(
+                    "pod CIDR {} is too small to give each of {} nodes a slice",
+                    cluster.pod_cidr, cluster.nodes
+                ),
+            });
+        }
+        let slice = cluster.node_pod_cidr(0);
+        check_size(
+            &format!("{name} pod CIDR slice of a node"),
+            slice,
+            endpoint_host(cluster.pods.max(1)),
+        )?;
+    }
     match cluster.external_cidr {
         Some(cidr) => {
             check_canonical(&format!("{name} external CIDR"), cidr)?;
@@ -360,6 +455,10 @@ fn validate_cluster(cluster: &ClusterSpec) -> Result<(), TopologyError> {
         None => {}
     }
     Ok(())
+}
+
+fn overlaps(a: Ipv4Net, b: Ipv4Net) -> bool {
+    a.contains(&b.network()) || b.contains(&a.network())
 }
 
 fn cluster_cidrs(cluster: &ClusterSpec) -> impl Iterator<Item = (&'static str, Ipv4Net)> {
@@ -428,6 +527,7 @@ mod tests {
         for (name, text) in [
             ("seed.yaml", SEED_YAML),
             ("overlap.yaml", include_str!("../../examples/overlap.yaml")),
+            ("multinode.yaml", MULTINODE_YAML),
         ] {
             Topology::from_yaml(text).unwrap_or_else(|e| panic!("examples/{name}: {e}"));
         }
@@ -580,6 +680,54 @@ mod tests {
             matches!(err, Err(TopologyError::DuplicateLink { .. })),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn node_slices_split_the_pod_cidr() {
+        let mut spec = Topology::seed().clusters[1].clone();
+        assert!(!spec.is_multi_node());
+        assert_eq!(
+            spec.node_pod_cidr(0),
+            spec.pod_cidr,
+            "one node holds the whole CIDR"
+        );
+        spec.nodes = 3;
+        let slices: Vec<String> = (0..3).map(|i| spec.node_pod_cidr(i).to_string()).collect();
+        assert_eq!(
+            slices,
+            ["10.202.0.0/18", "10.202.64.0/18", "10.202.128.0/18"]
+        );
+        assert_eq!(spec.node_pod_address(1, 2), Ipv4Addr::new(10, 202, 64, 12));
+        assert_eq!(spec.node_address(2), Ipv4Addr::new(100, 64, 0, 13));
+        assert!(spec.pod_cidr.contains(&spec.node_pod_address(0, 1)));
+    }
+
+    #[test]
+    fn multi_node_example_parses() {
+        let topology = Topology::from_yaml(MULTINODE_YAML).unwrap();
+        assert!(topology.clusters.iter().all(ClusterSpec::is_multi_node));
+        let pods: HashSet<_> = topology.clusters.iter().map(|c| c.pod_cidr).collect();
+        assert_eq!(pods.len(), 1, "the example's clusters share their pod CIDR");
+    }
+
+    #[test]
+    fn rejects_bad_node_counts_and_node_network_overlaps() {
+        for bad in [0, MAX_NODES + 1] {
+            let err = seed_with(|t| t.clusters[0].nodes = bad);
+            assert!(matches!(err, Err(TopologyError::Nodes { .. })), "{err:?}");
+        }
+        let err = seed_with(|t| {
+            t.clusters[0].nodes = 8;
+            t.clusters[0].pod_cidr = "10.200.0.0/28".parse().unwrap();
+        });
+        assert!(matches!(err, Err(TopologyError::Nodes { .. })), "{err:?}");
+        let err = seed_with(|t| {
+            t.clusters[0].nodes = 2;
+            t.clusters[0].pod_cidr = "100.64.0.0/16".parse().unwrap();
+        });
+        assert!(matches!(err, Err(TopologyError::Overlap { .. })), "{err:?}");
+        // A single-node cluster never uses the node network.
+        seed_with(|t| t.clusters[0].pod_cidr = "100.64.0.0/16".parse().unwrap()).unwrap();
     }
 
     #[test]

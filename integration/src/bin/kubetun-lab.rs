@@ -1,6 +1,6 @@
-//! `kubetun-lab up [TOPOLOGY] | status [--json] | down`: clusters as network namespaces with a
-//! real kubetun gateway each, configured by the controller's own IPAM and planner over gRPC.
-//! Needs root and /dev/net/tun.
+//! `kubetun-lab up [TOPOLOGY] | status [--json] | move-gateway CLUSTER NODE | down`: clusters as
+//! network namespaces with a real kubetun gateway each, configured by the controller's own IPAM
+//! and planner over gRPC. Needs root and /dev/net/tun.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,6 +47,16 @@ enum Command {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+    },
+    /// Move the gateway of a multi-node cluster to another node (same key and state; the
+    /// underlay endpoint moves along), re-converge the route agents and check the cluster's
+    /// links again. Exits non-zero if a check fails.
+    MoveGateway {
+        /// The cluster (e.g. Paris).
+        cluster: String,
+        /// The node to move to, numbered from 1 (node2 is 2).
+        #[arg(value_parser = clap::value_parser!(u8).range(1..))]
+        node: u8,
     },
     /// Remove the lab (also after a crash).
     Down,
@@ -105,6 +115,19 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .iter()
                 .all(|c| c.running && c.peers.iter().all(|p| p.state == "Connected"));
             Ok(if all_connected {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        Command::MoveGateway { cluster, node } => {
+            let checks = lab::move_gateway(
+                &args.state_dir,
+                &cluster,
+                usize::from(node - 1),
+                &mut stdout,
+            )?;
+            Ok(if checks.iter().all(|c| c.passed) {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE

@@ -2,6 +2,10 @@
 //! reaches its counterpart in a peer at the address its own cluster uses for it (the view),
 //! by ping and by a short bounded iperf3 run whose server must see the client at the address
 //! the *server's* cluster uses for it.
+//!
+//! Multi-node clusters add: pods behind nodes other than the gateway's reach the peer's pods
+//! (ping, and a TCP exchange whose server must see the client at its view), and the route
+//! agent's table holds every remote view on every node.
 
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -13,6 +17,7 @@ use serde::Serialize;
 
 use crate::iperf::{self, ClientSpec, Mode};
 use crate::lab::fabric::Fabric;
+use crate::lab::named;
 use crate::lab::state::{ClusterState, Member};
 use crate::topology::translate;
 
@@ -20,6 +25,10 @@ use crate::topology::translate;
 const FIRST_CONTACT: Duration = Duration::from_secs(10);
 /// Echo requests per ping check once the path answered.
 const PINGS: u32 = 3;
+/// TCP port of the TCP exchange checks.
+const TCP_PORT: u16 = 5180;
+/// The route agent's routing table.
+const AGENT_TABLE: &str = "1880";
 
 /// The outcome of one check.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -82,12 +91,7 @@ fn view_for(mapping: &CidrMapping, addr: Ipv4Addr) -> Option<Ipv4Addr> {
 
 /// Pings, in both directions, from the first pod and the first external endpoint of each
 /// cluster to their counterparts in the other.
-pub fn ping_both_ways(
-    fabric: &Fabric,
-    phase: &str,
-    a: &ClusterState,
-    b: &ClusterState,
-) -> Vec<Check> {
+pub fn ping_both_ways(phase: &str, a: &ClusterState, b: &ClusterState) -> Vec<Check> {
     let mut checks = Vec::new();
     for (from, to) in [(a, b), (b, a)] {
         for kind in [Kind::Pod, Kind::External] {
@@ -95,14 +99,166 @@ pub fn ping_both_ways(
             else {
                 continue;
             };
-            checks.push(ping(fabric, phase, kind, from, src, to, dst));
+            checks.push(ping(phase, kind, from, src, to, dst));
         }
     }
     checks
 }
 
+/// The pod a check uses in `cluster`: the first one behind a node other than the gateway's
+/// when the cluster has several nodes, else the first one.
+pub fn off_gateway_pod(cluster: &ClusterState) -> Option<&Member> {
+    cluster
+        .pods_off_gateway()
+        .next()
+        .or_else(|| cluster.pods.first())
+}
+
+/// Pings, in both directions, between pods behind non-gateway nodes (when a side has several
+/// nodes; its first pod otherwise). Empty when neither side has several nodes.
+pub fn ping_off_gateway(phase: &str, a: &ClusterState, b: &ClusterState) -> Vec<Check> {
+    if !a.is_multi_node() && !b.is_multi_node() {
+        return Vec::new();
+    }
+    let mut checks = Vec::new();
+    for (from, to) in [(a, b), (b, a)] {
+        if let (Some(src), Some(dst)) = (off_gateway_pod(from), off_gateway_pod(to)) {
+            checks.push(ping(phase, Kind::Pod, from, src, to, dst));
+        }
+    }
+    checks
+}
+
+/// TCP exchanges, in both directions, between the pods [`ping_off_gateway`] uses: the client
+/// connects to the server's view and the server must see the client at the view the server's
+/// cluster uses for it. Empty when neither side has several nodes.
+pub fn tcp_off_gateway(phase: &str, a: &ClusterState, b: &ClusterState) -> Vec<Check> {
+    if !a.is_multi_node() && !b.is_multi_node() {
+        return Vec::new();
+    }
+    let mut checks = Vec::new();
+    for (from, to) in [(a, b), (b, a)] {
+        let (Some(src), Some(dst)) = (off_gateway_pod(from), off_gateway_pod(to)) else {
+            continue;
+        };
+        checks.push(tcp(phase, from, src, to, dst));
+    }
+    checks
+}
+
+/// One TCP exchange from `src` of `from` to `dst` of `to` at its view.
+pub fn tcp(
+    phase: &str,
+    from: &ClusterState,
+    src: &Member,
+    to: &ClusterState,
+    dst: &Member,
+) -> Check {
+    let target = reach_address(from, to, dst.address);
+    let expected = reach_address(to, from, src.address);
+    let description = format!(
+        "tcp {} pod {} -> {} pod {} at {}",
+        from.name,
+        src.address,
+        to.name,
+        dst.address,
+        target.map_or_else(|| "?".to_owned(), |t| t.to_string())
+    );
+    let outcome = match (target, expected) {
+        (Some(target), Some(expected)) => named::tcp_exchange(
+            &src.namespace,
+            &dst.namespace,
+            dst.address,
+            target,
+            TCP_PORT,
+            FIRST_CONTACT,
+        )
+        .and_then(|seen| {
+            if seen.ip() == std::net::IpAddr::V4(expected) {
+                Ok(format!(
+                    "echoed; the server saw the client as {}",
+                    seen.ip()
+                ))
+            } else {
+                Err(format!(
+                    "the server saw the client as {}, expected {expected}",
+                    seen.ip()
+                ))
+            }
+        }),
+        _ => Err("no route between the two clusters".to_owned()),
+    };
+    let (passed, detail) = match outcome {
+        Ok(detail) => (true, detail),
+        Err(detail) => (false, detail),
+    };
+    Check {
+        phase: phase.to_owned(),
+        description,
+        passed,
+        detail,
+    }
+}
+
+/// Every node of a multi-node cluster holds a route in the agent's table for every remote
+/// view; member nodes route them `via` the gateway's node.
+pub fn agent_routes(phase: &str, cluster: &ClusterState) -> Check {
+    let views: Vec<String> = cluster
+        .tunnel_endpoints
+        .iter()
+        .flat_map(|te| te.remote_pod_cidrs.iter().chain(&te.remote_external_cidrs))
+        .map(|m| m.view.clone())
+        .collect();
+    let gateway = cluster.nodes.get(cluster.gateway_node);
+    let mut problems = Vec::new();
+    for (index, node) in cluster.nodes.iter().enumerate() {
+        let routes = match named::exec(
+            &node.namespace,
+            &["ip", "route", "show", "table", AGENT_TABLE, "proto", "183"],
+        ) {
+            Ok(routes) => routes,
+            Err(e) => {
+                problems.push(format!("{}: {e}", node.name));
+                continue;
+            }
+        };
+        if index == cluster.gateway_node {
+            // The gateway's node routes the other nodes' pod slices for the return path.
+            for other in cluster.nodes.iter().filter(|n| n.name != node.name) {
+                if !routes.contains(&other.pod_cidr.to_string()) {
+                    problems.push(format!("{} lacks {}", node.name, other.pod_cidr));
+                }
+            }
+            continue;
+        }
+        for view in &views {
+            let via = gateway.map(|g| format!("{view} via {}", g.address));
+            if !via.is_some_and(|via| routes.contains(&via)) {
+                problems.push(format!("{} lacks {view} via the gateway's node", node.name));
+            }
+        }
+    }
+    Check {
+        phase: phase.to_owned(),
+        description: format!(
+            "route agent table {AGENT_TABLE} on every node of {} (gateway on {})",
+            cluster.name,
+            gateway.map_or("?", |g| g.name.as_str())
+        ),
+        passed: problems.is_empty(),
+        detail: if problems.is_empty() {
+            format!(
+                "{} nodes, {} remote views",
+                cluster.nodes.len(),
+                views.len()
+            )
+        } else {
+            problems.join("; ")
+        },
+    }
+}
+
 fn ping(
-    fabric: &Fabric,
     phase: &str,
     kind: Kind,
     from: &ClusterState,
@@ -126,14 +282,12 @@ fn ping(
         "ping {} {label} {} -> {} {label} {} at {target}",
         from.name, src.address, to.name, dst.address
     );
-    let result = fabric.ns(&src.namespace).map(|ns| {
-        let target = target.to_string();
-        ns.wait_ping(&target, FIRST_CONTACT) && ns.ping(&target, PINGS)
-    });
-    let (passed, detail) = match result {
-        Ok(true) => (true, "replies received".to_owned()),
-        Ok(false) => (false, "no reply".to_owned()),
-        Err(e) => (false, e.to_string()),
+    let answered = named::wait_ping(&src.namespace, target, FIRST_CONTACT)
+        && named::ping(&src.namespace, target, PINGS);
+    let (passed, detail) = if answered {
+        (true, "replies received".to_owned())
+    } else {
+        (false, "no reply".to_owned())
     };
     Check {
         phase: phase.to_owned(),
@@ -267,6 +421,10 @@ mod tests {
             externals: vec![],
             tunnel_endpoints: endpoints,
             applied_version: String::new(),
+            nodes: vec![],
+            gateway_node: 0,
+            mtu: 1420,
+            key_file: "/dev/null".into(),
         }
     }
 

@@ -8,10 +8,19 @@
 //!   be inspected; [`UpReport::passed`] says whether everything passed.
 //! - [`status`] reports, per cluster and peer, the CIDRs and views, the addresses and the link
 //!   state read from each gateway.
+//! - [`move_gateway`] moves the gateway of a multi-node cluster to another node: the old
+//!   process stops, the underlay endpoint moves along, a new process starts with the same key
+//!   and is re-applied the same state over gRPC, the route agents re-converge, and the
+//!   cluster's links are checked again.
 //! - [`down`] removes everything recorded in the state file, also after a crash.
+//!
+//! In a multi-node cluster the route agent's logic (plan, then converge) runs in-process on
+//! every node after every apply and move, fed the cluster's TunnelEndpoints: what the
+//! `kubetun-controller agent` DaemonSet does on each watch event, without an API server.
 
 pub mod checks;
 pub mod fabric;
+pub mod named;
 pub mod naming;
 pub mod plan;
 pub mod state;
@@ -20,11 +29,17 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use kubetun_controller::agent::plan::{Attachment, Node};
 use kubetun_controller::gateway_api::ConnectionState;
 use kubetun_controller::gateway_client::{GatewayClient, GatewayClientError};
-use kubetun_controller::planner::PlanError;
+use kubetun_controller::keys::GatewayKey;
+use kubetun_controller::planner::{PlanError, desired_state};
 use serde::Serialize;
 
+use crate::multinode::{self, MultiNodeError};
 use crate::netns::{self, NetnsError};
 use crate::table::{self, ClusterTable, PeerMapping};
 use crate::topology::{GATEWAY_PORT, Topology};
@@ -32,7 +47,7 @@ use checks::Check;
 use fabric::Fabric;
 use naming::{Naming, PrefixError};
 use plan::ControlPlanes;
-use state::{ClusterState, LabState, Member, StateError};
+use state::{ClusterState, LabState, Member, NodeState, StateError};
 
 /// Where the user's lab keeps its state, sockets and logs.
 pub const DEFAULT_STATE_DIR: &str = "/run/kubetun-lab";
@@ -92,6 +107,25 @@ pub enum LabError {
     /// No lab is up (no state file).
     #[error("no lab is up (no state in {0})")]
     NotUp(PathBuf),
+    /// The request does not fit the lab (unknown cluster or node, a single-node cluster).
+    #[error("{0}")]
+    Usage(String),
+    /// The route agent failed on a node.
+    #[error("route agent on {node}: {error}")]
+    Agent {
+        /// The node's namespace.
+        node: String,
+        /// What failed.
+        error: Box<MultiNodeError>,
+    },
+    /// The gateway key file could not be read back.
+    #[error("{path}: not a gateway key ({message})")]
+    Key {
+        /// The key file.
+        path: PathBuf,
+        /// Why it was refused.
+        message: String,
+    },
     /// A bug: the lab's own bookkeeping is inconsistent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -190,7 +224,9 @@ pub fn up(options: &LabOptions, out: &mut dyn Write) -> Result<UpReport, LabErro
     let mut teardown = Teardown::armed(&options.state_dir);
 
     say(out, &format!("kubetun lab: {}", topology.description));
-    let fabric = Fabric::build(topology, &state, &naming.underlay_ns())?;
+    state.gateway_binary = options.gateway_binary.clone();
+    state.save(&options.state_dir)?;
+    let fabric = Fabric::build(topology, &state, &naming)?;
     say(
         out,
         &format!("  {} namespaces created", state.namespaces.len()),
@@ -199,9 +235,10 @@ pub fn up(options: &LabOptions, out: &mut dyn Write) -> Result<UpReport, LabErro
     let mut planes = ControlPlanes::new(topology);
     for (index, cluster) in state.clusters.iter_mut().enumerate() {
         cluster.public_key = planes.public_key(index).to_owned();
+        write_key(&cluster.key_file, planes.key(index))?;
     }
     for index in 0..state.clusters.len() {
-        let pid = fabric::start_gateway(&fabric, &state.clusters[index], &options.gateway_binary)?;
+        let pid = fabric::start_gateway(&state.clusters[index], &options.gateway_binary)?;
         state.clusters[index].pid = Some(pid);
         state.save(&options.state_dir)?;
         let cluster = &state.clusters[index];
@@ -371,6 +408,18 @@ impl RunningLab<'_> {
                 if response.changed { "" } else { " (unchanged)" }
             ),
         );
+        let cluster = &self.state.clusters[index];
+        if cluster.is_multi_node() {
+            let changes = converge_agents(cluster)?;
+            say(
+                out,
+                &format!(
+                    "  route agent on {} nodes of {name}: {changes} change(s), gateway on {}",
+                    cluster.nodes.len(),
+                    cluster.nodes[cluster.gateway_node].name
+                ),
+            );
+        }
         Ok(())
     }
 
@@ -386,10 +435,15 @@ impl RunningLab<'_> {
                 continue;
             };
             let (ca, cb) = (&self.state.clusters[a], &self.state.clusters[b]);
-            for check in checks::ping_both_ways(self.fabric, phase, ca, cb) {
+            for check in link_checks(phase, ca, cb) {
                 report_check(out, &check);
                 self.checks.push(check);
             }
+        }
+        for cluster in self.state.clusters.iter().filter(|c| c.is_multi_node()) {
+            let check = checks::agent_routes(phase, cluster);
+            report_check(out, &check);
+            self.checks.push(check);
         }
         // One bounded iperf3 run over the last link of the phase (leaf to hub, then over the
         // shortcut), between overlapping external CIDRs.
@@ -438,22 +492,103 @@ impl RunningLab<'_> {
     }
 
     fn not_connected(&self) -> Vec<String> {
-        let mut pending = Vec::new();
-        for (cluster, client) in self.state.clusters.iter().zip(self.clients) {
-            match self.runtime.block_on(client.status()) {
-                Ok(status) => {
-                    for te in &cluster.tunnel_endpoints {
-                        let peer = status.peers.iter().find(|p| p.public_key == te.public_key);
-                        if peer.is_none_or(|p| p.state() != ConnectionState::Connected) {
-                            pending.push(format!("{} -> {}", cluster.name, te.cluster.name));
-                        }
+        not_connected(self.runtime, self.state.clusters.iter().zip(self.clients))
+    }
+}
+
+/// The links of `clusters` whose gateway does not report the peer Connected.
+fn not_connected<'a>(
+    runtime: &tokio::runtime::Runtime,
+    clusters: impl Iterator<Item = (&'a ClusterState, &'a GatewayClient)>,
+) -> Vec<String> {
+    let mut pending = Vec::new();
+    for (cluster, client) in clusters {
+        match runtime.block_on(client.status()) {
+            Ok(status) => {
+                for te in &cluster.tunnel_endpoints {
+                    let peer = status.peers.iter().find(|p| p.public_key == te.public_key);
+                    if peer.is_none_or(|p| p.state() != ConnectionState::Connected) {
+                        pending.push(format!("{} -> {}", cluster.name, te.cluster.name));
                     }
                 }
-                Err(e) => pending.push(format!("{} ({e})", cluster.name)),
             }
+            Err(e) => pending.push(format!("{} ({e})", cluster.name)),
         }
-        pending
     }
+    pending
+}
+
+/// The checks of one link: first pods and external endpoints both ways, and with a
+/// multi-node side pods behind non-gateway nodes both ways (ping and TCP).
+fn link_checks(phase: &str, a: &ClusterState, b: &ClusterState) -> Vec<Check> {
+    let mut checks = checks::ping_both_ways(phase, a, b);
+    checks.extend(checks::ping_off_gateway(phase, a, b));
+    checks.extend(checks::tcp_off_gateway(phase, a, b));
+    checks
+}
+
+/// One route agent pass on every node of a multi-node cluster, with the gateway where the
+/// state says; returns how many changes were applied in total.
+pub fn converge_agents(cluster: &ClusterState) -> Result<usize, LabError> {
+    let nodes: Vec<Node> = cluster.nodes.iter().map(agent_node).collect();
+    let gateway = nodes
+        .get(cluster.gateway_node)
+        .ok_or_else(|| LabError::Internal(format!("{} has no gateway node", cluster.name)))?;
+    let mut changes = 0;
+    for (node, facts) in cluster.nodes.iter().zip(&nodes) {
+        // The nodes share one L2 segment, so the hop to the gateway's node is direct.
+        changes += multinode::converge_node(
+            &node.namespace,
+            facts,
+            &nodes,
+            gateway.ip,
+            Attachment::Direct,
+            &cluster.tunnel_endpoints,
+        )
+        .map_err(|error| LabError::Agent {
+            node: node.namespace.clone(),
+            error: Box::new(error),
+        })?
+        .len();
+    }
+    Ok(changes)
+}
+
+/// A lab node as the route agent reads it from its Node object.
+fn agent_node(node: &NodeState) -> Node {
+    Node {
+        name: node.name.clone(),
+        ip: IpAddr::V4(node.address),
+        pod_cidrs: vec![IpNet::V4(node.pod_cidr)],
+    }
+}
+
+/// Writes a gateway's private key to a file only root can read.
+fn write_key(path: &Path, key: &GatewayKey) -> Result<(), LabError> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let io = |error| LabError::Io {
+        path: path.to_owned(),
+        error,
+    };
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io)?;
+    file.write_all(key.private_base64().as_bytes()).map_err(io)
+}
+
+fn read_key(path: &Path) -> Result<GatewayKey, LabError> {
+    let text = std::fs::read_to_string(path).map_err(|error| LabError::Io {
+        path: path.to_owned(),
+        error,
+    })?;
+    GatewayKey::from_private_base64(text.trim()).map_err(|e| LabError::Key {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
 }
 
 fn report_check(out: &mut dyn Write, check: &Check) {
@@ -479,12 +614,34 @@ fn planned_state(topology: &Topology, naming: &Naming, state_dir: &Path) -> LabS
         .map(|(index, spec)| {
             let id = spec.id();
             let interface = naming.tun(&id);
-            let pods: Vec<Member> = (1..=spec.pods)
-                .map(|n| Member {
-                    namespace: naming.pod_ns(&id, n),
-                    address: spec.pod_address(n),
-                })
-                .collect();
+            let nodes: Vec<NodeState> = if spec.is_multi_node() {
+                (0..spec.nodes)
+                    .map(|i| NodeState {
+                        name: naming::node_name(i),
+                        namespace: naming.node_ns(&id, i),
+                        address: spec.node_address(i),
+                        pod_cidr: spec.node_pod_cidr(i),
+                        pods: (1..=spec.pods)
+                            .map(|n| Member {
+                                namespace: naming.node_pod_ns(&id, i, n),
+                                address: spec.node_pod_address(i, n),
+                            })
+                            .collect(),
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let pods: Vec<Member> = if nodes.is_empty() {
+                (1..=spec.pods)
+                    .map(|n| Member {
+                        namespace: naming.pod_ns(&id, n),
+                        address: spec.pod_address(n),
+                    })
+                    .collect()
+            } else {
+                nodes.iter().flat_map(|n| n.pods.clone()).collect()
+            };
             let externals: Vec<Member> = (1..=spec.externals)
                 .filter_map(|n| {
                     spec.external_address(n).map(|address| Member {
@@ -493,14 +650,24 @@ fn planned_state(topology: &Topology, naming: &Naming, state_dir: &Path) -> LabS
                     })
                 })
                 .collect();
-            namespaces.push(naming.gateway_ns(&id));
+            // The gateway starts on the first node of a multi-node cluster.
+            let namespace = nodes
+                .first()
+                .map_or_else(|| naming.gateway_ns(&id), |n| n.namespace.clone());
+            if nodes.is_empty() {
+                namespaces.push(namespace.clone());
+            } else {
+                namespaces.push(naming.l2_ns(&id));
+                namespaces.extend(nodes.iter().map(|n| n.namespace.clone()));
+            }
             namespaces.extend(pods.iter().chain(&externals).map(|m| m.namespace.clone()));
             ClusterState {
                 name: spec.name.clone(),
-                namespace: naming.gateway_ns(&id),
+                namespace,
                 grpc_socket: state_dir.join(format!("{interface}.grpc.sock")),
                 uapi_socket: PathBuf::from(format!("/var/run/wireguard/{interface}.sock")),
                 log: state_dir.join(format!("{interface}.log")),
+                key_file: state_dir.join(format!("{interface}.key")),
                 interface,
                 pid: None,
                 public_key: String::new(),
@@ -512,6 +679,9 @@ fn planned_state(topology: &Topology, naming: &Naming, state_dir: &Path) -> LabS
                 externals,
                 tunnel_endpoints: Vec::new(),
                 applied_version: String::new(),
+                nodes,
+                gateway_node: 0,
+                mtu: topology.mtu,
                 id,
             }
         })
@@ -522,7 +692,207 @@ fn planned_state(topology: &Topology, naming: &Naming, state_dir: &Path) -> LabS
         namespaces,
         clusters,
         tables: Vec::new(),
+        gateway_binary: PathBuf::new(),
     }
+}
+
+/// Moves the gateway of multi-node cluster `cluster` to node `node` (0-based) of a running
+/// lab, as a rescheduled gateway pod would move: the old process stops (its TUN goes with it),
+/// the underlay endpoint moves to the new node (same address, so the peers' TunnelEndpoints do
+/// not change and nothing is re-applied to them), a new process starts there with the same key
+/// and gets the same state over gRPC, and the route agent re-converges on every node. Then the
+/// cluster's links are checked again; the checks are returned.
+pub fn move_gateway(
+    state_dir: &Path,
+    cluster: &str,
+    node: usize,
+    out: &mut dyn Write,
+) -> Result<Vec<Check>, LabError> {
+    let mut state =
+        LabState::load(state_dir)?.ok_or_else(|| LabError::NotUp(state_dir.to_owned()))?;
+    let index = state
+        .clusters
+        .iter()
+        .position(|c| c.name.eq_ignore_ascii_case(cluster))
+        .ok_or_else(|| LabError::Usage(format!("the lab has no cluster {cluster:?}")))?;
+    let current = &state.clusters[index];
+    if !current.is_multi_node() {
+        return Err(LabError::Usage(format!(
+            "{} has a single node: its gateway cannot move",
+            current.name
+        )));
+    }
+    let Some(target) = current.nodes.get(node) else {
+        return Err(LabError::Usage(format!(
+            "{} has nodes 1..={}",
+            current.name,
+            current.nodes.len()
+        )));
+    };
+    if node == current.gateway_node {
+        return Err(LabError::Usage(format!(
+            "the gateway of {} already runs on {}",
+            current.name, target.name
+        )));
+    }
+    let (from, to) = (current.namespace.clone(), target.namespace.clone());
+    let (from_node, to_node) = (
+        current.nodes[current.gateway_node].name.clone(),
+        target.name.clone(),
+    );
+    say(
+        out,
+        &format!(
+            "moving the gateway of {} from {from_node} to {to_node}",
+            current.name
+        ),
+    );
+
+    if let Some(pid) = current.pid
+        && fabric::stop_gateway(pid)
+    {
+        say(
+            out,
+            &format!("  stopped the gateway on {from_node} (pid {pid})"),
+        );
+    }
+    fabric::move_underlay(&from, &to)?;
+    say(
+        out,
+        &format!(
+            "  underlay endpoint {}:{} moved to {to_node}; the peers keep it",
+            current.underlay_address, current.listen_port
+        ),
+    );
+    let cluster = &mut state.clusters[index];
+    cluster.namespace = to;
+    cluster.gateway_node = node;
+    cluster.pid = None;
+    state.save(state_dir)?;
+
+    let cluster = &state.clusters[index];
+    let pid = fabric::start_gateway(cluster, &state.gateway_binary)?;
+    state.clusters[index].pid = Some(pid);
+    state.save(state_dir)?;
+    let cluster = &state.clusters[index];
+    say(
+        out,
+        &format!(
+            "  started the gateway on {to_node} (pid {pid}) in {}",
+            cluster.namespace
+        ),
+    );
+
+    // The same state the controller would push: recomputed from the key and the
+    // TunnelEndpoints, so the version matches the one applied before.
+    let key = read_key(&cluster.key_file)?;
+    let settings = plan::gateway_settings(
+        &key,
+        cluster.mtu,
+        plan::local_prefixes(cluster.pod_cidr, cluster.external_cidr),
+    );
+    let desired = desired_state(&settings, &cluster.tunnel_endpoints);
+    let version = desired.version.clone();
+    if version != cluster.applied_version {
+        return Err(LabError::Internal(format!(
+            "recomputed state version {version} differs from the applied {}",
+            cluster.applied_version
+        )));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(LabError::Runtime)?;
+    let client = {
+        let _guard = runtime.enter();
+        GatewayClient::new(&cluster.grpc_socket)
+    };
+    let response = runtime
+        .block_on(client.apply(desired))
+        .map_err(|error| LabError::Rpc {
+            cluster: cluster.name.clone(),
+            error: Box::new(error),
+        })?;
+    say(
+        out,
+        &format!(
+            "  applied {}: {} peer(s), version {version}, generation {}",
+            cluster.name,
+            cluster.tunnel_endpoints.len(),
+            response.generation
+        ),
+    );
+    let changes = converge_agents(cluster)?;
+    say(
+        out,
+        &format!(
+            "  route agent on {} nodes: {changes} change(s)",
+            cluster.nodes.len()
+        ),
+    );
+
+    let phase = "move";
+    say(out, &format!("  checks after the move to {to_node}:"));
+    let mut results = Vec::new();
+    let mut peer_clients = Vec::new();
+    for te in &cluster.tunnel_endpoints {
+        let Some(peer) = state.clusters.iter().find(|c| c.id == te.cluster.id) else {
+            continue;
+        };
+        // The moved cluster speaks first: its new gateway's handshake replaces the session the
+        // peer still holds with the stopped process.
+        for check in link_checks(phase, cluster, peer) {
+            report_check(out, &check);
+            results.push(check);
+        }
+        let _guard = runtime.enter();
+        peer_clients.push((peer, GatewayClient::new(&peer.grpc_socket)));
+    }
+    let check = checks::agent_routes(phase, cluster);
+    report_check(out, &check);
+    results.push(check);
+
+    let old_tun = named::exec(&from, &["ip", "link", "show", &cluster.interface]).is_ok();
+    let check = Check {
+        phase: phase.to_owned(),
+        description: format!(
+            "{from_node} no longer has the TUN {} nor the underlay",
+            cluster.interface
+        ),
+        passed: !old_tun && !fabric::holds_underlay(&from),
+        detail: if old_tun {
+            format!("{} still exists on {from_node}", cluster.interface)
+        } else {
+            "gone".to_owned()
+        },
+    };
+    report_check(out, &check);
+    results.push(check);
+
+    let deadline = Instant::now() + CONNECTED_TIMEOUT;
+    let all = || {
+        let mut pairs = vec![(cluster, &client)];
+        pairs.extend(peer_clients.iter().map(|(c, client)| (*c, client)));
+        not_connected(&runtime, pairs.into_iter())
+    };
+    let mut pending = all();
+    while !pending.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        pending = all();
+    }
+    let check = Check {
+        phase: phase.to_owned(),
+        description: format!("{} and its peers report every link Connected", cluster.name),
+        passed: pending.is_empty(),
+        detail: if pending.is_empty() {
+            "all links connected".to_owned()
+        } else {
+            format!("not connected: {}", pending.join(", "))
+        },
+    };
+    report_check(out, &check);
+    results.push(check);
+    Ok(results)
 }
 
 /// Removes the lab recorded in `state_dir`: stops each gateway by PID, deletes the
@@ -563,10 +933,14 @@ pub fn down(state_dir: &Path, out: &mut dyn Write) -> Result<(), LabError> {
     Ok(())
 }
 
-/// Removes the gateway logs and iperf3 reports the lab wrote into its state directory.
+/// Removes the gateway logs and keys and iperf3 reports the lab wrote into its state
+/// directory.
 fn remove_files(state_dir: &Path, state: &LabState) {
     for cluster in &state.clusters {
         let _ = std::fs::remove_file(&cluster.log);
+        if !cluster.key_file.as_os_str().is_empty() {
+            let _ = std::fs::remove_file(&cluster.key_file);
+        }
     }
     let reports = state
         .clusters
@@ -633,6 +1007,12 @@ pub struct ClusterStatus {
     pub public_key: String,
     /// The gateway's underlay endpoint.
     pub endpoint: String,
+    /// The node the gateway runs on (multi-node clusters).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gateway_node: Option<String>,
+    /// The nodes of a multi-node cluster.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeState>,
     /// The pod CIDR.
     pub pod_cidr: String,
     /// The external CIDR.
@@ -756,6 +1136,11 @@ fn cluster_status(
         running,
         public_key: cluster.public_key.clone(),
         endpoint: format!("{}:{}", cluster.underlay_address, cluster.listen_port),
+        gateway_node: cluster
+            .nodes
+            .get(cluster.gateway_node)
+            .map(|n| n.name.clone()),
+        nodes: cluster.nodes.clone(),
         pod_cidr: cluster.pod_cidr.to_string(),
         external_cidr: cluster.external_cidr.map(|c| c.to_string()),
         pods: cluster.pods.clone(),
@@ -785,10 +1170,14 @@ pub fn render_status(status: &LabStatus) -> String {
     for cluster in &status.clusters {
         let _ = writeln!(
             text,
-            "\nCLUSTER {} — gateway {} in {} (pid {}, {}), endpoint {}",
+            "\nCLUSTER {} — gateway {} in {}{} (pid {}, {}), endpoint {}",
             cluster.name.to_uppercase(),
             cluster.interface,
             cluster.namespace,
+            cluster
+                .gateway_node
+                .as_ref()
+                .map_or_else(String::new, |n| format!(" (on {n})")),
             cluster
                 .pid
                 .map_or_else(|| "-".to_owned(), |p| p.to_string()),
@@ -805,6 +1194,14 @@ pub fn render_status(status: &LabStatus) -> String {
             .chain(&cluster.externals)
             .map(|m| format!("{} {}", m.namespace, m.address))
             .collect();
+        if !cluster.nodes.is_empty() {
+            let nodes: Vec<String> = cluster
+                .nodes
+                .iter()
+                .map(|n| format!("{} {} pods {}", n.name, n.address, n.pod_cidr))
+                .collect();
+            let _ = writeln!(text, "  nodes: {}", nodes.join(", "));
+        }
         let _ = writeln!(text, "  members: {}", members.join(", "));
         if let Some(error) = &cluster.error {
             let _ = writeln!(text, "  gateway status unavailable: {error}");

@@ -2,7 +2,8 @@
 //! so that several labs (e.g. tests running in parallel next to a user's lab) never collide.
 //!
 //! Without a prefix: namespaces `<cluster>-gw`, `<cluster>-pod<N>`, `<cluster>-ext<N>` and
-//! `kt-underlay`, TUN devices `kt-<cluster>`. With prefix `t1`: `t1-<cluster>-gw`, …,
+//! `kt-underlay`, TUN devices `kt-<cluster>`; multi-node clusters have `<cluster>-l2` (their
+//! L2), `<cluster>-node<I>` and `<cluster>-node<I>-pod<N>` instead of the gateway and pods. With prefix `t1`: `t1-<cluster>-gw`, …,
 //! `t1-kt-underlay`, `t1-kt-<cluster>`. Cluster names contain no `-`, so prefixed and
 //! unprefixed names never coincide.
 
@@ -76,11 +77,31 @@ impl Naming {
         self.with_prefix(format!("{id}-ext{n}"))
     }
 
+    /// The namespace holding the L2 bridge of multi-node cluster `id`.
+    pub fn l2_ns(&self, id: &str) -> String {
+        self.with_prefix(format!("{id}-l2"))
+    }
+
+    /// The namespace of node `index` (0-based; named from 1) of cluster `id`.
+    pub fn node_ns(&self, id: &str, index: u8) -> String {
+        self.with_prefix(format!("{id}-{}", node_name(index)))
+    }
+
+    /// The namespace of pod `n` (1-based) behind node `index` (0-based) of cluster `id`.
+    pub fn node_pod_ns(&self, id: &str, index: u8, n: u8) -> String {
+        self.with_prefix(format!("{id}-{}-pod{n}", node_name(index)))
+    }
+
     /// The gateway's TUN device (also names its UAPI and gRPC sockets, which live in the
     /// shared filesystem, so it is unique across labs).
     pub fn tun(&self, id: &str) -> String {
         self.with_prefix(format!("kt-{id}"))
     }
+}
+
+/// The name of node `index` (0-based): `node1`, `node2`, …
+pub fn node_name(index: u8) -> String {
+    format!("node{}", u32::from(index) + 1)
 }
 
 #[cfg(test)]
@@ -95,6 +116,9 @@ mod tests {
         assert_eq!(naming.external_ns("milan", 2), "milan-ext2");
         assert_eq!(naming.underlay_ns(), "kt-underlay");
         assert_eq!(naming.tun("europe"), "kt-europe");
+        assert_eq!(naming.node_ns("paris", 0), "paris-node1");
+        assert_eq!(naming.node_pod_ns("paris", 2, 1), "paris-node3-pod1");
+        assert_eq!(naming.l2_ns("paris"), "paris-l2");
     }
 
     #[test]

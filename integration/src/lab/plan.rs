@@ -63,16 +63,11 @@ impl ControlPlanes {
                     pools: rfc1918_pools(),
                     reserved,
                 });
-                let settings = GatewaySettings {
-                    private_key: key.private_base64(),
-                    public_key: key.public_base64().to_owned(),
-                    listen_port: u32::from(GATEWAY_PORT),
-                    mtu: topology.mtu,
-                    addresses: Vec::new(),
-                    local_prefixes: local_prefixes(spec),
-                    manage_routes: true,
-                    persistent_keepalive: KEEPALIVE_SECONDS,
-                };
+                let settings = gateway_settings(
+                    &key,
+                    topology.mtu,
+                    local_prefixes(spec.pod_cidr, spec.external_cidr),
+                );
                 ClusterControl {
                     info,
                     key,
@@ -90,6 +85,11 @@ impl ControlPlanes {
     /// The gateway public key of cluster `index` (base64).
     pub fn public_key(&self, index: usize) -> &str {
         self.clusters[index].key.public_base64()
+    }
+
+    /// The gateway key of cluster `index` (kept in a 0600 file so a moved gateway reuses it).
+    pub fn key(&self, index: usize) -> &GatewayKey {
+        &self.clusters[index].key
     }
 
     /// Links clusters `a` and `b`: each side's NetworkConfig is processed by the other side's
@@ -165,6 +165,25 @@ impl ControlPlanes {
     }
 }
 
+/// What the controller configures every lab gateway with, besides its peers: its key, port,
+/// MTU, local prefixes, routes for the views and a persistent keepalive.
+pub fn gateway_settings(
+    key: &GatewayKey,
+    mtu: u32,
+    local_prefixes: Vec<String>,
+) -> GatewaySettings {
+    GatewaySettings {
+        private_key: key.private_base64(),
+        public_key: key.public_base64().to_owned(),
+        listen_port: u32::from(GATEWAY_PORT),
+        mtu,
+        addresses: Vec::new(),
+        local_prefixes,
+        manage_routes: true,
+        persistent_keepalive: KEEPALIVE_SECONDS,
+    }
+}
+
 /// The remap table of a cluster from its TunnelEndpoints.
 pub fn remap_table(
     topology: &Topology,
@@ -209,9 +228,10 @@ fn cluster_info(
     }
 }
 
-fn local_prefixes(spec: &ClusterSpec) -> Vec<String> {
-    std::iter::once(spec.pod_cidr)
-        .chain(spec.external_cidr)
+/// The prefixes a cluster's gateway forwards for: its pod and external CIDRs.
+pub fn local_prefixes(pod_cidr: Ipv4Net, external_cidr: Option<Ipv4Net>) -> Vec<String> {
+    std::iter::once(pod_cidr)
+        .chain(external_cidr)
         .map(|cidr: Ipv4Net| cidr.to_string())
         .collect()
 }

@@ -45,6 +45,22 @@ pub struct Member {
     pub address: Ipv4Addr,
 }
 
+/// One node of a multi-node cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeState {
+    /// Node name (`node1`, …), as the route agent knows it.
+    pub name: String,
+    /// The node's namespace (its host network).
+    pub namespace: String,
+    /// The node's underlay (InternalIP) address on the cluster L2.
+    pub address: Ipv4Addr,
+    /// The node's slice of the pod CIDR.
+    pub pod_cidr: Ipv4Net,
+    /// The pods behind the node.
+    pub pods: Vec<Member>,
+}
+
 /// One cluster of the lab.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -53,7 +69,7 @@ pub struct ClusterState {
     pub name: String,
     /// Cluster ID (lowercase name).
     pub id: String,
-    /// The gateway namespace.
+    /// The gateway namespace (of a multi-node cluster: the namespace of the gateway's node).
     pub namespace: String,
     /// The gateway's TUN device.
     pub interface: String,
@@ -78,7 +94,7 @@ pub struct ClusterState {
     /// The cluster's external CIDR.
     #[serde(default)]
     pub external_cidr: Option<Ipv4Net>,
-    /// The pods.
+    /// The pods (of a multi-node cluster: every node's, in node order).
     pub pods: Vec<Member>,
     /// The external endpoints.
     pub externals: Vec<Member>,
@@ -88,6 +104,35 @@ pub struct ClusterState {
     /// The version of the desired state last applied.
     #[serde(default)]
     pub applied_version: String,
+    /// The nodes of a multi-node cluster; empty for a single gateway namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeState>,
+    /// Index into `nodes` of the node running the gateway.
+    #[serde(default)]
+    pub gateway_node: usize,
+    /// The tunnel MTU the gateway is configured with.
+    #[serde(default)]
+    pub mtu: u32,
+    /// The 0600 file holding the gateway's private key, so that a gateway started on another
+    /// node runs with the same key (what the cluster's Secret is to the controller).
+    #[serde(default)]
+    pub key_file: PathBuf,
+}
+
+impl ClusterState {
+    /// True when the cluster has node namespaces and a route agent on each.
+    pub fn is_multi_node(&self) -> bool {
+        !self.nodes.is_empty()
+    }
+
+    /// Pods that are behind a node other than the gateway's, in node order.
+    pub fn pods_off_gateway(&self) -> impl Iterator<Item = &Member> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(move |(i, _)| *i != self.gateway_node)
+            .flat_map(|(_, node)| &node.pods)
+    }
 }
 
 /// Everything the lab created.
@@ -105,6 +150,9 @@ pub struct LabState {
     /// The remap table of every cluster, once applied.
     #[serde(default)]
     pub tables: Vec<ClusterTable>,
+    /// The `kubetun-gateway` binary the lab runs (also for a moved gateway).
+    #[serde(default)]
+    pub gateway_binary: PathBuf,
 }
 
 impl LabState {
@@ -190,8 +238,13 @@ mod tests {
                 externals: vec![],
                 tunnel_endpoints: vec![],
                 applied_version: String::new(),
+                nodes: vec![],
+                gateway_node: 0,
+                mtu: 1420,
+                key_file: "/run/x/t1-kt-rome.key".into(),
             }],
             tables: vec![],
+            gateway_binary: "kubetun-gateway".into(),
         }
     }
 

@@ -1,0 +1,169 @@
+//! The lab's namespaces addressed by name. A lab outlives the process that built it (`up`,
+//! then `move-gateway` or a test's own probes), so later steps cannot hold the fixtures' owning
+//! handles; these helpers run commands in, and enter, a namespace given only its name.
+
+use std::io::{Read as _, Write as _};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use crate::netns::{self, NetnsError};
+
+/// A command that runs `program` inside namespace `ns`.
+pub fn command(ns: &str, program: &str) -> Command {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns, program]);
+    cmd
+}
+
+/// Runs `args` inside namespace `ns` to completion and returns its stdout.
+pub fn exec(ns: &str, args: &[&str]) -> Result<String, NetnsError> {
+    let (program, rest) = args.split_first().expect("exec needs a program");
+    let out = netns::run(command(ns, program).args(rest))?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Pings `addr` from namespace `ns` (`count` packets, 1 s deadline each); true on replies.
+pub fn ping(ns: &str, addr: Ipv4Addr, count: u32) -> bool {
+    let (count, addr) = (count.to_string(), addr.to_string());
+    exec(
+        ns,
+        &["ping", "-c", &count, "-i", "0.2", "-W", "1", "-q", &addr],
+    )
+    .is_ok()
+}
+
+/// Pings `addr` from namespace `ns` until it answers or `timeout` passes.
+pub fn wait_ping(ns: &str, addr: Ipv4Addr, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if ping(ns, addr, 1) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Runs `work` on a fresh thread that has entered namespace `ns`; sockets it opens live there.
+pub fn run_in<T: Send>(ns: &str, work: impl FnOnce() -> T + Send) -> std::io::Result<T> {
+    let namespace = std::fs::File::open(format!("/run/netns/{ns}"))?;
+    std::thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                nix::sched::setns(&namespace, nix::sched::CloneFlags::CLONE_NEWNET)
+                    .map_err(std::io::Error::from)?;
+                Ok(work())
+            })
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
+/// A TCP exchange: a server in `server_ns` listens on `listen:port`; a client in `client_ns`
+/// connects to `target:port` (retrying until `timeout`), sends a message and reads it back.
+/// Returns the client address the server saw.
+pub fn tcp_exchange(
+    client_ns: &str,
+    server_ns: &str,
+    listen: Ipv4Addr,
+    target: Ipv4Addr,
+    port: u16,
+    timeout: Duration,
+) -> Result<SocketAddr, String> {
+    const MESSAGE: &[u8] = b"kubetun lab tcp check";
+    let deadline = Instant::now() + timeout;
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+    std::thread::scope(|scope| {
+        let server = scope.spawn(move || -> Result<SocketAddr, String> {
+            let serve = move || -> Result<SocketAddr, String> {
+                let bound = TcpListener::bind((listen, port)).and_then(|listener| {
+                    listener.set_nonblocking(true)?;
+                    Ok(listener)
+                });
+                let listener = match bound {
+                    Ok(listener) => {
+                        let _ = ready_tx.send(Ok(()));
+                        listener
+                    }
+                    Err(e) => {
+                        let message = format!("listen on {listen}:{port}: {e}");
+                        let _ = ready_tx.send(Err(message.clone()));
+                        return Err(message);
+                    }
+                };
+                let (mut stream, peer) = loop {
+                    match listener.accept() {
+                        Ok(accepted) => break accepted,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            if Instant::now() >= deadline {
+                                return Err("no connection arrived".to_owned());
+                            }
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        Err(e) => return Err(e.to_string()),
+                    }
+                };
+                stream.set_nonblocking(false).map_err(|e| e.to_string())?;
+                stream
+                    .set_read_timeout(Some(Duration::from_secs(5)))
+                    .map_err(|e| e.to_string())?;
+                let mut buffer = [0u8; MESSAGE.len()];
+                stream.read_exact(&mut buffer).map_err(|e| e.to_string())?;
+                stream.write_all(&buffer).map_err(|e| e.to_string())?;
+                Ok(peer)
+            };
+            run_in(server_ns, serve)
+                .map_err(|e| e.to_string())
+                .and_then(|r| r)
+        });
+        let client_result = match ready_rx.recv_timeout(timeout) {
+            Ok(Ok(())) => run_in(client_ns, || {
+                connect_and_echo(target, port, deadline, MESSAGE)
+            })
+            .map_err(|e| e.to_string())
+            .and_then(|r| r),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err("the server did not start listening".to_owned()),
+        };
+        let server_result = server
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        match (client_result, server_result) {
+            (Ok(()), Ok(peer)) => Ok(peer),
+            (Err(client), Ok(_)) => Err(format!("client: {client}")),
+            (Ok(()), Err(server)) => Err(format!("server: {server}")),
+            (Err(client), Err(server)) => Err(format!("client: {client}; server: {server}")),
+        }
+    })
+}
+
+fn connect_and_echo(
+    target: Ipv4Addr,
+    port: u16,
+    deadline: Instant,
+    message: &[u8],
+) -> Result<(), String> {
+    let address = SocketAddr::from((target, port));
+    let mut stream = loop {
+        match TcpStream::connect_timeout(&address, Duration::from_secs(2)) {
+            Ok(stream) => break stream,
+            Err(e) if Instant::now() >= deadline => return Err(format!("connect {address}: {e}")),
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    };
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    stream.write_all(message).map_err(|e| e.to_string())?;
+    let mut echo = vec![0u8; message.len()];
+    stream.read_exact(&mut echo).map_err(|e| e.to_string())?;
+    if echo == message {
+        Ok(())
+    } else {
+        Err("the echo differs from what was sent".to_owned())
+    }
+}
