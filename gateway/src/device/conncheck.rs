@@ -242,7 +242,7 @@ impl ConnCheckConfig {
     /// "2 s", "200 ms", "1.5 s": the interval as people write it.
     pub fn interval_text(&self) -> String {
         let ms = self.interval_ms;
-        if ms % 1000 == 0 {
+        if ms.is_multiple_of(1000) {
             format!("{} s", ms / 1000)
         } else if ms > 1000 {
             format!("{} s", f64::from(ms) / 1000.0)
@@ -324,6 +324,8 @@ pub struct Prober {
     probes_sent: u64,
     probes_lost: u64,
     histogram: RttHistogram,
+    /// Reachability as of the last [`Prober::reachability_change`].
+    reported_unreachable: bool,
 }
 
 /// A reading of a [`Prober`].
@@ -362,6 +364,7 @@ impl Prober {
             probes_sent: 0,
             probes_lost: 0,
             histogram: RttHistogram::default(),
+            reported_unreachable: false,
         }
     }
 
@@ -426,6 +429,16 @@ impl Prober {
     /// True once `threshold` probes in a row went unanswered.
     pub fn is_unreachable(&self, threshold: u32) -> bool {
         self.consecutive_losses >= threshold
+    }
+
+    /// `Some(unreachable)` when reachability under `threshold` changed since the last call
+    /// (the shell logs transitions, not every probe).
+    pub fn reachability_change(&mut self, threshold: u32) -> Option<bool> {
+        let unreachable = self.is_unreachable(threshold);
+        (unreachable != self.reported_unreachable).then(|| {
+            self.reported_unreachable = unreachable;
+            unreachable
+        })
     }
 
     /// The counters and measurements.
@@ -568,7 +581,10 @@ mod tests {
         assert!(prober.is_unreachable(5));
         assert!(!prober.is_unreachable(6));
 
+        assert_eq!(prober.reachability_change(5), Some(true));
+        assert_eq!(prober.reachability_change(5), None, "reported once");
         assert!(matches!(prober.on_pong(last, now), PongOutcome::Rtt(_)));
+        assert_eq!(prober.reachability_change(5), Some(false));
         assert!(!prober.is_unreachable(1));
         assert_eq!(prober.reading().probes_lost, 5, "lost stays counted");
     }

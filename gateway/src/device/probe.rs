@@ -66,12 +66,36 @@ pub async fn prober_loop(shared: Arc<Shared>) {
             let Some(endpoint) = peer.endpoint() else {
                 continue;
             };
-            let ping = peer
-                .conncheck
-                .lock()
-                .next_ping(mono_us(), config.interval_us());
+            let (ping, changes) = {
+                let mut prober = peer.conncheck.lock();
+                // A reply since the last round, then the loss this round may count.
+                let replied = prober.reachability_change(config.loss_threshold);
+                let ping = prober.next_ping(mono_us(), config.interval_us());
+                let lost = prober.reachability_change(config.loss_threshold);
+                (ping, [replied, lost])
+            };
+            for unreachable in changes.into_iter().flatten() {
+                log_reachability(&slot.config.display_name(), unreachable, config);
+            }
             send_probe(&shared, peer, endpoint, ping, &mut out).await;
         }
+    }
+}
+
+/// Logs a change of a peer's reachability (once per transition, not per probe).
+fn log_reachability(peer: &str, unreachable: bool, config: ConnCheckConfig) {
+    if unreachable {
+        tracing::warn!(
+            peer,
+            probes = config.loss_threshold,
+            interval_ms = config.interval_ms,
+            "peer unreachable: no reply to the last connectivity probes"
+        );
+    } else {
+        tracing::info!(
+            peer,
+            "peer reachable again: a connectivity probe was answered"
+        );
     }
 }
 
