@@ -114,6 +114,24 @@ pub fn off_gateway_pod(cluster: &ClusterState) -> Option<&Member> {
         .or_else(|| cluster.pods.first())
 }
 
+/// ` (node2)` for a pod behind a node of a multi-node cluster, `*` marking the gateway's node;
+/// empty otherwise.
+fn node_suffix(cluster: &ClusterState, member: &Member) -> String {
+    cluster
+        .nodes
+        .iter()
+        .enumerate()
+        .find(|(_, node)| node.pods.contains(member))
+        .map_or_else(String::new, |(index, node)| {
+            let mark = if index == cluster.gateway_node {
+                "*"
+            } else {
+                ""
+            };
+            format!(" ({}{mark})", node.name)
+        })
+}
+
 /// Pings, in both directions, between pods behind non-gateway nodes (when a side has several
 /// nodes; its first pod otherwise). Empty when neither side has several nodes.
 pub fn ping_off_gateway(phase: &str, a: &ClusterState, b: &ClusterState) -> Vec<Check> {
@@ -157,11 +175,13 @@ pub fn tcp(
     let target = reach_address(from, to, dst.address);
     let expected = reach_address(to, from, src.address);
     let description = format!(
-        "tcp {} pod {} -> {} pod {} at {}",
+        "tcp {} pod {}{} -> {} pod {}{} at {}",
         from.name,
         src.address,
+        node_suffix(from, src),
         to.name,
         dst.address,
+        node_suffix(to, dst),
         target.map_or_else(|| "?".to_owned(), |t| t.to_string())
     );
     let outcome = match (target, expected) {
@@ -279,8 +299,13 @@ fn ping(
         };
     };
     let description = format!(
-        "ping {} {label} {} -> {} {label} {} at {target}",
-        from.name, src.address, to.name, dst.address
+        "ping {} {label} {}{} -> {} {label} {}{} at {target}",
+        from.name,
+        src.address,
+        node_suffix(from, src),
+        to.name,
+        dst.address,
+        node_suffix(to, dst)
     );
     let answered = named::wait_ping(&src.namespace, target, FIRST_CONTACT)
         && named::ping(&src.namespace, target, PINGS);

@@ -852,18 +852,24 @@ pub fn move_gateway(
     report_check(out, &check);
     results.push(check);
 
-    let old_tun = named::exec(&from, &["ip", "link", "show", &cluster.interface]).is_ok();
+    let mut left = Vec::new();
+    if named::exec(&from, &["ip", "link", "show", &cluster.interface]).is_ok() {
+        left.push(format!("the TUN {}", cluster.interface));
+    }
+    if fabric::holds_underlay(&from) {
+        left.push("the underlay interface".to_owned());
+    }
     let check = Check {
         phase: phase.to_owned(),
         description: format!(
             "{from_node} no longer has the TUN {} nor the underlay",
             cluster.interface
         ),
-        passed: !old_tun && !fabric::holds_underlay(&from),
-        detail: if old_tun {
-            format!("{} still exists on {from_node}", cluster.interface)
+        passed: left.is_empty(),
+        detail: if left.is_empty() {
+            "both gone".to_owned()
         } else {
-            "gone".to_owned()
+            format!("{from_node} still has {}", left.join(" and "))
         },
     };
     report_check(out, &check);
@@ -1256,4 +1262,69 @@ pub fn default_gateway_binary() -> PathBuf {
                 .find(|p| p.is_file())
         })
         .unwrap_or_else(|| PathBuf::from(NAME))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::MULTINODE_YAML;
+
+    #[test]
+    fn multi_node_clusters_plan_nodes_slices_and_namespaces() {
+        let topology = Topology::from_yaml(MULTINODE_YAML).unwrap();
+        let naming = Naming::new("t1").unwrap();
+        let state = planned_state(&topology, &naming, Path::new("/run/x"));
+        let paris = &state.clusters[0];
+        assert!(paris.is_multi_node());
+        assert_eq!(
+            paris.namespace, "t1-paris-node1",
+            "the gateway starts on node1"
+        );
+        let slices: Vec<String> = paris.nodes.iter().map(|n| n.pod_cidr.to_string()).collect();
+        assert_eq!(
+            slices,
+            ["10.100.0.0/18", "10.100.64.0/18", "10.100.128.0/18"]
+        );
+        let pods: Vec<&str> = paris.pods.iter().map(|m| m.namespace.as_str()).collect();
+        assert_eq!(
+            pods,
+            [
+                "t1-paris-node1-pod1",
+                "t1-paris-node2-pod1",
+                "t1-paris-node3-pod1"
+            ]
+        );
+        let off: Vec<&str> = paris
+            .pods_off_gateway()
+            .map(|m| m.namespace.as_str())
+            .collect();
+        assert_eq!(off, ["t1-paris-node2-pod1", "t1-paris-node3-pod1"]);
+        assert_eq!(
+            paris.key_file,
+            Path::new("/run/x/t1-kt-paris.key"),
+            "the key file is named after the TUN"
+        );
+        // Underlay, then per cluster its L2, nodes, pods and externals.
+        assert_eq!(
+            state.namespaces.len(),
+            1 + (1 + 3 + 3 + 1) + (1 + 2 + 2 + 1)
+        );
+        for name in ["t1-paris-l2", "t1-berlin-node2", "t1-berlin-ext1"] {
+            assert!(state.namespaces.iter().any(|n| n == name), "{name}");
+        }
+    }
+
+    #[test]
+    fn single_node_clusters_keep_the_gateway_namespace() {
+        let state = planned_state(
+            &Topology::seed(),
+            &Naming::new("").unwrap(),
+            Path::new("/run/x"),
+        );
+        let rome = &state.clusters[1];
+        assert!(!rome.is_multi_node());
+        assert_eq!(rome.namespace, "rome-gw");
+        assert_eq!(rome.pods[0].namespace, "rome-pod1");
+        assert_eq!(state.namespaces.len(), 10);
+    }
 }
