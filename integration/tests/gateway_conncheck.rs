@@ -262,7 +262,7 @@ async fn a_vanished_peer_turns_error_and_a_recreated_one_connected() {
         "implausible RTT on a veth: {} µs",
         peer.latency_us
     );
-    let conncheck = peer.conncheck.clone().expect("the check is on for b");
+    let conncheck = peer.conncheck.expect("the check is on for b");
     assert_eq!(conncheck.interval_ms, INTERVAL_MS);
     assert!(conncheck.probes_sent >= 1, "{conncheck:?}");
     assert!(conncheck.last_reply_unix_ms > 0, "{conncheck:?}");

@@ -359,3 +359,27 @@ fn desired_state_turns_the_connectivity_check_on_for_every_peer() {
     assert_eq!(conncheck.loss_threshold, CONNCHECK_LOSS_THRESHOLD);
     assert!(state.peers.iter().all(|p| !p.conncheck_disabled));
 }
+
+#[test]
+fn state_files_carry_the_connectivity_check() {
+    // The format of `kubetun gateway apply -f`: the proto in camelCase.
+    let yaml = "\
+interface:
+  listenPort: 51820
+  conncheck:
+    intervalMs: 500
+    lossThreshold: 3
+peers:
+  - publicKey: K
+    conncheckDisabled: true
+  - publicKey: L
+";
+    let state: DesiredState = serde_yaml::from_str(yaml).expect("a valid state file");
+    let conncheck = state.interface.and_then(|i| i.conncheck);
+    assert_eq!(
+        conncheck.map(|c| (c.interval_ms, c.loss_threshold)),
+        Some((500, 3))
+    );
+    assert!(state.peers[0].conncheck_disabled);
+    assert!(!state.peers[1].conncheck_disabled, "probed unless disabled");
+}
