@@ -76,15 +76,15 @@ impl Delta {
 
 #[inline]
 fn sum_words_u128(value: u128) -> u64 {
-    // Sum the eight 16-bit words in two 64-bit lanes without overflow: split each lane into
-    // 32-bit halves of two words each, then add the words.
-    let hi = (value >> 64) as u64;
-    let lo = value as u64;
-    let mut sum = 0u64;
-    for lane in [hi, lo] {
-        sum += (lane >> 48) + ((lane >> 32) & 0xffff) + ((lane >> 16) & 0xffff) + (lane & 0xffff);
-    }
-    sum
+    // One's-complement sums are sums modulo 0xffff, and 2^16 ≡ 1 there, so adding the four
+    // 32-bit words gives the same folded result as adding the eight 16-bit ones.
+    let words = [
+        (value >> 96) as u32,
+        (value >> 64) as u32,
+        (value >> 32) as u32,
+        value as u32,
+    ];
+    words.iter().map(|&w| u64::from(w)).sum()
 }
 
 /// Folds a 64-bit one's-complement accumulator to 16 bits with end-around carry.

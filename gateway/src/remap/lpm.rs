@@ -2,37 +2,82 @@
 //!
 //! Small sets are scanned linearly, longest prefix first. Larger sets use binary search on prefix
 //! lengths (Waldvogel et al., "Scalable high speed IP routing lookups", SIGCOMM 1997): one hash
-//! table per distinct length, probed in binary-search order, with *markers* that steer the
-//! search towards longer lengths and carry the best match known at their length. A lookup costs
-//! at most ⌈log2(distinct lengths + 1)⌉ probes: 6 for IPv4, 8 for IPv6, whatever the rule count.
+//! table per distinct length, with *markers* that steer the search towards longer lengths and
+//! carry the best match known at their length. Two additions cut the probes a lookup makes:
+//!
+//! * The shortest length is always probed first (the *root*), and every prefix leaves an entry
+//!   there; a miss at the root is a miss overall.
+//! * Every entry knows how many longer prefixes lie below it. With none, the search stops; with
+//!   exactly one, the entry stores that prefix (network, length, value) and the lookup finishes
+//!   with one comparison instead of more probes. Only entries with two or more descendants
+//!   continue the binary search, and prefixes reachable through a shortcut are not stored in the
+//!   deeper levels at all.
+//!
+//! Prefixes that share no short ancestor with another one (the common case for allocated CIDRs)
+//! therefore cost a single probe, and the worst case stays 1 + ⌈log2(distinct lengths)⌉ probes.
+//!
+//! The tables are open-addressed with linear probing under a keyed hash whose key is drawn at
+//! random for every build, so packet addresses cannot be chosen to collide. A build also checks
+//! the longest run of occupied slots (which bounds the slots any lookup scans, hit or miss) and
+//! draws a new key or grows the table when a run exceeds [`MAX_RUN`].
 
 use std::collections::HashMap;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 
 /// Sets up to this size are scanned linearly; larger ones are hashed.
 const LINEAR_MAX: usize = 8;
+
+/// The longest run of occupied slots a hash table may have: a lookup scans at most this many
+/// slots (plus the empty one that ends the run) per probed length.
+const MAX_RUN: usize = 64;
+
+/// Builds with fresh hash keys before a table is grown instead.
+const RESEEDS: usize = 4;
 
 /// An address used as a lookup key.
 pub(crate) trait Key: Copy + Eq + Hash + std::fmt::Debug {
     /// The address width in bits.
     const BITS: u8;
+    /// The all-zero address.
+    const ZERO: Self;
+    /// A zero-sized type that aligns a hash slot to its size, so a slot never straddles two
+    /// cache lines.
+    type SlotAlign: Copy + Default + std::fmt::Debug;
     /// The network mask of a prefix of `len` bits.
     fn mask(len: u8) -> Self;
     /// Bitwise and.
     fn and(self, other: Self) -> Self;
-    /// A 64-bit hash whose high bits are well mixed.
-    fn hash64(self) -> u64;
-    /// The key as stored in a hash slot, aligned to 4 bytes so that IPv6 slots take 20 bytes
-    /// instead of the 32 a 16-byte-aligned `u128` would need.
-    type Packed: Copy + Eq + std::fmt::Debug;
-    /// Converts to the stored form.
-    fn pack(self) -> Self::Packed;
+    /// A keyed 64-bit hash whose high bits are well mixed (a multiply-shift family, universal
+    /// over the random `seed`).
+    fn hash64(self, seed: &Seed) -> u64;
 }
 
-const GOLDEN: u64 = 0x9e37_79b9_7f4a_7c15;
+/// The random key of a table's hash function.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Seed([u64; 6]);
+
+impl Seed {
+    /// A fresh key from the standard library's randomly keyed SipHash.
+    fn random() -> Self {
+        let state = std::collections::hash_map::RandomState::new();
+        Seed([0u64, 1, 2, 3, 4, 5].map(|i| state.hash_one(i)))
+    }
+}
+
+/// Aligns IPv4 slots (13 bytes of fields) to 16 bytes.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(align(16))]
+pub(crate) struct Align16;
+
+/// Aligns IPv6 slots (25 bytes of fields) to 32 bytes.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(align(32))]
+pub(crate) struct Align32;
 
 impl Key for u32 {
     const BITS: u8 = 32;
+    const ZERO: Self = 0;
+    type SlotAlign = Align16;
     #[inline]
     fn mask(len: u8) -> Self {
         u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0)
@@ -42,18 +87,18 @@ impl Key for u32 {
         self & other
     }
     #[inline]
-    fn hash64(self) -> u64 {
-        u64::from(self).wrapping_mul(GOLDEN)
-    }
-    type Packed = u32;
-    #[inline]
-    fn pack(self) -> u32 {
-        self
+    fn hash64(self, seed: &Seed) -> u64 {
+        // Multiply-shift (Dietzfelbinger): the top bits of `a * x` for a random odd `a`.
+        u64::from(self)
+            .wrapping_add(seed.0[0])
+            .wrapping_mul(seed.0[1] | 1)
     }
 }
 
 impl Key for u128 {
     const BITS: u8 = 128;
+    const ZERO: Self = 0;
+    type SlotAlign = Align32;
     #[inline]
     fn mask(len: u8) -> Self {
         u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0)
@@ -63,20 +108,15 @@ impl Key for u128 {
         self & other
     }
     #[inline]
-    fn hash64(self) -> u64 {
-        let hi = (self >> 64) as u64;
-        let lo = self as u64;
-        (hi.wrapping_mul(GOLDEN).rotate_left(31) ^ lo).wrapping_mul(GOLDEN)
-    }
-    type Packed = [u32; 4];
-    #[inline]
-    fn pack(self) -> [u32; 4] {
-        [
-            (self >> 96) as u32,
-            (self >> 64) as u32,
-            (self >> 32) as u32,
-            self as u32,
-        ]
+    fn hash64(self, seed: &Seed) -> u64 {
+        // Pair-multiply-shift (Dietzfelbinger): the top bits of `(a + hi)(b + lo) + c` modulo
+        // 2^128, for random 128-bit `a`, `b` and `c`.
+        let word = |i: usize| (u128::from(seed.0[i]) << 64) | u128::from(seed.0[i + 1]);
+        let (hi, lo) = (self >> 64, self & u128::from(u64::MAX));
+        let product = word(0)
+            .wrapping_add(hi)
+            .wrapping_mul(word(2).wrapping_add(lo));
+        (product.wrapping_add(word(4)) >> 64) as u64
     }
 }
 
@@ -90,29 +130,51 @@ pub(crate) struct PrefixMap<A: Key> {
 enum Repr<A: Key> {
     /// `(network, mask, value)`, longest prefix first.
     Linear(Box<[(A, A, u32)]>),
-    /// One level per distinct prefix length, shortest first.
-    Levels(Box<[Level<A>]>),
+    Hashed(Hashed<A>),
 }
 
+/// The hashed form: `levels[0]` is the root, the other levels are searched in binary order.
+#[derive(Clone, Debug)]
+struct Hashed<A: Key> {
+    levels: Box<[Level<A>]>,
+}
+
+/// The entries of one prefix length.
 #[derive(Clone, Debug)]
 struct Level<A: Key> {
+    /// This level's hash key, drawn at random when it is built.
+    seed: Seed,
     mask: A,
     /// `64 - log2(slots.len())`: the hash's top bits pick the first slot.
     shift: u32,
     slots: Box<[Slot<A>]>,
 }
 
-/// A hash slot; `tag` is [`EMPTY`], [`MARKER`] (no prefix of this length or shorter matches the
-/// key) or `value + VALUE_BASE` (the best match at this length or shorter).
+/// A hash slot.
 #[derive(Clone, Copy, Debug)]
+#[repr(C)]
 struct Slot<A: Key> {
-    key: A::Packed,
+    /// The entry's key (the network at this level's length); for a shortcut, the network of
+    /// the single longer prefix below it, whose first bits are the key.
+    net: A,
+    /// [`EMPTY`], [`MARKER`] (no prefix of this length or shorter matches) or
+    /// `value + VALUE_BASE` (the best match at this length or shorter).
     tag: u32,
+    /// For a shortcut: the value of the prefix in `net`.
+    leaf_value: u32,
+    /// [`CONTINUE`], [`TERMINAL`] or the length of the shortcut prefix.
+    next: u8,
+    _align: [A::SlotAlign; 0],
 }
 
 const EMPTY: u32 = 0;
 const MARKER: u32 = 1;
 const VALUE_BASE: u32 = 2;
+
+/// Two or more longer prefixes lie below the entry: continue the binary search.
+const CONTINUE: u8 = 0xff;
+/// No longer prefix lies below the entry: its tag is the answer.
+const TERMINAL: u8 = 0xfe;
 
 /// The largest value a [`PrefixMap`] can store.
 pub(crate) const MAX_VALUE: u32 = u32::MAX - VALUE_BASE;
@@ -139,7 +201,7 @@ impl<A: Key> PrefixMap<A> {
             };
         }
         Self {
-            repr: Repr::Levels(build_levels(&unique)),
+            repr: Repr::Hashed(Hashed::build(&unique)),
         }
     }
 
@@ -151,7 +213,7 @@ impl<A: Key> PrefixMap<A> {
                 .iter()
                 .find(|(net, mask, _)| addr.and(*mask) == *net)
                 .map(|&(_, _, value)| value),
-            Repr::Levels(levels) => lookup_levels(levels, addr),
+            Repr::Hashed(hashed) => hashed.lookup(addr),
         }
     }
 
@@ -160,129 +222,261 @@ impl<A: Key> PrefixMap<A> {
     pub(crate) fn contains(&self, addr: A) -> bool {
         self.lookup(addr).is_some()
     }
-}
 
-#[inline(always)]
-fn lookup_levels<A: Key>(levels: &[Level<A>], addr: A) -> Option<u32> {
-    let (mut lo, mut hi) = (0, levels.len());
-    let mut best = None;
-    while lo < hi {
-        let mid = (lo + hi) / 2;
-        let level = &levels[mid];
-        match level.probe(addr.and(level.mask)) {
-            Some(tag) => {
-                if tag >= VALUE_BASE {
-                    best = Some(tag - VALUE_BASE);
-                }
-                lo = mid + 1;
-            }
-            None => hi = mid,
+    /// The number of hash probes `lookup(addr)` makes (0 for a linear set); for tests.
+    #[cfg(test)]
+    fn probes(&self, addr: A) -> usize {
+        match &self.repr {
+            Repr::Linear(_) => 0,
+            Repr::Hashed(hashed) => hashed.search(addr).1,
         }
     }
-    best
+}
+
+impl<A: Key> Hashed<A> {
+    #[inline(always)]
+    fn lookup(&self, addr: A) -> Option<u32> {
+        self.search(addr).0
+    }
+
+    /// The longest match and the number of levels probed.
+    #[inline(always)]
+    fn search(&self, addr: A) -> (Option<u32>, usize) {
+        let levels = &*self.levels;
+        let Some(root) = levels.first() else {
+            return (None, 0);
+        };
+        let mut probes = 1;
+        let Some(mut slot) = root.probe(addr) else {
+            return (None, probes);
+        };
+        let mut best = None;
+        let (mut lo, mut hi) = (1, levels.len());
+        loop {
+            if slot.tag >= VALUE_BASE {
+                best = Some(slot.tag - VALUE_BASE);
+            }
+            match slot.next {
+                CONTINUE => {}
+                TERMINAL => return (best, probes),
+                leaf_len => {
+                    let hit = addr.and(A::mask(leaf_len)) == slot.net;
+                    return (if hit { Some(slot.leaf_value) } else { best }, probes);
+                }
+            }
+            // Binary search in the longer levels for the next entry on the address's path.
+            slot = loop {
+                if lo >= hi {
+                    return (best, probes);
+                }
+                let mid = (lo + hi) / 2;
+                probes += 1;
+                match levels[mid].probe(addr) {
+                    Some(found) => {
+                        lo = mid + 1;
+                        break found;
+                    }
+                    None => hi = mid,
+                }
+            };
+        }
+    }
+
+    fn build(prefixes: &HashMap<(A, u8), u32>) -> Self {
+        let levels = plan_levels(prefixes)
+            .iter()
+            .map(|(len, entries)| Level::build(*len, entries))
+            .collect();
+        Self { levels }
+    }
 }
 
 impl<A: Key> Level<A> {
+    /// The entry whose key is `addr`'s network at this level's length.
     #[inline(always)]
-    fn probe(&self, key: A) -> Option<u32> {
+    fn probe(&self, addr: A) -> Option<&Slot<A>> {
+        let key = addr.and(self.mask);
         let index_mask = self.slots.len() - 1;
-        let mut index = (key.hash64() >> self.shift) as usize;
-        let packed = key.pack();
+        let mut index = (key.hash64(&self.seed) >> self.shift) as usize;
         loop {
             let slot = &self.slots[index & index_mask];
             if slot.tag == EMPTY {
                 return None;
             }
-            if slot.key == packed {
-                return Some(slot.tag);
+            if slot.net.and(self.mask) == key {
+                return Some(slot);
             }
             index = index.wrapping_add(1);
         }
     }
 
-    fn build(len: u8, entries: &HashMap<A, u32>) -> Self {
-        // Load factor at most 1/2 keeps probe sequences short.
-        let capacity = (entries.len() * 2).next_power_of_two().max(4);
-        let bits = capacity.trailing_zeros();
-        let mut slots = vec![
-            Slot {
-                key: A::mask(0).pack(),
-                tag: EMPTY
-            };
-            capacity
-        ]
-        .into_boxed_slice();
-        let shift = 64 - bits;
-        for (&key, &tag) in entries {
-            let mut index = (key.hash64() >> shift) as usize;
+    /// Places `entries` in a table with a fresh hash key; draws another key when a run of
+    /// occupied slots comes out longer than [`MAX_RUN`], and grows the table when that keeps
+    /// happening.
+    fn build(len: u8, entries: &[Slot<A>]) -> Self {
+        let mut capacity = (entries.len() * 2).next_power_of_two().max(4);
+        for attempt in 1.. {
+            if let Some(level) = Self::fill(len, entries, Seed::random(), capacity) {
+                return level;
+            }
+            if attempt % RESEEDS == 0 {
+                capacity *= 2;
+            }
+        }
+        unreachable!("the attempts never end")
+    }
+
+    fn fill(len: u8, entries: &[Slot<A>], seed: Seed, capacity: usize) -> Option<Self> {
+        let mut slots = vec![Slot::EMPTY; capacity].into_boxed_slice();
+        let shift = 64 - capacity.trailing_zeros();
+        let mask = A::mask(len);
+        for entry in entries {
+            let mut index = (entry.net.and(mask).hash64(&seed) >> shift) as usize;
             while slots[index & (capacity - 1)].tag != EMPTY {
                 index = index.wrapping_add(1);
             }
-            slots[index & (capacity - 1)] = Slot {
-                key: key.pack(),
-                tag,
-            };
+            slots[index & (capacity - 1)] = *entry;
         }
-        Self {
-            mask: A::mask(len),
+        (longest_run(&slots) <= MAX_RUN).then_some(Self {
+            seed,
+            mask,
             shift,
             slots,
+        })
+    }
+}
+
+impl<A: Key> Slot<A> {
+    const EMPTY: Self = Slot {
+        net: A::ZERO,
+        tag: EMPTY,
+        leaf_value: 0,
+        next: TERMINAL,
+        _align: [],
+    };
+}
+
+/// The longest run of occupied slots, wrapping around the end (at least one slot is empty).
+fn longest_run<A: Key>(slots: &[Slot<A>]) -> usize {
+    let Some(first_empty) = slots.iter().position(|s| s.tag == EMPTY) else {
+        return slots.len();
+    };
+    let (mut longest, mut run) = (0, 0);
+    for i in 1..=slots.len() {
+        if slots[(first_empty + i) % slots.len()].tag == EMPTY {
+            run = 0;
+        } else {
+            run += 1;
+            longest = longest.max(run);
+        }
+    }
+    longest
+}
+
+/// What lies below an entry: the longer prefixes whose first bits are its key.
+#[derive(Clone, Copy)]
+enum Below<A> {
+    Nothing,
+    One { net: A, len: u8, value: u32 },
+    Several,
+}
+
+/// The levels a search passes through on its way to `target` and continues past towards
+/// longer lengths: the root, then the binary search over `1..levels`. Markers go there.
+fn ancestors(target: usize, levels: usize) -> Vec<usize> {
+    if target == 0 {
+        return Vec::new();
+    }
+    let mut path = vec![0];
+    let (mut lo, mut hi) = (1, levels);
+    loop {
+        let mid = (lo + hi) / 2;
+        if mid == target {
+            return path;
+        }
+        if target > mid {
+            path.push(mid);
+            lo = mid + 1;
+        } else {
+            hi = mid;
         }
     }
 }
 
-fn build_levels<A: Key>(prefixes: &HashMap<(A, u8), u32>) -> Box<[Level<A>]> {
+/// The distinct lengths, shortest first, each with the slots of its level.
+fn plan_levels<A: Key>(prefixes: &HashMap<(A, u8), u32>) -> Vec<(u8, Vec<Slot<A>>)> {
     let mut lengths: Vec<u8> = prefixes.keys().map(|&(_, len)| len).collect();
     lengths.sort_unstable();
     lengths.dedup();
+    let count = lengths.len();
+    let level_of = |len: u8| lengths.binary_search(&len).unwrap_or_default();
 
-    // Real prefixes per level, then markers on the binary-search path to each prefix's level.
-    let mut real: Vec<HashMap<A, u32>> = vec![HashMap::new(); lengths.len()];
+    let mut real: Vec<HashMap<A, u32>> = vec![HashMap::new(); count];
     for (&(net, len), &value) in prefixes {
-        let level = lengths.binary_search(&len).unwrap_or_default();
-        real[level].insert(net, value);
+        real[level_of(len)].insert(net, value);
     }
-    let mut markers: Vec<Vec<A>> = vec![Vec::new(); lengths.len()];
-    for &(net, len) in prefixes.keys() {
-        let target = lengths.binary_search(&len).unwrap_or_default();
-        let (mut lo, mut hi) = (0, lengths.len());
-        loop {
-            let mid = (lo + hi) / 2;
-            if mid == target {
-                break;
-            }
-            if target > mid {
-                markers[mid].push(net.and(A::mask(lengths[mid])));
-                lo = mid + 1;
-            } else {
-                hi = mid;
-            }
-        }
-    }
-
-    // A marker carries the best real match of its own length or shorter, so a search that
-    // follows it and then fails still returns the right answer.
-    let best_at = |level: usize, key: A| -> Option<u32> {
+    // An entry's tag is the best real match of its own length or shorter, so a search that
+    // follows a marker and then fails still returns the right answer.
+    let best_at = |level: usize, key: A| -> u32 {
         (0..=level)
             .rev()
-            .find_map(|l| real[l].get(&key.and(A::mask(lengths[l]))).copied())
+            .find_map(|l| real[l].get(&key.and(A::mask(lengths[l]))))
+            .map_or(MARKER, |v| v + VALUE_BASE)
     };
-    let mut tables: Vec<HashMap<A, u32>> = real
-        .iter()
-        .map(|entries| entries.iter().map(|(&k, &v)| (k, v + VALUE_BASE)).collect())
-        .collect();
-    for (level, keys) in markers.iter().enumerate() {
-        for &key in keys {
-            if !tables[level].contains_key(&key) {
-                let tag = best_at(level, key).map_or(MARKER, |v| v + VALUE_BASE);
-                tables[level].insert(key, tag);
+
+    // Every prefix at its own level, and a marker on each level its search passes through.
+    let mut entries: Vec<HashMap<A, (u32, Below<A>)>> = vec![HashMap::new(); count];
+    for &(net, len) in prefixes.keys() {
+        let target = level_of(len);
+        for level in ancestors(target, count).into_iter().chain([target]) {
+            let key = net.and(A::mask(lengths[level]));
+            entries[level]
+                .entry(key)
+                .or_insert_with(|| (best_at(level, key), Below::Nothing));
+        }
+    }
+    // Count the longer prefixes below every entry (any entry, not only the ones on a
+    // prefix's own search path: a real prefix may cover longer ones whose path misses it).
+    for (&(net, len), &value) in prefixes {
+        for level in 0..level_of(len) {
+            if let Some((_, below)) = entries[level].get_mut(&net.and(A::mask(lengths[level]))) {
+                *below = match below {
+                    Below::Nothing => Below::One { net, len, value },
+                    _ => Below::Several,
+                };
             }
         }
     }
-    lengths
-        .iter()
-        .zip(&tables)
-        .map(|(&len, entries)| Level::build(len, entries))
+    // A search that reaches a shortcut ends there, so the entries below a shortcut are never
+    // probed: leave them out.
+    let unreachable = |level: usize, key: A| {
+        ancestors(level, count).into_iter().any(|a| {
+            let below = entries[a].get(&key.and(A::mask(lengths[a])));
+            matches!(below, Some((_, Below::One { .. })))
+        })
+    };
+    (0..count)
+        .map(|level| {
+            let slots = entries[level]
+                .iter()
+                .filter(|&(&key, _)| !unreachable(level, key))
+                .map(|(&key, &(tag, below))| {
+                    let (net, leaf_value, next) = match below {
+                        Below::Nothing => (key, 0, TERMINAL),
+                        Below::One { net, len, value } => (net, value, len),
+                        Below::Several => (key, 0, CONTINUE),
+                    };
+                    Slot {
+                        net,
+                        tag,
+                        leaf_value,
+                        next,
+                        _align: [],
+                    }
+                })
+                .collect();
+            (lengths[level], slots)
+        })
         .collect()
 }
 
@@ -352,6 +546,119 @@ mod tests {
         }
     }
 
+    /// Nested prefixes of every length around a few random addresses: each prefix is one of
+    /// `bases` cut at a random length, so they share ancestors at all depths.
+    fn nested_v6() -> impl Strategy<Value = (Vec<u128>, Vec<(u128, u8, u32)>)> {
+        (
+            prop::collection::vec(any::<u128>(), 1..6),
+            prop::collection::vec((any::<prop::sample::Index>(), 0u8..=128), 0..300),
+        )
+            .prop_map(|(bases, raw)| {
+                let mut seen = std::collections::HashSet::new();
+                let prefixes = raw
+                    .into_iter()
+                    .enumerate()
+                    .filter_map(|(i, (base, len))| {
+                        let net = *base.get(&bases) & u128::mask(len);
+                        seen.insert((net, len)).then_some((net, len, i as u32))
+                    })
+                    .collect();
+                (bases, prefixes)
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn v6_nested_lengths_match_naive(
+            (bases, prefixes) in nested_v6(),
+            noise in prop::collection::vec((any::<prop::sample::Index>(), 0u8..=128, any::<u128>()), 64),
+        ) {
+            let map = PrefixMap::new(prefixes.iter().copied());
+            for (base, keep, bits) in noise {
+                // Keep the first `keep` bits of a base: the address leaves the nest at any depth.
+                let base = *base.get(&bases);
+                let addr = (base & u128::mask(keep)) | (bits & !u128::mask(keep));
+                prop_assert_eq!(map.lookup(addr), naive(&prefixes, addr), "addr {:#x}", addr);
+                prop_assert_eq!(map.lookup(base), naive(&prefixes, base));
+            }
+        }
+
+        #[test]
+        fn v4_nested_lengths_match_naive(
+            base in any::<u32>(),
+            raw in prop::collection::vec((0u32..16, 0u8..=32), 0..200),
+            addrs in prop::collection::vec((0u8..=32, any::<u32>()), 64),
+        ) {
+            let mut seen = std::collections::HashSet::new();
+            let prefixes: Vec<(u32, u8, u32)> = raw
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, (flip, len))| {
+                    // A few bits flipped near the end of the prefix, so siblings appear too.
+                    let net = (base ^ (flip << (32 - u32::from(len)).min(28))) & u32::mask(len);
+                    seen.insert((net, len)).then_some((net, len, i as u32))
+                })
+                .collect();
+            let map = PrefixMap::new(prefixes.iter().copied());
+            for (keep, bits) in addrs {
+                let addr = (base & u32::mask(keep)) | (bits & !u32::mask(keep));
+                prop_assert_eq!(map.lookup(addr), naive(&prefixes, addr), "addr {:#x}", addr);
+            }
+        }
+    }
+
+    #[test]
+    fn disjoint_prefixes_cost_one_probe() {
+        // 5 000 random /48s and /64s under fd00::/16: almost none share a /48.
+        let mut state = 0x1234_5678_9abc_def0_u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let prefixes: Vec<(u128, u8, u32)> = (0..5_000)
+            .map(|i| {
+                let len = if i % 2 == 0 { 48 } else { 64 };
+                let raw = (0xfd00_u128 << 112) | (u128::from(next()) << 48);
+                (raw & u128::mask(len), len, i)
+            })
+            .collect();
+        let map = PrefixMap::new(prefixes.iter().copied());
+        let mut one_probe = 0;
+        for &(net, len, value) in &prefixes {
+            let addr = net | (u128::from(next()) & !u128::mask(len));
+            assert_eq!(map.lookup(addr), Some(value));
+            one_probe += usize::from(map.probes(addr) == 1);
+        }
+        assert!(one_probe > prefixes.len() * 99 / 100, "{one_probe} of 5000");
+        // Addresses outside every prefix miss at the root.
+        assert_eq!(map.lookup(0xfe00_u128 << 112), None);
+        assert_eq!(map.probes(0xfe00_u128 << 112), 1);
+    }
+
+    #[test]
+    fn probe_runs_stay_bounded() {
+        let prefixes = (0..20_000u32).map(|i| (i << 8, 24, i));
+        let PrefixMap {
+            repr: Repr::Hashed(hashed),
+        } = PrefixMap::new(prefixes)
+        else {
+            panic!("20 000 prefixes are hashed");
+        };
+        for level in &hashed.levels {
+            assert!(longest_run(&level.slots) <= MAX_RUN);
+        }
+    }
+
+    #[test]
+    fn slots_fill_whole_cache_line_fractions() {
+        assert_eq!(std::mem::size_of::<Slot<u32>>(), 16);
+        assert_eq!(std::mem::align_of::<Slot<u32>>(), 16);
+        assert_eq!(std::mem::size_of::<Slot<u128>>(), 32);
+        assert_eq!(std::mem::align_of::<Slot<u128>>(), 32);
+    }
+
     #[test]
     fn default_route_and_host_routes() {
         let prefixes = (0..20u32)
@@ -361,5 +668,14 @@ mod tests {
         assert_eq!(map.lookup(0x0a00_0005), Some(5));
         assert_eq!(map.lookup(0x0b00_0005), Some(99));
         assert!(PrefixMap::<u32>::new([]).lookup(0).is_none());
+
+        // The same with IPv6 /128s under a default route.
+        let prefixes = (0..20u128)
+            .map(|i| ((0xfd00_u128 << 112) + i, 128, i as u32))
+            .chain([(0, 0, 99)]);
+        let map = PrefixMap::new(prefixes);
+        assert_eq!(map.lookup((0xfd00_u128 << 112) + 5), Some(5));
+        assert_eq!(map.lookup((0xfd00_u128 << 112) + 25), Some(99));
+        assert_eq!(map.lookup(0), Some(99));
     }
 }
