@@ -10,10 +10,18 @@
 //! real peers' data; queued, a flood only costs the readers a 148-byte copy, and beyond the
 //! queue's capacity a counted drop. The worker runs at a lower scheduling priority, so when
 //! the data path and a flood compete for the cores, the data path wins.
+//!
+//! Why per-source shares: a plain FIFO that a flood keeps full sheds a real peer's handshake
+//! along with the flood's. Each source address (hashed with a per-process random key into
+//! [`SOURCE_BUCKETS`] buckets) may hold at most [`PER_SOURCE_SHARE`] queued messages, so one
+//! flooding address cannot crowd out the others; the rate limiter and its cookies then deal
+//! with what does get through.
 
-use std::net::SocketAddr;
+use std::hash::BuildHasher;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 
 use boringtun::noise::handshake::parse_handshake_anon;
 use boringtun::noise::{Packet, TunnResult};
@@ -31,6 +39,10 @@ use crate::remap::{DropReason, PeerId};
 /// initiation that passes the limiter, a few µs per cookie reply) this is a few ms of work:
 /// enough to absorb bursts, small enough that a waiting real handshake is not stale.
 pub const HANDSHAKE_QUEUE_LEN: usize = 1024;
+/// Buckets source addresses are hashed into for their share of the queue.
+pub const SOURCE_BUCKETS: usize = 256;
+/// Messages one bucket of source addresses may have queued at once.
+pub const PER_SOURCE_SHARE: u32 = 32;
 /// The worker's nice value: below the data path's, so a flood yields the CPU to it.
 const WORKER_NICE: i32 = 10;
 
@@ -46,9 +58,7 @@ impl HandshakeMessage {
     /// Copies `datagram` (at most an initiation's 148 bytes; `None` if longer).
     pub fn new(source: SocketAddr, datagram: &[u8]) -> Option<HandshakeMessage> {
         let mut bytes = [0u8; INITIATION_LEN];
-        bytes
-            .get_mut(..datagram.len())?
-            .copy_from_slice(datagram);
+        bytes.get_mut(..datagram.len())?.copy_from_slice(datagram);
         Some(HandshakeMessage {
             source,
             len: u8::try_from(datagram.len()).ok()?,
@@ -65,46 +75,107 @@ impl HandshakeMessage {
 #[derive(Debug)]
 pub struct HandshakeQueue {
     sender: SyncSender<HandshakeMessage>,
+    shares: Arc<SourceShares>,
 }
 
-/// The queue was full: the message was not queued.
+/// The receiving side, drained by the worker.
+#[derive(Debug)]
+pub struct HandshakeReceiver {
+    receiver: Receiver<HandshakeMessage>,
+    shares: Arc<SourceShares>,
+}
+
+/// The queue (or the source's share of it) was full: the message was not queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueFull;
 
 impl HandshakeQueue {
     /// A queue and the receiver its worker drains (see [`spawn_worker`]).
-    pub fn new() -> (HandshakeQueue, Receiver<HandshakeMessage>) {
+    pub fn new() -> (HandshakeQueue, HandshakeReceiver) {
         let (sender, receiver) = sync_channel(HANDSHAKE_QUEUE_LEN);
-        (HandshakeQueue { sender }, receiver)
+        let shares = Arc::new(SourceShares::new());
+        let queue = HandshakeQueue {
+            sender,
+            shares: Arc::clone(&shares),
+        };
+        (queue, HandshakeReceiver { receiver, shares })
     }
 
-    /// Queues a handshake message without waiting; a full queue refuses it.
+    /// Queues a handshake message without waiting; refused when the queue or the source's
+    /// share of it is full.
     pub fn offer(&self, source: SocketAddr, datagram: &[u8]) -> Result<(), QueueFull> {
         let message = HandshakeMessage::new(source, datagram).ok_or(QueueFull)?;
+        let bucket = self.shares.take(source.ip()).ok_or(QueueFull)?;
         match self.sender.try_send(message) {
             Ok(()) => Ok(()),
             // Disconnected only while the device is being torn down.
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => Err(QueueFull),
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.shares.give_back(bucket);
+                Err(QueueFull)
+            }
         }
+    }
+}
+
+impl HandshakeReceiver {
+    /// Waits for the next message; `None` once every sender is gone.
+    pub fn recv(&self) -> Option<HandshakeMessage> {
+        let message = self.receiver.recv().ok()?;
+        self.shares
+            .give_back(self.shares.bucket(message.source.ip()));
+        Some(message)
+    }
+}
+
+/// How many queued messages each bucket of source addresses holds.
+#[derive(Debug)]
+struct SourceShares {
+    /// Keyed per process, so a sender cannot aim at a real peer's bucket.
+    hasher: std::collections::hash_map::RandomState,
+    queued: [AtomicU32; SOURCE_BUCKETS],
+}
+
+impl SourceShares {
+    fn new() -> Self {
+        SourceShares {
+            hasher: std::collections::hash_map::RandomState::new(),
+            queued: std::array::from_fn(|_| AtomicU32::new(0)),
+        }
+    }
+
+    fn bucket(&self, source: IpAddr) -> usize {
+        (self.hasher.hash_one(source) % SOURCE_BUCKETS as u64) as usize
+    }
+
+    /// Takes a place in `source`'s share; `None` when the share is used up.
+    fn take(&self, source: IpAddr) -> Option<usize> {
+        let bucket = self.bucket(source);
+        self.queued[bucket]
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
+                (queued < PER_SOURCE_SHARE).then_some(queued + 1)
+            })
+            .ok()
+            .map(|_| bucket)
+    }
+
+    fn give_back(&self, bucket: usize) {
+        self.queued[bucket].fetch_sub(1, Ordering::AcqRel);
     }
 }
 
 /// Starts the worker thread. It holds the device weakly and ends when the queue's sender is
 /// dropped with the device.
-pub fn spawn_worker(
-    shared: Weak<Shared>,
-    queue: Receiver<HandshakeMessage>,
-) -> std::io::Result<()> {
+pub fn spawn_worker(shared: Weak<Shared>, queue: HandshakeReceiver) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("kubetun-handshake".into())
         .spawn(move || run_worker(&shared, &queue))
         .map(drop)
 }
 
-fn run_worker(shared: &Weak<Shared>, queue: &Receiver<HandshakeMessage>) {
+fn run_worker(shared: &Weak<Shared>, queue: &HandshakeReceiver) {
     lower_priority();
     let mut out = vec![0u8; MAX_PACKET + OVERHEAD];
-    while let Ok(message) = queue.recv() {
+    while let Some(message) = queue.recv() {
         let Some(shared) = shared.upgrade() else {
             return;
         };
@@ -312,17 +383,52 @@ mod tests {
         assert!(HandshakeMessage::new(source(), &[1u8; INITIATION_LEN + 1]).is_none());
     }
 
+    fn from_host(host: u32) -> SocketAddr {
+        SocketAddr::from((std::net::Ipv4Addr::from(0x0a00_0000 + host), 51820))
+    }
+
+    #[test]
+    fn one_source_cannot_take_more_than_its_share() {
+        let (queue, receiver) = HandshakeQueue::new();
+        for n in 0..PER_SOURCE_SHARE {
+            assert_eq!(queue.offer(source(), &[1; 64]), Ok(()), "message {n}");
+        }
+        assert_eq!(queue.offer(source(), &[1; 64]), Err(QueueFull));
+        // Another address still gets in (unless it shares the flooder's bucket).
+        let other = (1..)
+            .map(from_host)
+            .find(|a| queue.shares.bucket(a.ip()) != queue.shares.bucket(source().ip()))
+            .expect("an address in another bucket");
+        assert_eq!(queue.offer(other, &[2; 64]), Ok(()));
+        // Taking one message out gives its source a place back.
+        assert_eq!(receiver.recv().expect("queued").source, source());
+        assert_eq!(queue.offer(source(), &[1; 64]), Ok(()));
+        assert_eq!(queue.offer(source(), &[1; 64]), Err(QueueFull));
+    }
+
     #[test]
     fn a_full_queue_refuses_and_keeps_what_it_holds() {
         let (queue, receiver) = HandshakeQueue::new();
-        for n in 0..HANDSHAKE_QUEUE_LEN {
-            let byte = u8::try_from(n % 251).expect("byte");
-            assert_eq!(queue.offer(source(), &[byte; 64]), Ok(()), "message {n}");
+        let mut host = 0;
+        let mut queued = 0;
+        while queued < HANDSHAKE_QUEUE_LEN {
+            host += 1;
+            if queue.offer(from_host(host), &[3; 64]).is_ok() {
+                queued += 1;
+            }
         }
-        assert_eq!(queue.offer(source(), &[0u8; 64]), Err(QueueFull));
-        let first = receiver.try_recv().expect("queued");
-        assert_eq!(first.datagram(), &[0u8; 64][..]);
-        assert_eq!(queue.offer(source(), &[7u8; 64]), Ok(()), "room again");
-        assert_eq!(receiver.try_iter().count(), HANDSHAKE_QUEUE_LEN);
+        let refused = (host + 1..host + 10_000)
+            .map(from_host)
+            .filter(|a| queue.offer(*a, &[4; 64]).is_err())
+            .count();
+        assert_eq!(refused, 9_999, "a full queue takes nothing more");
+        let first = receiver.recv().expect("queued");
+        assert_eq!(first.source, from_host(1));
+        assert_eq!(queue.offer(from_host(1), &[5; 64]), Ok(()), "room again");
+        let mut left = 0;
+        while receiver.receiver.try_recv().is_ok() {
+            left += 1;
+        }
+        assert_eq!(left, HANDSHAKE_QUEUE_LEN);
     }
 }
