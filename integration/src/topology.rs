@@ -188,6 +188,10 @@ pub struct ClusterSpec {
     /// are node namespaces on one cluster L2, the gateway running on one of them.
     #[serde(default = "default_one", skip_serializing_if = "is_one")]
     pub nodes: u8,
+    /// How a multi-node cluster's nodes reach the gateway's node: `direct` (over the shared
+    /// L2) or `overlay` (through the route agent's VXLAN device).
+    #[serde(default, skip_serializing_if = "NodeHop::is_direct")]
+    pub node_hop: NodeHop,
     /// How many pod namespaces to create (behind each node when there are several).
     #[serde(default = "default_one")]
     pub pods: u8,
@@ -247,6 +251,24 @@ impl ClusterSpec {
     /// The address of pod `n` (1-based) behind node `index` (0-based).
     pub fn node_pod_address(&self, index: u8, n: u8) -> Ipv4Addr {
         host(self.node_pod_cidr(index), endpoint_host(n))
+    }
+}
+
+/// How the route agent sends a node's traffic for remote clusters to the gateway's node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeHop {
+    /// `via <gateway node IP>` over the shared L2.
+    #[default]
+    Direct,
+    /// Over the agent's VXLAN device (`kubetun.vxlan`).
+    Overlay,
+}
+
+impl NodeHop {
+    /// True for [`NodeHop::Direct`].
+    pub fn is_direct(&self) -> bool {
+        *self == Self::Direct
     }
 }
 
@@ -706,6 +728,12 @@ mod tests {
     fn multi_node_example_parses() {
         let topology = Topology::from_yaml(MULTINODE_YAML).unwrap();
         assert!(topology.clusters.iter().all(ClusterSpec::is_multi_node));
+        let hops: Vec<NodeHop> = topology.clusters.iter().map(|c| c.node_hop).collect();
+        assert_eq!(
+            hops,
+            [NodeHop::Direct, NodeHop::Overlay],
+            "both hops are exercised"
+        );
         let pods: HashSet<_> = topology.clusters.iter().map(|c| c.pod_cidr).collect();
         assert_eq!(pods.len(), 1, "the example's clusters share their pod CIDR");
     }

@@ -1,10 +1,11 @@
-//! The lab with multi-node clusters end to end (`examples/multinode.yaml`): Paris (3 nodes) and
-//! Berlin (2 nodes) share every CIDR (pods 10.100.0.0/16, externals 10.70.0.0/16), so each side
+//! The lab with multi-node clusters end to end (`examples/multinode.yaml`): Paris (3 nodes,
+//! direct hop to the gateway's node) and Berlin (2 nodes, VXLAN overlay hop) share every CIDR (pods 10.100.0.0/16, externals 10.70.0.0/16), so each side
 //! reaches the other only through remapped views. Real gateways on each cluster's first node,
 //! the route agent converged on every node. Pods behind nodes other than the gateway's ping and
 //! exchange TCP with the peer's pods in both directions (the server must see the client at its
 //! view); then Paris' gateway moves to node 2 and the same holds, the old node has lost the TUN
-//! and the underlay, and the agent's routes follow. Needs root.
+//! and the underlay, and the agent's routes follow; then Berlin's moves too (its overlay is
+//! rebuilt) and the same holds again. Needs root.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -18,7 +19,7 @@ use kubetun_integration::lab::named;
 use kubetun_integration::lab::state::{ClusterState, LabState, Member};
 use kubetun_integration::lab::{self, LabOptions};
 use kubetun_integration::netns::{bin_path, require_root};
-use kubetun_integration::topology::{MULTINODE_YAML, Topology};
+use kubetun_integration::topology::{MULTINODE_YAML, NodeHop, Topology};
 
 /// Names of this test's namespaces start with it (never a user's lab or another test).
 const PREFIX: &str = "tmn";
@@ -106,9 +107,11 @@ fn assert_cross_cluster(paris: &ClusterState, berlin: &ClusterState, when: &str)
 }
 
 /// The agent's table on every node: members route every view via the gateway's node, the
-/// gateway's node routes the other nodes' slices for return traffic from the views.
+/// gateway's node routes the other nodes' slices for return traffic from the views; with the
+/// overlay, every next hop is an overlay address on the agent's VXLAN device.
 fn assert_agent_routes(cluster: &ClusterState) {
-    let gateway = &cluster.nodes[cluster.gateway_node];
+    let gateway = cluster.gateway_next_hop().expect("next hop to the gateway");
+    let overlay = cluster.node_hop == NodeHop::Overlay;
     let views: Vec<String> = cluster
         .tunnel_endpoints
         .iter()
@@ -128,9 +131,19 @@ fn assert_agent_routes(cluster: &ClusterState) {
             "{} {}: routes {routes:?} rules {rules:?}",
             cluster.name, node.name
         );
+        assert_eq!(
+            has_link(&node.namespace, "kubetun.vxlan"),
+            overlay,
+            "{label}: VXLAN device"
+        );
+        assert_eq!(routes.contains("dev kubetun.vxlan"), overlay, "{label}");
         if index == cluster.gateway_node {
-            for other in cluster.nodes.iter().filter(|n| n.name != node.name) {
-                let route = format!("{} via {}", other.pod_cidr, other.address);
+            for (other_index, other) in cluster.nodes.iter().enumerate() {
+                if other_index == index {
+                    continue;
+                }
+                let via = cluster.node_next_hop(other_index).unwrap();
+                let route = format!("{} via {via} ", other.pod_cidr);
                 assert!(routes.contains(&route), "{label}");
             }
             for view in &views {
@@ -142,7 +155,7 @@ fn assert_agent_routes(cluster: &ClusterState) {
         } else {
             for view in &views {
                 assert!(
-                    routes.contains(&format!("{view} via {} ", gateway.address)),
+                    routes.contains(&format!("{view} via {gateway} ")),
                     "{label}"
                 );
                 assert!(rules.contains(&format!("to {view} lookup 1880")), "{label}");
@@ -192,6 +205,10 @@ fn pods_off_the_gateway_node_reach_the_peer_before_and_after_the_gateway_moves()
     assert_eq!(paris.pod_cidr, berlin.pod_cidr, "the pod CIDRs overlap");
     assert_eq!(paris.external_cidr, berlin.external_cidr);
     assert_eq!((paris.nodes.len(), berlin.nodes.len()), (3, 2));
+    assert_eq!(
+        (paris.node_hop, berlin.node_hop),
+        (NodeHop::Direct, NodeHop::Overlay)
+    );
     assert_eq!(paris.gateway_node, 0, "the gateway starts on node1");
     assert!(has_link(&paris.nodes[0].namespace, &paris.interface));
     assert_agent_routes(&paris);
@@ -231,8 +248,28 @@ fn pods_off_the_gateway_node_reach_the_peer_before_and_after_the_gateway_moves()
     assert!(off.contains(&paris.nodes[0].pods[0].address), "{off:?}");
     assert_cross_cluster(&paris, &berlin, "after the move");
 
+    // Berlin's gateway moves too: its VXLAN overlay is rebuilt around the new gateway's node.
+    let mut out = Vec::new();
+    let result = lab::move_gateway(&dir, "berlin", 1, &mut out);
+    print!("{}", String::from_utf8_lossy(&out));
+    let checks = result.expect("move Berlin's gateway");
+    let failed: Vec<_> = checks.iter().filter(|c| !c.passed).collect();
+    assert!(
+        failed.is_empty(),
+        "failed checks after Berlin's move: {failed:#?}"
+    );
+    let (paris, berlin) = load(&dir);
+    assert_eq!(berlin.gateway_node, 1);
+    assert!(!has_link(&berlin.nodes[0].namespace, &berlin.interface));
+    assert!(has_link(&berlin.nodes[1].namespace, &berlin.interface));
+    assert_agent_routes(&berlin);
+    assert_cross_cluster(&paris, &berlin, "after both moves");
+    let berlin_pid = berlin.pid.expect("pid");
+
     lab::down(&dir, &mut std::io::sink()).expect("down");
     assert_eq!(lab_namespaces(), Vec::<String>::new());
-    assert!(!runs_gateway(new_pid), "gateway {new_pid} stopped");
+    for pid in [new_pid, berlin_pid] {
+        assert!(!runs_gateway(pid), "gateway {pid} stopped");
+    }
     println!("lab_multinode took {:?}", started.elapsed());
 }

@@ -244,15 +244,22 @@ pub fn agent_routes(phase: &str, cluster: &ClusterState) -> Check {
         };
         if index == cluster.gateway_node {
             // The gateway's node routes the other nodes' pod slices for the return path.
-            for other in cluster.nodes.iter().filter(|n| n.name != node.name) {
-                if !routes.contains(&other.pod_cidr.to_string()) {
-                    problems.push(format!("{} lacks {}", node.name, other.pod_cidr));
+            for (other_index, other) in cluster.nodes.iter().enumerate() {
+                let via = cluster.node_next_hop(other_index);
+                let route = via.map(|via| format!("{} via {via} ", other.pod_cidr));
+                if other_index != index && !route.is_some_and(|r| routes.contains(&r)) {
+                    problems.push(format!(
+                        "{} lacks {} via {}",
+                        node.name, other.pod_cidr, other.name
+                    ));
                 }
             }
             continue;
         }
         for view in &views {
-            let via = gateway.map(|g| format!("{view} via {}", g.address));
+            let via = cluster
+                .gateway_next_hop()
+                .map(|via| format!("{view} via {via} "));
             if !via.is_some_and(|via| routes.contains(&via)) {
                 problems.push(format!("{} lacks {view} via the gateway's node", node.name));
             }
@@ -447,6 +454,7 @@ mod tests {
             tunnel_endpoints: endpoints,
             applied_version: String::new(),
             nodes: vec![],
+            node_hop: crate::topology::NodeHop::Direct,
             gateway_node: 0,
             mtu: 1420,
             key_file: "/dev/null".into(),

@@ -42,7 +42,7 @@ use serde::Serialize;
 use crate::multinode::{self, MultiNodeError};
 use crate::netns::{self, NetnsError};
 use crate::table::{self, ClusterTable, PeerMapping};
-use crate::topology::{GATEWAY_PORT, Topology};
+use crate::topology::{GATEWAY_PORT, NodeHop, Topology};
 use checks::Check;
 use fabric::Fabric;
 use naming::{Naming, PrefixError};
@@ -414,9 +414,13 @@ impl RunningLab<'_> {
             say(
                 out,
                 &format!(
-                    "  route agent on {} nodes of {name}: {changes} change(s), gateway on {}",
+                    "  route agent on {} nodes of {name}: {changes} change(s), gateway on {}, {} hop",
                     cluster.nodes.len(),
-                    cluster.nodes[cluster.gateway_node].name
+                    cluster.nodes[cluster.gateway_node].name,
+                    match cluster.node_hop {
+                        NodeHop::Direct => "direct",
+                        NodeHop::Overlay => "VXLAN",
+                    }
                 ),
             );
         }
@@ -530,19 +534,33 @@ fn link_checks(phase: &str, a: &ClusterState, b: &ClusterState) -> Vec<Check> {
 /// One route agent pass on every node of a multi-node cluster, with the gateway where the
 /// state says; returns how many changes were applied in total.
 pub fn converge_agents(cluster: &ClusterState) -> Result<usize, LabError> {
-    let nodes: Vec<Node> = cluster.nodes.iter().map(agent_node).collect();
+    let nodes: Vec<Node> = cluster
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(index, node)| {
+            // The external endpoints hang off the first node: declaring their CIDR among its
+            // routed CIDRs gives them the same symmetric return path from the gateway's node
+            // as pods (over the overlay too, where the main table's route would take the L2).
+            let external = cluster.external_cidr.filter(|_| index == 0);
+            agent_node(node, external)
+        })
+        .collect();
     let gateway = nodes
         .get(cluster.gateway_node)
         .ok_or_else(|| LabError::Internal(format!("{} has no gateway node", cluster.name)))?;
     let mut changes = 0;
+    let attachment = match cluster.node_hop {
+        NodeHop::Direct => Attachment::Direct,
+        NodeHop::Overlay => Attachment::Overlay,
+    };
     for (node, facts) in cluster.nodes.iter().zip(&nodes) {
-        // The nodes share one L2 segment, so the hop to the gateway's node is direct.
         changes += multinode::converge_node(
             &node.namespace,
             facts,
             &nodes,
             gateway.ip,
-            Attachment::Direct,
+            attachment,
             &cluster.tunnel_endpoints,
         )
         .map_err(|error| LabError::Agent {
@@ -554,12 +572,16 @@ pub fn converge_agents(cluster: &ClusterState) -> Result<usize, LabError> {
     Ok(changes)
 }
 
-/// A lab node as the route agent reads it from its Node object.
-fn agent_node(node: &NodeState) -> Node {
+/// A lab node as the route agent reads it from its Node object, with `external` routed behind
+/// it too.
+fn agent_node(node: &NodeState, external: Option<ipnet::Ipv4Net>) -> Node {
     Node {
         name: node.name.clone(),
         ip: IpAddr::V4(node.address),
-        pod_cidrs: vec![IpNet::V4(node.pod_cidr)],
+        pod_cidrs: std::iter::once(node.pod_cidr)
+            .chain(external)
+            .map(IpNet::V4)
+            .collect(),
     }
 }
 
@@ -680,6 +702,7 @@ fn planned_state(topology: &Topology, naming: &Naming, state_dir: &Path) -> LabS
                 tunnel_endpoints: Vec::new(),
                 applied_version: String::new(),
                 nodes,
+                node_hop: spec.node_hop,
                 gateway_node: 0,
                 mtu: topology.mtu,
                 id,

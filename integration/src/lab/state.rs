@@ -6,10 +6,12 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use ipnet::Ipv4Net;
+use kubetun_controller::agent::plan::AgentSettings;
 use kubetun_crds::TunnelEndpointSpec;
 use serde::{Deserialize, Serialize};
 
 use crate::table::ClusterTable;
+use crate::topology::NodeHop;
 
 /// File name of the state inside the state directory.
 pub const STATE_FILE: &str = "state.json";
@@ -107,6 +109,9 @@ pub struct ClusterState {
     /// The nodes of a multi-node cluster; empty for a single gateway namespace.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeState>,
+    /// How the nodes reach the gateway's node (multi-node clusters).
+    #[serde(default, skip_serializing_if = "NodeHop::is_direct")]
+    pub node_hop: NodeHop,
     /// Index into `nodes` of the node running the gateway.
     #[serde(default)]
     pub gateway_node: usize,
@@ -120,6 +125,25 @@ pub struct ClusterState {
 }
 
 impl ClusterState {
+    /// The route agent's next hop towards the gateway's node: its IP, or with the overlay its
+    /// overlay address.
+    pub fn gateway_next_hop(&self) -> Option<Ipv4Addr> {
+        let address = self.nodes.get(self.gateway_node)?.address;
+        match self.node_hop {
+            NodeHop::Direct => Some(address),
+            NodeHop::Overlay => AgentSettings::default().overlay.address_of(address),
+        }
+    }
+
+    /// The route agent's next hop towards node `index` from the gateway's node.
+    pub fn node_next_hop(&self, index: usize) -> Option<Ipv4Addr> {
+        let address = self.nodes.get(index)?.address;
+        match self.node_hop {
+            NodeHop::Direct => Some(address),
+            NodeHop::Overlay => AgentSettings::default().overlay.address_of(address),
+        }
+    }
+
     /// True when the cluster has node namespaces and a route agent on each.
     pub fn is_multi_node(&self) -> bool {
         !self.nodes.is_empty()
@@ -239,6 +263,7 @@ mod tests {
                 tunnel_endpoints: vec![],
                 applied_version: String::new(),
                 nodes: vec![],
+                node_hop: NodeHop::Direct,
                 gateway_node: 0,
                 mtu: 1420,
                 key_file: "/run/x/t1-kt-rome.key".into(),
