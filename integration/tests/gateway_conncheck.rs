@@ -297,6 +297,21 @@ async fn a_vanished_peer_turns_error_and_a_recreated_one_connected() {
         "probe counter missing:\n{metrics}"
     );
 
+    let peer = peer_status(&client_a, "b").await.expect("b");
+    eprintln!(
+        "steady state: latency_us {} (smoothed), last {:?} µs, {count} samples",
+        peer.latency_us,
+        peer.conncheck.map(|c| c.last_rtt_us)
+    );
+    // Probes are consumed by the gateways, never user-traffic drops: unconsumed, they would
+    // fail the source check (169.254.90.x is no peer's prefix).
+    for (side, client) in [("a", &client_a), ("b", &client_b)] {
+        let drops = client.status().await.expect("status").drops;
+        for reason in ["source_not_allowed", "bad_packet", "acl", "tun_write"] {
+            assert_eq!(drops[reason], 0, "{side} dropped {reason}: {drops:?}");
+        }
+    }
+
     // Local traffic cannot pose as a probe: packets from the TUN to the probe prefix are
     // dropped and counted.
     a.ns()

@@ -293,9 +293,8 @@ const WINDOW: usize = 16;
 pub enum PongOutcome {
     /// The answer to the latest PING: an RTT sample.
     Rtt(u64),
-    /// The answer to an older PING still in the window, newer than any answered so far: it
-    /// proves the peer reachable but is no RTT sample (it may have waited in a handshake
-    /// queue).
+    /// The answer to an older PING still in the window, newer than any answered so far, or
+    /// to one that waited for a handshake: it proves the peer reachable but is no RTT sample.
     Late,
     /// A duplicate, an answer to a PING older than the last answered or outside the window,
     /// or to a PING never sent: ignored.
@@ -317,6 +316,8 @@ pub struct Prober {
     last_answered: Option<u32>,
     /// The latest PING is neither answered nor counted lost yet.
     in_flight: bool,
+    /// The latest PING waited for a handshake: its answer is no RTT sample.
+    delayed: Option<u32>,
     consecutive_losses: u32,
     srtt_us: Option<u64>,
     last_rtt_us: Option<u64>,
@@ -357,6 +358,7 @@ impl Prober {
             last_sent: None,
             last_answered: None,
             in_flight: false,
+            delayed: None,
             consecutive_losses: 0,
             srtt_us: None,
             last_rtt_us: None,
@@ -415,6 +417,9 @@ impl Prober {
             return PongOutcome::Late;
         }
         self.in_flight = false;
+        if self.delayed == Some(seq) {
+            return PongOutcome::Late;
+        }
         let rtt = now_us.saturating_sub(sent_at);
         self.last_rtt_us = Some(rtt);
         // RFC 6298: SRTT <- 7/8 SRTT + 1/8 R, the first sample taken as is.
@@ -424,6 +429,12 @@ impl Prober {
         });
         self.histogram.observe(rtt);
         PongOutcome::Rtt(rtt)
+    }
+
+    /// The PING `seq` did not leave at once but waits for a handshake (the peer had no
+    /// session): its answer proves reachability but its RTT would include the handshake.
+    pub fn delayed(&mut self, seq: u32) {
+        self.delayed = Some(seq);
     }
 
     /// True once `threshold` probes in a row went unanswered.
@@ -605,6 +616,21 @@ mod tests {
             prober.on_pong(102, 2 * INTERVAL + 700),
             PongOutcome::Rtt(700)
         );
+    }
+
+    #[test]
+    fn a_ping_that_waited_for_a_handshake_is_no_rtt_sample() {
+        let mut prober = Prober::new(0);
+        prober.next_ping(0, INTERVAL);
+        prober.delayed(0);
+        assert_eq!(prober.on_pong(0, 9_000), PongOutcome::Late);
+        assert_eq!(prober.reading().srtt_us, None);
+        assert_eq!(prober.reading().last_reply_us, Some(9_000));
+        // Answered: not counted lost at the next PING, which samples normally.
+        prober.next_ping(INTERVAL, INTERVAL);
+        assert_eq!(prober.reading().probes_lost, 0);
+        assert_eq!(prober.on_pong(1, INTERVAL + 300), PongOutcome::Rtt(300));
+        assert_eq!(prober.reading().srtt_us, Some(300));
     }
 
     #[test]

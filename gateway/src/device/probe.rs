@@ -11,6 +11,7 @@ use boringtun::noise::TunnResult;
 
 use super::conncheck::{self, ConnCheckConfig, Probe, ProbeKind};
 use super::datapath::{Shared, send_to_peer};
+use super::dispatch::is_initiation;
 use super::peer::Peer;
 use crate::remap::DropReason;
 
@@ -77,7 +78,9 @@ pub async fn prober_loop(shared: Arc<Shared>) {
             for unreachable in changes.into_iter().flatten() {
                 log_reachability(&slot.config.display_name(), unreachable, config);
             }
-            send_probe(&shared, peer, endpoint, ping, &mut out).await;
+            if !send_probe(&shared, peer, endpoint, ping, &mut out).await {
+                peer.conncheck.lock().delayed(ping.seq);
+            }
         }
     }
 }
@@ -99,24 +102,30 @@ fn log_reachability(peer: &str, unreachable: bool, config: ConnCheckConfig) {
     }
 }
 
-/// Encrypts `probe` with the peer's session and sends it. Without a session boringtun queues
-/// it and sends a handshake initiation instead, so probes also bring a tunnel up.
+/// Encrypts `probe` with the peer's session and sends it; true when it left at once. Without
+/// a session boringtun queues it (sent once a handshake completes) and sends a handshake
+/// initiation instead, so probes also bring a tunnel up.
 async fn send_probe(
     shared: &Shared,
     peer: &Peer,
     endpoint: SocketAddr,
     probe: Probe,
     out: &mut [u8],
-) {
+) -> bool {
     let packet = probe.encode();
     let result = peer.tunn.lock().0.encapsulate(&packet, out);
     match result {
         TunnResult::WriteToNetwork(datagram) => {
-            tracing::trace!(index = peer.index, seq = probe.seq, kind = ?probe.kind, "probe sent");
+            let direct = !is_initiation(datagram);
+            tracing::trace!(index = peer.index, seq = probe.seq, kind = ?probe.kind, direct, "probe sent");
             send_to_peer(shared, peer, datagram, endpoint).await;
+            direct
         }
-        TunnResult::Err(error) => tracing::trace!(?error, "probe not encrypted"),
-        _ => {}
+        TunnResult::Err(error) => {
+            tracing::trace!(?error, "probe not encrypted");
+            false
+        }
+        _ => false,
     }
 }
 
