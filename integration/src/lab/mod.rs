@@ -794,7 +794,13 @@ pub fn move_gateway(
     state.save(state_dir)?;
 
     let cluster = &state.clusters[index];
-    let pid = fabric::start_gateway(cluster, &state.gateway_binary)?;
+    // A state written before the lab recorded its binary names none.
+    let binary = if state.gateway_binary.as_os_str().is_empty() {
+        default_gateway_binary()
+    } else {
+        state.gateway_binary.clone()
+    };
+    let pid = fabric::start_gateway(cluster, &binary)?;
     state.clusters[index].pid = Some(pid);
     state.save(state_dir)?;
     let cluster = &state.clusters[index];
