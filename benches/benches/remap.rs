@@ -341,51 +341,243 @@ fn baseline(
     });
 }
 
-/// A reader loading the snapshot through `arc_swap::Cache` for every packet, with and without
-/// another thread storing a new snapshot every millisecond.
-fn snapshot_swaps(c: &mut Criterion) {
-    let setup = setup(Family::V4, Lengths::Typical, 10_000);
-    let mut batch = egress_batch(&setup);
-    let snapshots = [Arc::new(setup.table.clone()), Arc::new(setup.table)];
-    let shared = Arc::new(ArcSwap::new(Arc::clone(&snapshots[0])));
-    let mut group = c.benchmark_group("remap_snapshot");
-    group.throughput(Throughput::Elements(1));
-    for swapping in [false, true] {
-        let stop = Arc::new(AtomicBool::new(false));
-        let swapper = swapping.then(|| {
-            let (shared, stop, snapshots) =
-                (Arc::clone(&shared), Arc::clone(&stop), snapshots.clone());
-            std::thread::spawn(move || {
-                let mut swaps = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(1));
-                    shared.store(Arc::clone(&snapshots[(swaps % 2) as usize]));
-                    swaps += 1;
-                }
-                swaps
-            })
-        });
-        let mut cache = Cache::new(Arc::clone(&shared));
-        let mut i = 0;
-        let name = if swapping {
-            "egress_10000_swap_every_1ms"
-        } else {
-            "egress_10000_no_swap"
-        };
-        group.bench_function(name, |b| {
-            b.iter(|| {
-                i = (i + 1) % BATCH;
-                let table = cache.load();
-                black_box(table.egress(black_box(&mut batch[i])))
-            })
-        });
-        stop.store(true, Ordering::Relaxed);
-        if let Some(swapper) = swapper {
-            let swaps = swapper.join().expect("swapper thread");
-            println!("{name}: {swaps} snapshot swaps during the run");
+/// Rounds of the A/B comparison; each round measures both arms once, in alternating order.
+const SWAP_ROUNDS: usize = 20;
+/// Packets per arm and round (about 0.1 s, so each swapping arm sees ~100 swaps).
+const SWAP_RUN_PACKETS: usize = 4_000_000;
+/// Prebuilt tables the swapper rotates through, so each swap lands on memory the reader has
+/// not touched for several milliseconds.
+const SWAP_POOL: usize = 8;
+/// Packets timed together when measuring the cost right after a swap.
+const CHUNK: usize = 32;
+
+/// Pins the calling thread to one CPU; a no-op where that is refused.
+fn pin_to(cpu: usize) {
+    // SAFETY: `cpu_set_t` is plain data, zeroed is its empty set, and the pointer passed to
+    // `sched_setaffinity` is valid for the size given.
+    #[allow(unsafe_code)]
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// The CPU the calling thread runs on.
+fn current_cpu() -> usize {
+    // SAFETY: `sched_getcpu` has no preconditions.
+    #[allow(unsafe_code)]
+    let cpu = unsafe { libc::sched_getcpu() };
+    usize::try_from(cpu).unwrap_or(0)
+}
+
+/// How the background thread swaps while active; while inactive (the A arm) it wakes every
+/// millisecond just the same and goes back to sleep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Swapper {
+    /// Wakes every millisecond and stores the next prebuilt table.
+    Pool,
+    /// Builds a fresh table, stores it, and repeats (at most every millisecond); the reader
+    /// drops the last reference to the old table, as in the gateway.
+    Fresh,
+}
+
+/// The reader's loop: `Cache::load` + egress for `packets` packets; returns ns per packet.
+fn run_reader(
+    cache: &mut Cache<Arc<ArcSwap<RemapTable>>, Arc<RemapTable>>,
+    batch: &mut [Vec<u8>],
+    packets: usize,
+) -> f64 {
+    let start = std::time::Instant::now();
+    for i in 0..packets {
+        let table = cache.load();
+        black_box(table.egress(black_box(&mut batch[i % BATCH])));
+    }
+    start.elapsed().as_nanos() as f64 / packets as f64
+}
+
+/// The swap cost, measured outside criterion (whose samples are too short to contain swaps):
+///
+/// 1. A/B throughput: [`SWAP_ROUNDS`] rounds, each timing the same number of packets with the
+///    swapper idle and with it swapping, in alternating order; reports the median and
+///    interquartile range of the per-round ratio `swapping / idle`.
+/// 2. Where a swap's cost comes from: ns per packet in the chunks of [`CHUNK`] packets right
+///    after the reader sees a new snapshot, against chunks long after one.
+///
+/// The reader stays on the CPU it started on (pin the process with `taskset`); the swapper is
+/// pinned to another one, as a control-plane thread would run next to the data plane.
+fn snapshot_swaps(_: &mut Criterion) {
+    // Criterion's filter is its positional argument (numbers are option values).
+    let filter = std::env::args()
+        .skip(1)
+        .find(|arg| !arg.starts_with('-') && arg.parse::<f64>().is_err())
+        .unwrap_or_default();
+    if !"remap_snapshot".contains(filter.as_str()) && !filter.contains("snapshot") {
+        return;
+    }
+    for family in [Family::V4, Family::V6] {
+        let build_start = std::time::Instant::now();
+        let pool: Vec<Arc<RemapTable>> = (0..SWAP_POOL)
+            .map(|_| Arc::new(setup(family, Lengths::Typical, 10_000).table))
+            .collect();
+        let build_ms = build_start.elapsed().as_secs_f64() * 1e3 / SWAP_POOL as f64;
+        let setup0 = setup(family, Lengths::Typical, 10_000);
+        let mut batch = egress_batch(&setup0);
+        println!(
+            "remap_snapshot/{}: 10 000 typical rules, one table built in {build_ms:.1} ms",
+            family.name()
+        );
+        for mode in [Swapper::Pool, Swapper::Fresh] {
+            swap_ab(family, mode, &pool, &mut batch);
         }
     }
-    group.finish();
+}
+
+fn swap_ab(family: Family, mode: Swapper, pool: &[Arc<RemapTable>], batch: &mut [Vec<u8>]) {
+    let reader_cpu = current_cpu();
+    pin_to(reader_cpu);
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let swapper_cpu = (reader_cpu + 1) % cpus;
+
+    let shared = Arc::new(ArcSwap::new(Arc::clone(&pool[0])));
+    let active = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let (shared, active, stop, pool) = (
+            Arc::clone(&shared),
+            Arc::clone(&active),
+            Arc::clone(&stop),
+            pool.to_vec(),
+        );
+        std::thread::spawn(move || {
+            pin_to(swapper_cpu);
+            let mut swaps = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let due = std::time::Instant::now() + Duration::from_millis(1);
+                if active.load(Ordering::Relaxed) {
+                    let next = match mode {
+                        Swapper::Pool => Arc::clone(&pool[(swaps as usize + 1) % pool.len()]),
+                        _ => Arc::new(setup(family, Lengths::Typical, 10_000).table),
+                    };
+                    shared.store(next);
+                    swaps += 1;
+                }
+                if let Some(rest) = due.checked_duration_since(std::time::Instant::now()) {
+                    std::thread::sleep(rest);
+                }
+            }
+            swaps
+        })
+    };
+    if mode == Swapper::Fresh {
+        // The pool's references would keep old tables alive: drop the shared one's.
+        shared.store(Arc::new(setup(family, Lengths::Typical, 10_000).table));
+    }
+    let mut cache = Cache::new(Arc::clone(&shared));
+    run_reader(&mut cache, batch, SWAP_RUN_PACKETS / 4); // warm up
+
+    // 1. A/B rounds.
+    let mut ratios = Vec::with_capacity(SWAP_ROUNDS);
+    let (mut idle_ns, mut swapping_ns) = (Vec::new(), Vec::new());
+    let mut swaps_seen = 0u64;
+    for round in 0..SWAP_ROUNDS {
+        let mut times = [0.0; 2];
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        for swapping in order {
+            active.store(swapping, Ordering::Relaxed);
+            // Let the swapper notice, and a first swap happen, before timing.
+            std::thread::sleep(Duration::from_millis(3));
+            let before = Arc::as_ptr(&shared.load_full());
+            times[usize::from(swapping)] = run_reader(&mut cache, batch, SWAP_RUN_PACKETS);
+            swaps_seen += u64::from(swapping && before != Arc::as_ptr(&shared.load_full()));
+        }
+        idle_ns.push(times[0]);
+        swapping_ns.push(times[1]);
+        ratios.push(times[1] / times[0]);
+    }
+
+    // 2. The cost right after a swap: ns per packet by chunk age (chunks since the reader saw
+    // a new snapshot).
+    active.store(true, Ordering::Relaxed);
+    const AGES: [(usize, usize); 7] = [
+        (0, 1),
+        (1, 2),
+        (2, 4),
+        (4, 8),
+        (8, 32),
+        (32, 128),
+        (128, usize::MAX),
+    ];
+    let mut sums = [(0.0f64, 0u64); AGES.len()];
+    let mut last = std::ptr::null();
+    let mut age = usize::MAX / 2;
+    for chunk in 0..SWAP_RUN_PACKETS / CHUNK {
+        let start = std::time::Instant::now();
+        let mut swapped = false;
+        for j in 0..CHUNK {
+            let table = cache.load();
+            let now = Arc::as_ptr(table);
+            if now != last {
+                last = now;
+                swapped = true;
+            }
+            black_box(table.egress(black_box(&mut batch[(chunk * CHUNK + j) % BATCH])));
+        }
+        let ns = start.elapsed().as_nanos() as f64 / CHUNK as f64;
+        age = if swapped { 0 } else { age.saturating_add(1) };
+        if let Some(bucket) = AGES.iter().position(|&(lo, hi)| (lo..hi).contains(&age)) {
+            sums[bucket].0 += ns;
+            sums[bucket].1 += 1;
+        }
+    }
+    active.store(false, Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    let swaps = swapper.join().expect("swapper thread");
+
+    let summary = |values: &mut Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        let q = |p: f64| values[((values.len() - 1) as f64 * p).round() as usize];
+        (q(0.5), q(0.25), q(0.75))
+    };
+    let (ratio, ratio_q1, ratio_q3) = summary(&mut ratios);
+    let (idle, _, _) = summary(&mut idle_ns);
+    let (swapping, _, _) = summary(&mut swapping_ns);
+    let name = format!("remap_snapshot/{}/{mode:?}", family.name());
+    println!(
+        "{name}: reader on cpu {reader_cpu}, swapper on cpu {swapper_cpu}; {swaps} swaps in total"
+    );
+    println!(
+        "{name}: A/B over {SWAP_ROUNDS} rounds of {SWAP_RUN_PACKETS} packets: idle {idle:.2} ns, swapping {swapping:.2} ns per packet (medians); ratio median {:+.2} %, IQR {:+.2} % .. {:+.2} %; {swaps_seen} of {SWAP_ROUNDS} swapping arms saw a swap",
+        (ratio - 1.0) * 100.0,
+        (ratio_q1 - 1.0) * 100.0,
+        (ratio_q3 - 1.0) * 100.0,
+    );
+    let steady = sums[AGES.len() - 1].0 / sums[AGES.len() - 1].1.max(1) as f64;
+    let mut extra = 0.0;
+    let mut line = String::new();
+    for (&(lo, hi), &(sum, count)) in AGES.iter().zip(&sums) {
+        let mean = sum / count.max(1) as f64;
+        if hi != usize::MAX {
+            // Every swap has one chunk of each age below 128 (ages run 0, 1, 2, ...).
+            extra += (mean - steady) * (hi - lo) as f64 * CHUNK as f64;
+        }
+        let label = if hi == usize::MAX {
+            format!("{lo}+")
+        } else {
+            format!("{lo}..{hi}")
+        };
+        line += &format!(" [{label}] {mean:.1}");
+    }
+    println!("{name}: ns per packet by chunks of {CHUNK} since the swap:{line}");
+    println!(
+        "{name}: extra time per swap {:.1} us = {:.2} % of 1 ms",
+        extra / 1e3,
+        extra / 1e6 * 100.0
+    );
 }
 
 criterion_group! {
