@@ -102,6 +102,33 @@ pub struct ConnectionStatus {
     /// The endpoint the gateway currently uses (may be a learned roaming address).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+    /// The gateway's connectivity check of this peer; absent when it does not run one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probes: Option<ProbeStatus>,
+}
+
+/// The gateway's connectivity check of a peer: probes sent through the tunnel every
+/// `intervalMs`, answered by the peer's gateway; `lossThreshold` unanswered in a row make the
+/// connection `Error`.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProbeStatus {
+    /// Milliseconds between probes.
+    pub interval_ms: u32,
+    /// Unanswered probes in a row that make the connection `Error`.
+    pub loss_threshold: u32,
+    /// Probes unanswered since the last reply.
+    #[serde(default)]
+    pub consecutive_losses: u32,
+    /// RFC 3339 time of the last reply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reply: Option<String>,
+    /// Probes sent.
+    #[serde(default)]
+    pub sent: u64,
+    /// Probes not answered within their interval.
+    #[serde(default)]
+    pub lost: u64,
 }
 
 /// Status of a [`TunnelEndpoint`].

@@ -9,7 +9,8 @@ use kube::Resource as _;
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams};
 use kubetun_crds::{
-    ConnectionState, ConnectionStatus, Network, NetworkConfig, TunnelEndpoint, TunnelEndpointStatus,
+    ConnectionState, ConnectionStatus, Network, NetworkConfig, ProbeStatus, TunnelEndpoint,
+    TunnelEndpointStatus,
 };
 
 use crate::cluster_info::FIELD_MANAGER;
@@ -149,14 +150,27 @@ pub fn connection_status(peer: Option<&PeerStatus>) -> ConnectionStatus {
         },
         latency: latency_us.map(format_latency),
         latency_us,
-        last_handshake: (peer.last_handshake_unix_ms > 0)
-            .then(|| Timestamp::from_millisecond(peer.last_handshake_unix_ms).ok())
-            .flatten()
-            .map(|t| t.to_string()),
+        last_handshake: rfc3339_ms(peer.last_handshake_unix_ms),
         rx_bytes: peer.rx_bytes,
         tx_bytes: peer.tx_bytes,
         endpoint: (!peer.endpoint.is_empty()).then(|| peer.endpoint.clone()),
+        probes: peer.conncheck.map(|c| ProbeStatus {
+            interval_ms: c.interval_ms,
+            loss_threshold: c.loss_threshold,
+            consecutive_losses: c.consecutive_losses,
+            last_reply: rfc3339_ms(c.last_reply_unix_ms),
+            sent: c.probes_sent,
+            lost: c.probes_lost,
+        }),
     }
+}
+
+/// A Unix time in milliseconds as RFC 3339; `None` for 0 (never) or out of range.
+fn rfc3339_ms(unix_ms: i64) -> Option<String> {
+    (unix_ms > 0)
+        .then(|| Timestamp::from_millisecond(unix_ms).ok())
+        .flatten()
+        .map(|t| t.to_string())
 }
 
 fn format_latency(us: u64) -> String {
@@ -433,12 +447,25 @@ mod tests {
         let message = "no reply to the last 5 connectivity probes (2 s interval)";
         report.peers[0].state = gateway_api::ConnectionState::Error as i32;
         report.peers[0].message = message.into();
+        report.peers[0].conncheck = Some(gateway_api::ConnCheckStatus {
+            interval_ms: 2000,
+            loss_threshold: 5,
+            consecutive_losses: 5,
+            last_reply_unix_ms: 1_800_000_000_000,
+            last_rtt_us: 400,
+            probes_sent: 40,
+            probes_lost: 5,
+        });
         let mut te = endpoint();
         te.status = Some(connected.clone());
         let lost = status_from_report(&te, desired(&report), now());
         let connection = lost.connection.as_ref().expect("connection set");
         assert_eq!(connection.status, ConnectionState::Error);
         assert_eq!(connection.message, message);
+        let probes = connection.probes.as_ref().expect("probe status");
+        assert_eq!(probes.consecutive_losses, 5);
+        assert_eq!((probes.sent, probes.lost), (40, 5));
+        assert_eq!(probes.last_reply.as_deref(), Some("2027-01-15T08:00:00Z"));
         let condition = conditions::find(&lost.conditions, conditions::CONNECTED).expect("set");
         assert_eq!(condition.status, "False");
         assert_eq!(condition.reason, reason::CONNECTION_ERROR);
