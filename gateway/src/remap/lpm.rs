@@ -35,7 +35,7 @@ const MAX_RUN: usize = 64;
 const RESEEDS: usize = 4;
 
 /// An address used as a lookup key.
-pub(crate) trait Key: Copy + Eq + Hash + std::fmt::Debug {
+pub(crate) trait Key: Copy + Default + Eq + Hash + std::fmt::Debug {
     /// The address width in bits.
     const BITS: u8;
     /// The all-zero address.
@@ -43,6 +43,9 @@ pub(crate) trait Key: Copy + Eq + Hash + std::fmt::Debug {
     /// A zero-sized type that aligns a hash slot to its size, so a slot never straddles two
     /// cache lines.
     type SlotAlign: Copy + Default + std::fmt::Debug;
+    /// The alignment of a slot that also holds a route's payload (an address and a few
+    /// words): 32 bytes for IPv4, a cache line for IPv6.
+    type WideAlign: Copy + Default + std::fmt::Debug;
     /// The network mask of a prefix of `len` bits.
     fn mask(len: u8) -> Self;
     /// Bitwise and.
@@ -64,20 +67,41 @@ impl Seed {
     }
 }
 
-/// Aligns IPv4 slots (13 bytes of fields) to 16 bytes.
+/// Aligns IPv4 slots (up to 16 bytes of fields) to 16 bytes.
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(align(16))]
 pub(crate) struct Align16;
 
-/// Aligns IPv6 slots (25 bytes of fields) to 32 bytes.
+/// Aligns IPv6 slots (up to 32 bytes of fields) to 32 bytes.
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(align(32))]
 pub(crate) struct Align32;
+
+/// Aligns slots with an IPv6 payload (57 bytes of fields) to a cache line.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(align(64))]
+pub(crate) struct Align64;
+
+/// A value stored with each prefix and returned by reference from a lookup. Values live in
+/// the hash slots themselves, so a lookup that ends at its first probe reads one slot only.
+pub(crate) trait Payload: Copy + Default + std::fmt::Debug {
+    /// A zero-sized type that rounds the slot up to a power-of-two size.
+    type Align: Copy + Default + std::fmt::Debug;
+}
+
+impl Payload for u32 {
+    type Align = ();
+}
+
+impl Payload for () {
+    type Align = ();
+}
 
 impl Key for u32 {
     const BITS: u8 = 32;
     const ZERO: Self = 0;
     type SlotAlign = Align16;
+    type WideAlign = Align32;
     #[inline]
     fn mask(len: u8) -> Self {
         u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0)
@@ -99,6 +123,7 @@ impl Key for u128 {
     const BITS: u8 = 128;
     const ZERO: Self = 0;
     type SlotAlign = Align32;
+    type WideAlign = Align64;
     #[inline]
     fn mask(len: u8) -> Self {
         u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0)
@@ -120,51 +145,55 @@ impl Key for u128 {
     }
 }
 
-/// An immutable map from prefixes to `u32` values with longest-prefix-match lookup.
+/// An immutable map from prefixes to values with longest-prefix-match lookup.
 #[derive(Clone, Debug)]
-pub(crate) struct PrefixMap<A: Key> {
-    repr: Repr<A>,
+pub(crate) struct PrefixMap<A: Key, V: Payload = u32> {
+    repr: Repr<A, V>,
 }
 
 #[derive(Clone, Debug)]
-enum Repr<A: Key> {
+enum Repr<A: Key, V: Payload> {
     /// `(network, mask, value)`, longest prefix first.
-    Linear(Box<[(A, A, u32)]>),
-    Hashed(Hashed<A>),
+    Linear(Box<[(A, A, V)]>),
+    Hashed(Hashed<A, V>),
 }
 
 /// The hashed form: `levels[0]` is the root, the other levels are searched in binary order.
 #[derive(Clone, Debug)]
-struct Hashed<A: Key> {
-    levels: Box<[Level<A>]>,
+struct Hashed<A: Key, V: Payload> {
+    levels: Box<[Level<A, V>]>,
+    /// Every value by index, for the answers a slot does not hold itself.
+    values: Box<[V]>,
 }
 
 /// The entries of one prefix length.
 #[derive(Clone, Debug)]
-struct Level<A: Key> {
+struct Level<A: Key, V: Payload> {
     /// This level's hash key, drawn at random when it is built.
     seed: Seed,
     mask: A,
     /// `64 - log2(slots.len())`: the hash's top bits pick the first slot.
     shift: u32,
-    slots: Box<[Slot<A>]>,
+    slots: Box<[Slot<A, V>]>,
 }
 
 /// A hash slot.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
-struct Slot<A: Key> {
+struct Slot<A: Key, V: Payload> {
     /// The entry's key (the network at this level's length); for a shortcut, the network of
     /// the single longer prefix below it, whose first bits are the key.
     net: A,
     /// [`EMPTY`], [`MARKER`] (no prefix of this length or shorter matches) or
-    /// `value + VALUE_BASE` (the best match at this length or shorter).
+    /// `index + VALUE_BASE` (the best match at this length or shorter).
     tag: u32,
-    /// For a shortcut: the value of the prefix in `net`.
-    leaf_value: u32,
     /// [`CONTINUE`], [`TERMINAL`] or the length of the shortcut prefix.
     next: u8,
+    /// The value a lookup ending here returns: the shortcut prefix's, or for [`TERMINAL`] the
+    /// tag's.
+    answer: V,
     _align: [A::SlotAlign; 0],
+    _payload_align: [V::Align; 0],
 }
 
 const EMPTY: u32 = 0;
@@ -176,17 +205,13 @@ const CONTINUE: u8 = 0xff;
 /// No longer prefix lies below the entry: its tag is the answer.
 const TERMINAL: u8 = 0xfe;
 
-/// The largest value a [`PrefixMap`] can store.
-pub(crate) const MAX_VALUE: u32 = u32::MAX - VALUE_BASE;
-
-impl<A: Key> PrefixMap<A> {
-    /// Builds a map from `(network, length, value)`; networks must have no host bits set,
-    /// lengths must be at most `A::BITS` and values at most [`MAX_VALUE`]. For a prefix given
-    /// twice, the last value wins.
-    pub(crate) fn new(prefixes: impl IntoIterator<Item = (A, u8, u32)>) -> Self {
-        let mut unique: HashMap<(A, u8), u32> = HashMap::new();
+impl<A: Key, V: Payload> PrefixMap<A, V> {
+    /// Builds a map from `(network, length, value)`; networks must have no host bits set and
+    /// lengths must be at most `A::BITS`. For a prefix given twice, the last value wins.
+    pub(crate) fn new(prefixes: impl IntoIterator<Item = (A, u8, V)>) -> Self {
+        let mut unique: HashMap<(A, u8), V> = HashMap::new();
         for (net, len, value) in prefixes {
-            debug_assert!(len <= A::BITS && value <= MAX_VALUE);
+            debug_assert!(len <= A::BITS);
             debug_assert!(net.and(A::mask(len)) == net);
             unique.insert((net, len), value);
         }
@@ -201,18 +226,18 @@ impl<A: Key> PrefixMap<A> {
             };
         }
         Self {
-            repr: Repr::Hashed(Hashed::build(&unique)),
+            repr: Repr::Hashed(Hashed::build(unique)),
         }
     }
 
     /// The value of the longest prefix containing `addr`.
     #[inline(always)]
-    pub(crate) fn lookup(&self, addr: A) -> Option<u32> {
+    pub(crate) fn lookup(&self, addr: A) -> Option<&V> {
         match &self.repr {
             Repr::Linear(entries) => entries
                 .iter()
                 .find(|(net, mask, _)| addr.and(*mask) == *net)
-                .map(|&(_, _, value)| value),
+                .map(|(_, _, value)| value),
             Repr::Hashed(hashed) => hashed.lookup(addr),
         }
     }
@@ -233,15 +258,22 @@ impl<A: Key> PrefixMap<A> {
     }
 }
 
-impl<A: Key> Hashed<A> {
+impl<A: Key, V: Payload> Hashed<A, V> {
     #[inline(always)]
-    fn lookup(&self, addr: A) -> Option<u32> {
+    fn lookup(&self, addr: A) -> Option<&V> {
         self.search(addr).0
+    }
+
+    /// The value at `tag`, if the tag holds one.
+    #[inline]
+    fn value(&self, tag: u32) -> Option<&V> {
+        tag.checked_sub(VALUE_BASE)
+            .and_then(|index| self.values.get(index as usize))
     }
 
     /// The longest match and the number of levels probed.
     #[inline(always)]
-    fn search(&self, addr: A) -> (Option<u32>, usize) {
+    fn search(&self, addr: A) -> (Option<&V>, usize) {
         let levels = &*self.levels;
         let Some(root) = levels.first() else {
             return (None, 0);
@@ -250,24 +282,27 @@ impl<A: Key> Hashed<A> {
         let Some(mut slot) = root.probe(addr) else {
             return (None, probes);
         };
-        let mut best = None;
         let (mut lo, mut hi) = (1, levels.len());
         loop {
-            if slot.tag >= VALUE_BASE {
-                best = Some(slot.tag - VALUE_BASE);
-            }
             match slot.next {
                 CONTINUE => {}
-                TERMINAL => return (best, probes),
+                TERMINAL => {
+                    let found = slot.tag >= VALUE_BASE;
+                    return (found.then_some(&slot.answer), probes);
+                }
                 leaf_len => {
-                    let hit = addr.and(A::mask(leaf_len)) == slot.net;
-                    return (if hit { Some(slot.leaf_value) } else { best }, probes);
+                    if addr.and(A::mask(leaf_len)) == slot.net {
+                        return (Some(&slot.answer), probes);
+                    }
+                    return (self.value(slot.tag), probes);
                 }
             }
-            // Binary search in the longer levels for the next entry on the address's path.
+            // Binary search in the longer levels for the next entry on the address's path;
+            // when there is none, the last entry's tag is the answer.
+            let last = slot;
             slot = loop {
                 if lo >= hi {
-                    return (best, probes);
+                    return (self.value(last.tag), probes);
                 }
                 let mid = (lo + hi) / 2;
                 probes += 1;
@@ -282,19 +317,31 @@ impl<A: Key> Hashed<A> {
         }
     }
 
-    fn build(prefixes: &HashMap<(A, u8), u32>) -> Self {
-        let levels = plan_levels(prefixes)
+    fn build(prefixes: HashMap<(A, u8), V>) -> Self {
+        // The levels hold indexes into `values`; slots copy the values they answer with.
+        let mut values = Vec::with_capacity(prefixes.len());
+        let indexed: HashMap<(A, u8), u32> = prefixes
+            .into_iter()
+            .map(|(prefix, value)| {
+                values.push(value);
+                (prefix, (values.len() - 1) as u32)
+            })
+            .collect();
+        let levels = plan_levels(&indexed, &values)
             .iter()
             .map(|(len, entries)| Level::build(*len, entries))
             .collect();
-        Self { levels }
+        Self {
+            levels,
+            values: values.into_boxed_slice(),
+        }
     }
 }
 
-impl<A: Key> Level<A> {
+impl<A: Key, V: Payload> Level<A, V> {
     /// The entry whose key is `addr`'s network at this level's length.
     #[inline(always)]
-    fn probe(&self, addr: A) -> Option<&Slot<A>> {
+    fn probe(&self, addr: A) -> Option<&Slot<A, V>> {
         let key = addr.and(self.mask);
         let index_mask = self.slots.len() - 1;
         let mut index = (key.hash64(&self.seed) >> self.shift) as usize;
@@ -313,7 +360,7 @@ impl<A: Key> Level<A> {
     /// Places `entries` in a table with a fresh hash key; draws another key when a run of
     /// occupied slots comes out longer than [`MAX_RUN`], and grows the table when that keeps
     /// happening.
-    fn build(len: u8, entries: &[Slot<A>]) -> Self {
+    fn build(len: u8, entries: &[Slot<A, V>]) -> Self {
         let mut capacity = (entries.len() * 2).next_power_of_two().max(4);
         for attempt in 1.. {
             if let Some(level) = Self::fill(len, entries, Seed::random(), capacity) {
@@ -326,8 +373,8 @@ impl<A: Key> Level<A> {
         unreachable!("the attempts never end")
     }
 
-    fn fill(len: u8, entries: &[Slot<A>], seed: Seed, capacity: usize) -> Option<Self> {
-        let mut slots = vec![Slot::EMPTY; capacity].into_boxed_slice();
+    fn fill(len: u8, entries: &[Slot<A, V>], seed: Seed, capacity: usize) -> Option<Self> {
+        let mut slots = vec![Slot::empty(); capacity].into_boxed_slice();
         let shift = 64 - capacity.trailing_zeros();
         let mask = A::mask(len);
         for entry in entries {
@@ -346,18 +393,21 @@ impl<A: Key> Level<A> {
     }
 }
 
-impl<A: Key> Slot<A> {
-    const EMPTY: Self = Slot {
-        net: A::ZERO,
-        tag: EMPTY,
-        leaf_value: 0,
-        next: TERMINAL,
-        _align: [],
-    };
+impl<A: Key, V: Payload> Slot<A, V> {
+    fn empty() -> Self {
+        Slot {
+            net: A::ZERO,
+            tag: EMPTY,
+            next: TERMINAL,
+            answer: V::default(),
+            _align: [],
+            _payload_align: [],
+        }
+    }
 }
 
 /// The longest run of occupied slots, wrapping around the end (at least one slot is empty).
-fn longest_run<A: Key>(slots: &[Slot<A>]) -> usize {
+fn longest_run<A: Key, V: Payload>(slots: &[Slot<A, V>]) -> usize {
     let Some(first_empty) = slots.iter().position(|s| s.tag == EMPTY) else {
         return slots.len();
     };
@@ -404,7 +454,10 @@ fn ancestors(target: usize, levels: usize) -> Vec<usize> {
 }
 
 /// The distinct lengths, shortest first, each with the slots of its level.
-fn plan_levels<A: Key>(prefixes: &HashMap<(A, u8), u32>) -> Vec<(u8, Vec<Slot<A>>)> {
+fn plan_levels<A: Key, V: Payload>(
+    prefixes: &HashMap<(A, u8), u32>,
+    values: &[V],
+) -> Vec<(u8, Vec<Slot<A, V>>)> {
     let mut lengths: Vec<u8> = prefixes.keys().map(|&(_, len)| len).collect();
     lengths.sort_unstable();
     lengths.dedup();
@@ -461,17 +514,19 @@ fn plan_levels<A: Key>(prefixes: &HashMap<(A, u8), u32>) -> Vec<(u8, Vec<Slot<A>
                 .iter()
                 .filter(|&(&key, _)| !unreachable(level, key))
                 .map(|(&key, &(tag, below))| {
-                    let (net, leaf_value, next) = match below {
-                        Below::Nothing => (key, 0, TERMINAL),
-                        Below::One { net, len, value } => (net, value, len),
-                        Below::Several => (key, 0, CONTINUE),
+                    let tag_value = tag.checked_sub(VALUE_BASE);
+                    let (net, answer, next) = match below {
+                        Below::Nothing => (key, tag_value, TERMINAL),
+                        Below::One { net, len, value } => (net, Some(value), len),
+                        Below::Several => (key, None, CONTINUE),
                     };
                     Slot {
                         net,
                         tag,
-                        leaf_value,
                         next,
+                        answer: answer.map_or_else(V::default, |i| values[i as usize]),
                         _align: [],
+                        _payload_align: [],
                     }
                 })
                 .collect();
@@ -513,7 +568,7 @@ mod tests {
             let map = PrefixMap::new(prefixes.iter().copied());
             for low in addrs {
                 let addr = 0x0a00_0000 | low;
-                prop_assert_eq!(map.lookup(addr), naive(&prefixes, addr), "addr {:#x}", addr);
+                prop_assert_eq!(map.lookup(addr).copied(), naive(&prefixes, addr), "addr {:#x}", addr);
             }
         }
 
@@ -541,7 +596,7 @@ mod tests {
                     Some(&(net, len, _)) if i % 2 == 0 => net | (noise & !u128::mask(len)),
                     _ => base | (noise >> 16),
                 };
-                prop_assert_eq!(map.lookup(addr), naive(&prefixes, addr));
+                prop_assert_eq!(map.lookup(addr).copied(), naive(&prefixes, addr));
             }
         }
     }
@@ -578,8 +633,8 @@ mod tests {
                 // Keep the first `keep` bits of a base: the address leaves the nest at any depth.
                 let base = *base.get(&bases);
                 let addr = (base & u128::mask(keep)) | (bits & !u128::mask(keep));
-                prop_assert_eq!(map.lookup(addr), naive(&prefixes, addr), "addr {:#x}", addr);
-                prop_assert_eq!(map.lookup(base), naive(&prefixes, base));
+                prop_assert_eq!(map.lookup(addr).copied(), naive(&prefixes, addr), "addr {:#x}", addr);
+                prop_assert_eq!(map.lookup(base).copied(), naive(&prefixes, base));
             }
         }
 
@@ -602,7 +657,7 @@ mod tests {
             let map = PrefixMap::new(prefixes.iter().copied());
             for (keep, bits) in addrs {
                 let addr = (base & u32::mask(keep)) | (bits & !u32::mask(keep));
-                prop_assert_eq!(map.lookup(addr), naive(&prefixes, addr), "addr {:#x}", addr);
+                prop_assert_eq!(map.lookup(addr).copied(), naive(&prefixes, addr), "addr {:#x}", addr);
             }
         }
     }
@@ -628,7 +683,7 @@ mod tests {
         let mut one_probe = 0;
         for &(net, len, value) in &prefixes {
             let addr = net | (u128::from(next()) & !u128::mask(len));
-            assert_eq!(map.lookup(addr), Some(value));
+            assert_eq!(map.lookup(addr), Some(&value));
             one_probe += usize::from(map.probes(addr) == 1);
         }
         assert!(one_probe > prefixes.len() * 99 / 100, "{one_probe} of 5000");
@@ -642,7 +697,7 @@ mod tests {
         let prefixes = (0..20_000u32).map(|i| (i << 8, 24, i));
         let PrefixMap {
             repr: Repr::Hashed(hashed),
-        } = PrefixMap::new(prefixes)
+        } = PrefixMap::<u32>::new(prefixes)
         else {
             panic!("20 000 prefixes are hashed");
         };
@@ -653,10 +708,23 @@ mod tests {
 
     #[test]
     fn slots_fill_whole_cache_line_fractions() {
-        assert_eq!(std::mem::size_of::<Slot<u32>>(), 16);
-        assert_eq!(std::mem::align_of::<Slot<u32>>(), 16);
-        assert_eq!(std::mem::size_of::<Slot<u128>>(), 32);
-        assert_eq!(std::mem::align_of::<Slot<u128>>(), 32);
+        assert_eq!(std::mem::size_of::<Slot<u32, u32>>(), 16);
+        assert_eq!(std::mem::align_of::<Slot<u32, ()>>(), 16);
+        assert_eq!(std::mem::size_of::<Slot<u128, u32>>(), 32);
+        assert_eq!(std::mem::align_of::<Slot<u128, ()>>(), 32);
+
+        /// A route-sized payload: an address and a few words.
+        #[derive(Clone, Copy, Debug, Default)]
+        struct Wide<A>(A, [u32; 3], bool);
+        let wide = Wide(0u32, [1, 2, 3], true);
+        assert_eq!((wide.0, wide.1[2], wide.2), (0, 3, true));
+        impl<A: Key> Payload for Wide<A> {
+            type Align = A::WideAlign;
+        }
+        assert_eq!(std::mem::size_of::<Slot<u32, Wide<u32>>>(), 32);
+        assert_eq!(std::mem::align_of::<Slot<u32, Wide<u32>>>(), 32);
+        assert_eq!(std::mem::size_of::<Slot<u128, Wide<u128>>>(), 64);
+        assert_eq!(std::mem::align_of::<Slot<u128, Wide<u128>>>(), 64);
     }
 
     #[test]
@@ -665,8 +733,8 @@ mod tests {
             .map(|i| (0x0a00_0000 + i, 32, i))
             .chain([(0, 0, 99)]);
         let map = PrefixMap::new(prefixes);
-        assert_eq!(map.lookup(0x0a00_0005), Some(5));
-        assert_eq!(map.lookup(0x0b00_0005), Some(99));
+        assert_eq!(map.lookup(0x0a00_0005), Some(&5));
+        assert_eq!(map.lookup(0x0b00_0005), Some(&99));
         assert!(PrefixMap::<u32>::new([]).lookup(0).is_none());
 
         // The same with IPv6 /128s under a default route.
@@ -674,8 +742,8 @@ mod tests {
             .map(|i| ((0xfd00_u128 << 112) + i, 128, i as u32))
             .chain([(0, 0, 99)]);
         let map = PrefixMap::new(prefixes);
-        assert_eq!(map.lookup((0xfd00_u128 << 112) + 5), Some(5));
-        assert_eq!(map.lookup((0xfd00_u128 << 112) + 25), Some(99));
-        assert_eq!(map.lookup(0), Some(99));
+        assert_eq!(map.lookup((0xfd00_u128 << 112) + 5), Some(&5));
+        assert_eq!(map.lookup((0xfd00_u128 << 112) + 25), Some(&99));
+        assert_eq!(map.lookup(0), Some(&99));
     }
 }

@@ -5,11 +5,11 @@ use std::collections::hash_map::Entry;
 
 use ipnet::IpNet;
 
-use super::lpm::{Key, PrefixMap};
+use super::lpm::{Key, Payload, PrefixMap};
 use super::packet::{self, Ipv4Meta, Ipv6Meta, Malformed, Side};
 use super::{DropReason, MAX_PEER_ID, PeerId, RemapError, Route, Verdict};
 
-/// One route of one family, as the fast path uses it.
+/// One route of one family, while the table is built.
 #[derive(Clone, Copy, Debug)]
 struct Rule<A> {
     peer: PeerId,
@@ -28,34 +28,54 @@ struct Rule<A> {
     real_shadowed: bool,
 }
 
-impl<A: Key + std::ops::BitXor<Output = A>> Rule<A> {
-    /// The real address of `view_addr`, which lies in this rule's view: its network bits equal
-    /// the view's, so `view_addr ^ view` is exactly its host bits.
-    #[inline]
-    fn real_for(&self, view_addr: A) -> A {
-        self.real ^ self.view ^ view_addr
-    }
-
-    /// The view address of `real_addr`, which lies in this rule's real prefix.
-    #[inline]
-    fn view_for(&self, real_addr: A) -> A {
-        self.view ^ self.real ^ real_addr
-    }
+/// What egress needs of the route a view selects; stored in the view LPM's slots, so a lookup
+/// that ends at its first probe reads one slot and nothing else.
+#[derive(Clone, Copy, Debug, Default)]
+struct EgressTarget<A> {
+    /// `view ^ real`: the real address of a view address `v` is `v ^ delta` (their network bits
+    /// are the view's, so the xor swaps exactly the network bits).
+    delta: A,
+    /// The route's index, to compare with the real-side match of shadowed routes.
+    rule: u32,
+    peer: PeerId,
+    /// Index into [`RemapTable::peers`].
+    peer_index: u32,
+    /// See [`Rule::peer_has_acl`].
+    peer_has_acl: bool,
+    /// See [`Rule::real_shadowed`].
+    real_shadowed: bool,
 }
 
-/// The routes of one address family: rules, and the LPM over their views.
+impl<A: Key> Payload for EgressTarget<A> {
+    type Align = A::WideAlign;
+}
+
+/// What ingress needs of the route a peer's real address selects; stored in the peer's LPM.
+#[derive(Clone, Copy, Debug, Default)]
+struct IngressSource<A> {
+    /// `view ^ real`, as in [`EgressTarget::delta`].
+    delta: A,
+    /// The route's index, to compare with the view-side match of shadowed routes.
+    rule: u32,
+    /// See [`Rule::view_shadowed`].
+    view_shadowed: bool,
+}
+
+impl<A: Key> Payload for IngressSource<A> {
+    type Align = A::WideAlign;
+}
+
+/// The routes of one address family: the LPM over their views.
 #[derive(Clone, Debug)]
 struct FamilyTable<A: Key> {
-    rules: Box<[Rule<A>]>,
-    /// View prefix → rule index.
-    views: PrefixMap<A>,
+    views: PrefixMap<A, EgressTarget<A>>,
 }
 
 /// A set of prefixes of both families.
 #[derive(Clone, Debug)]
 struct PrefixSet {
-    v4: PrefixMap<u32>,
-    v6: PrefixMap<u128>,
+    v4: PrefixMap<u32, ()>,
+    v6: PrefixMap<u128, ()>,
 }
 
 impl PrefixSet {
@@ -64,12 +84,12 @@ impl PrefixSet {
             v4: PrefixMap::new(
                 prefixes
                     .iter()
-                    .filter_map(|p| v4_parts(p).map(|(a, l)| (a, l, 0))),
+                    .filter_map(|p| v4_parts(p).map(|(a, l)| (a, l, ()))),
             ),
             v6: PrefixMap::new(
                 prefixes
                     .iter()
-                    .filter_map(|p| v6_parts(p).map(|(a, l)| (a, l, 0))),
+                    .filter_map(|p| v6_parts(p).map(|(a, l)| (a, l, ()))),
             ),
         }
     }
@@ -77,9 +97,9 @@ impl PrefixSet {
 
 #[derive(Clone, Debug)]
 struct PeerEntry {
-    /// Real prefix → rule index, per family.
-    reals_v4: PrefixMap<u32>,
-    reals_v6: PrefixMap<u128>,
+    /// Real prefix → route, per family.
+    reals_v4: PrefixMap<u32, IngressSource<u32>>,
+    reals_v6: PrefixMap<u128, IngressSource<u128>>,
     acl: Option<PrefixSet>,
 }
 
@@ -239,10 +259,10 @@ impl TableBuilder {
             peer_slots[peer.id as usize] = index as u32;
         }
 
-        let v4 = build_family(&self.peers, v4_parts);
-        let v6 = build_family(&self.peers, v6_parts);
-        let reals_v4 = reals_by_peer(&v4.rules, self.peers.len());
-        let reals_v6 = reals_by_peer(&v6.rules, self.peers.len());
+        let (v4, rules_v4) = build_family(&self.peers, v4_parts);
+        let (v6, rules_v6) = build_family(&self.peers, v6_parts);
+        let reals_v4 = reals_by_peer(&rules_v4, self.peers.len());
+        let reals_v6 = reals_by_peer(&rules_v6, self.peers.len());
         let peers = self
             .peers
             .iter()
@@ -274,7 +294,10 @@ impl TableBuilder {
 
 const NO_PEER: u32 = u32::MAX;
 
-fn build_family<A>(peers: &[PeerSpec], parts: fn(&IpNet) -> Option<(A, u8)>) -> FamilyTable<A>
+fn build_family<A>(
+    peers: &[PeerSpec],
+    parts: fn(&IpNet) -> Option<(A, u8)>,
+) -> (FamilyTable<A>, Vec<Rule<A>>)
 where
     A: Key + std::ops::BitXor<Output = A>,
 {
@@ -321,23 +344,33 @@ where
             }
         }
     }
-    let views = PrefixMap::new(
-        rules
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (r.view, r.len, i as u32)),
-    );
-    FamilyTable {
-        rules: rules.into_boxed_slice(),
-        views,
-    }
+    let views = PrefixMap::new(rules.iter().enumerate().map(|(i, r)| {
+        let target = EgressTarget {
+            delta: r.view ^ r.real,
+            rule: i as u32,
+            peer: r.peer,
+            peer_index: r.peer_index,
+            peer_has_acl: r.peer_has_acl,
+            real_shadowed: r.real_shadowed,
+        };
+        (r.view, r.len, target)
+    }));
+    (FamilyTable { views }, rules)
 }
 
-/// Each peer's real prefixes → rule index, indexed like the peers.
-fn reals_by_peer<A: Key>(rules: &[Rule<A>], peers: usize) -> Vec<PrefixMap<A>> {
-    let mut prefixes: Vec<Vec<(A, u8, u32)>> = vec![Vec::new(); peers];
+/// Each peer's real prefixes → route, indexed like the peers.
+fn reals_by_peer<A>(rules: &[Rule<A>], peers: usize) -> Vec<PrefixMap<A, IngressSource<A>>>
+where
+    A: Key + std::ops::BitXor<Output = A>,
+{
+    let mut prefixes: Vec<Vec<(A, u8, IngressSource<A>)>> = vec![Vec::new(); peers];
     for (index, rule) in rules.iter().enumerate() {
-        prefixes[rule.peer_index as usize].push((rule.real, rule.len, index as u32));
+        let source = IngressSource {
+            delta: rule.view ^ rule.real,
+            rule: index as u32,
+            view_shadowed: rule.view_shadowed,
+        };
+        prefixes[rule.peer_index as usize].push((rule.real, rule.len, source));
     }
     prefixes.into_iter().map(PrefixMap::new).collect()
 }
@@ -391,8 +424,8 @@ trait Family {
         mss_limit: Option<u16>,
     ) -> Result<(), Malformed>;
     fn table(table: &RemapTable) -> &FamilyTable<Self::Addr>;
-    fn reals(peer: &PeerEntry) -> &PrefixMap<Self::Addr>;
-    fn set(set: &PrefixSet) -> &PrefixMap<Self::Addr>;
+    fn reals(peer: &PeerEntry) -> &PrefixMap<Self::Addr, IngressSource<Self::Addr>>;
+    fn set(set: &PrefixSet) -> &PrefixMap<Self::Addr, ()>;
     fn mss_limit(table: &RemapTable) -> Option<u16>;
 }
 
@@ -426,11 +459,11 @@ impl Family for V4 {
         &table.v4
     }
     #[inline]
-    fn reals(peer: &PeerEntry) -> &PrefixMap<u32> {
+    fn reals(peer: &PeerEntry) -> &PrefixMap<u32, IngressSource<u32>> {
         &peer.reals_v4
     }
     #[inline]
-    fn set(set: &PrefixSet) -> &PrefixMap<u32> {
+    fn set(set: &PrefixSet) -> &PrefixMap<u32, ()> {
         &set.v4
     }
     #[inline]
@@ -466,11 +499,11 @@ impl Family for V6 {
         &table.v6
     }
     #[inline]
-    fn reals(peer: &PeerEntry) -> &PrefixMap<u128> {
+    fn reals(peer: &PeerEntry) -> &PrefixMap<u128, IngressSource<u128>> {
         &peer.reals_v6
     }
     #[inline]
-    fn set(set: &PrefixSet) -> &PrefixMap<u128> {
+    fn set(set: &PrefixSet) -> &PrefixMap<u128, ()> {
         &set.v6
     }
     #[inline]
@@ -595,29 +628,32 @@ fn egress_match<'t, F: Family>(
     table: &'t RemapTable,
     family: &'t FamilyTable<F::Addr>,
     view_addr: F::Addr,
-) -> Option<(&'t Rule<F::Addr>, F::Addr)> {
-    let index = family.views.lookup(view_addr)?;
-    let rule = &family.rules[index as usize];
-    let real = rule.real_for(view_addr);
-    if rule.real_shadowed
-        && F::reals(&table.peers[rule.peer_index as usize]).lookup(real) != Some(index)
+) -> Option<(&'t EgressTarget<F::Addr>, F::Addr)> {
+    let target = family.views.lookup(view_addr)?;
+    let real = target.delta ^ view_addr;
+    if target.real_shadowed
+        && F::reals(&table.peers[target.peer_index as usize])
+            .lookup(real)
+            .map(|source| source.rule)
+            != Some(target.rule)
     {
         return None;
     }
-    Some((rule, real))
+    Some((target, real))
 }
 
 /// The view address for a peer's real address, if its route is the longest match on both sides.
 #[inline]
 fn ingress_match<F: Family>(
     family: &FamilyTable<F::Addr>,
-    reals: &PrefixMap<F::Addr>,
+    reals: &PrefixMap<F::Addr, IngressSource<F::Addr>>,
     real_addr: F::Addr,
 ) -> Option<F::Addr> {
-    let index = reals.lookup(real_addr)?;
-    let rule = &family.rules[index as usize];
-    let view = rule.view_for(real_addr);
-    if rule.view_shadowed && family.views.lookup(view) != Some(index) {
+    let source = reals.lookup(real_addr)?;
+    let view = source.delta ^ real_addr;
+    if source.view_shadowed
+        && family.views.lookup(view).map(|target| target.rule) != Some(source.rule)
+    {
         return None;
     }
     Some(view)
