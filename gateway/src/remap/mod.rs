@@ -29,10 +29,13 @@
 //!
 //! # Cost
 //!
-//! The views are matched by binary search on prefix lengths (Waldvogel et al.): at most 3 hash
-//! probes for up to 7 distinct lengths, 8 in the worst IPv6 case, whatever the rule count.
-//! Rewriting touches fixed offsets only; nothing allocates, locks or reads past the headers
-//! (except an ICMP error's quoted packet). `benches/benches/remap.rs` measures it.
+//! The views are matched by binary search on prefix lengths (Waldvogel et al.) that starts at
+//! the shortest length and stops at the first entry with at most one longer prefix below it:
+//! one hash probe when no two routes share that shortest prefix, 1 + ⌈log2(distinct lengths)⌉
+//! at worst, whatever the rule count. The slot that answers also holds what the rewrite needs
+//! (the view/real xor, peer, flags), so a lookup usually reads one cache line. Rewriting
+//! touches fixed offsets only; nothing allocates, locks or reads past the headers (except an
+//! ICMP error's quoted packet). `benches/benches/remap.rs` measures it.
 
 mod checksum;
 mod fuzz;
