@@ -1,7 +1,9 @@
 //! The measurement loop: for each repetition, each test (TCP 1 stream, TCP 4 streams, UDP),
 //! each implementation in an order rotated per repetition, one bounded iperf3 run with the CPU
 //! accounted before and after. A run during which outside load exceeded the threshold is
-//! marked disturbed and retried after waiting for the machine to go quiet.
+//! marked disturbed and retried after waiting for the machine to go quiet. After each
+//! repetition's throughput runs, one idle round-trip run per implementation
+//! ([`crate::latency`]), under the same rules.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -13,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cpu::{Snapshot, Usage};
 use crate::implementations::{Binaries, Implementation};
+use crate::latency::{self, LatencyRecord, PingSettings};
 use crate::machine::Machine;
 use crate::report::{self, BenchResults};
 use crate::testbed::{Testbed, TestbedError};
@@ -87,6 +90,8 @@ pub struct BenchConfig {
     pub repetitions: u32,
     /// UDP offered rate in bits/s (0: as fast as the sender can).
     pub udp_bitrate: u64,
+    /// The idle round-trip runs (one per repetition and implementation).
+    pub ping: PingSettings,
     /// Tunnel MTU.
     pub mtu: u32,
     /// Outside CPU load, as a share of one core, above which a run counts as disturbed.
@@ -177,6 +182,7 @@ pub fn run(
     )?;
     let started = Instant::now();
     let mut runs = Vec::new();
+    let mut latency_runs: Vec<LatencyRecord> = Vec::new();
     let mut stopped_early = None;
     'measure: for repetition in 0..config.repetitions {
         let order = rotated(&config.implementations, repetition as usize);
@@ -210,6 +216,33 @@ pub fn run(
                 }
             }
         }
+        if config.ping.count == 0 {
+            continue;
+        }
+        for &implementation in &order {
+            for _attempt in 0..=config.retries {
+                if !wait_quiet(&testbed, config, stop) {
+                    say(out, "  the machine did not go quiet; measuring anyway");
+                }
+                if stop.load(Ordering::SeqCst) {
+                    stopped_early = Some("interrupted by a signal".to_owned());
+                    break 'measure;
+                }
+                let record = latency::measure(
+                    &testbed,
+                    config.ping,
+                    repetition,
+                    implementation,
+                    config.max_foreign_share,
+                );
+                say(out, &describe_latency(config, &record));
+                let disturbed = record.disturbed;
+                latency_runs.push(record);
+                if !disturbed {
+                    break;
+                }
+            }
+        }
     }
     drop(testbed);
     say(
@@ -222,7 +255,13 @@ pub fn run(
                 .map_or_else(String::new, |why| format!(" ({why})"))
         ),
     );
-    Ok(report::summarise(machine, config, runs, stopped_early))
+    Ok(report::summarise(
+        machine,
+        config,
+        runs,
+        latency_runs,
+        stopped_early,
+    ))
 }
 
 /// `items` rotated left by `by`, so every implementation takes every position in turn.
@@ -354,6 +393,28 @@ fn describe(config: &BenchConfig, record: &RunRecord) -> String {
                 (_, Some(l)) => format!(", {l:.1}% lost"),
                 _ => String::new(),
             }
+        ),
+        Err(error) => format!("{head} FAILED: {error}"),
+    }
+}
+
+fn describe_latency(config: &BenchConfig, record: &LatencyRecord) -> String {
+    let head = format!(
+        "  rep {}/{} {:<6} {:<17}",
+        record.repetition + 1,
+        config.repetitions,
+        "ping",
+        record.implementation.name()
+    );
+    let disturbed = if record.disturbed {
+        " — DISTURBED"
+    } else {
+        ""
+    };
+    match &record.result {
+        Ok(stats) => format!(
+            "{head} rtt min {:.3} / avg {:.3} / max {:.3} ms, {}/{} answered{disturbed}",
+            stats.min_ms, stats.avg_ms, stats.max_ms, stats.received, stats.transmitted
         ),
         Err(error) => format!("{head} FAILED: {error}"),
     }

@@ -16,6 +16,8 @@ pub enum Implementation {
     Veth,
     /// This project's gateway.
     Kubetun,
+    /// This project's gateway in poll mode (`--busy-poll`): one thread that never sleeps.
+    KubetunBusyPoll,
     /// The Go userspace implementation (as packaged by the distribution).
     WireguardGo,
     /// Cloudflare's boringtun daemon.
@@ -24,9 +26,10 @@ pub enum Implementation {
 
 impl Implementation {
     /// Every implementation, in column order.
-    pub const ALL: [Self; 4] = [
+    pub const ALL: [Self; 5] = [
         Self::Veth,
         Self::Kubetun,
+        Self::KubetunBusyPoll,
         Self::WireguardGo,
         Self::BoringtunCli,
     ];
@@ -36,6 +39,7 @@ impl Implementation {
         match self {
             Self::Veth => "veth",
             Self::Kubetun => "kubetun",
+            Self::KubetunBusyPoll => "kubetun-busy-poll",
             Self::WireguardGo => "wireguard-go",
             Self::BoringtunCli => "boringtun-cli",
         }
@@ -51,6 +55,7 @@ impl Implementation {
         match self {
             Self::Veth => "ve",
             Self::Kubetun => "kt",
+            Self::KubetunBusyPoll => "kp",
             Self::WireguardGo => "wg",
             Self::BoringtunCli => "bt",
         }
@@ -84,7 +89,7 @@ impl Binaries {
     pub fn of(&self, implementation: Implementation) -> Option<&Path> {
         match implementation {
             Implementation::Veth => None,
-            Implementation::Kubetun => self.kubetun.as_deref(),
+            Implementation::Kubetun | Implementation::KubetunBusyPoll => self.kubetun.as_deref(),
             Implementation::WireguardGo => self.wireguard_go.as_deref(),
             Implementation::BoringtunCli => self.boringtun_cli.as_deref(),
         }
@@ -101,16 +106,22 @@ pub fn daemon_command(
     let binary = binary.to_string_lossy().into_owned();
     match implementation {
         Implementation::Veth => Vec::new(),
-        Implementation::Kubetun => vec![
-            binary,
-            "-f".into(),
-            "--grpc-socket".into(),
-            work_dir
-                .join(format!("{ifname}.grpc.sock"))
-                .to_string_lossy()
-                .into_owned(),
-            ifname.into(),
-        ],
+        Implementation::Kubetun | Implementation::KubetunBusyPoll => {
+            let mut command = vec![
+                binary,
+                "-f".into(),
+                "--grpc-socket".into(),
+                work_dir
+                    .join(format!("{ifname}.grpc.sock"))
+                    .to_string_lossy()
+                    .into_owned(),
+            ];
+            if implementation == Implementation::KubetunBusyPoll {
+                command.push("--busy-poll".into());
+            }
+            command.push(ifname.into());
+            command
+        }
         Implementation::WireguardGo => vec![binary, "-f".into(), ifname.into()],
         Implementation::BoringtunCli => vec![
             binary,

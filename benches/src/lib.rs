@@ -16,6 +16,7 @@ pub mod cpu;
 pub mod harness;
 pub mod implementations;
 pub mod interrupt;
+pub mod latency;
 pub mod machine;
 pub mod report;
 pub mod testbed;
@@ -104,7 +105,7 @@ pub fn locate_binaries(
         .filter(|i| i.is_tunnel() && binaries.of(**i).is_none())
         .map(|i| {
             let reason = match i {
-                Implementation::Kubetun => {
+                Implementation::Kubetun | Implementation::KubetunBusyPoll => {
                     "kubetun-gateway not found: build it (cargo build --release -p kubetun-gateway)"
                 }
                 Implementation::WireguardGo => {

@@ -35,6 +35,8 @@ impl Machine {
         let field = |name: &str| lscpu_field(&lscpu, name);
         let daemons = Implementation::ALL
             .into_iter()
+            // The same executable as kubetun.
+            .filter(|i| *i != Implementation::KubetunBusyPoll)
             .filter_map(|i| binaries.of(i).map(|path| (i, version_of(path))))
             .collect();
         Self {

@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::harness::{BenchConfig, RunRecord, Test};
 use crate::implementations::Implementation;
+use crate::latency::{self, LatencyRecord, LatencySummary, PingSettings};
 use crate::machine::Machine;
 
 /// The heading of this harness's section in the results file.
@@ -30,12 +31,16 @@ pub struct BenchResults {
     pub cells: Vec<Cell>,
     /// kubetun's median divided by each other implementation's, per test.
     pub ratios: Vec<Ratio>,
+    /// The idle round trip per implementation.
+    pub latency: Vec<LatencySummary>,
     /// Implementations left out, with the reason.
     pub left_out: Vec<(Implementation, String)>,
     /// Why the run ended before every repetition was measured, if it did.
     pub stopped_early: Option<String>,
     /// Every run, including disturbed and retried ones.
     pub runs: Vec<RunRecord>,
+    /// Every latency run.
+    pub latency_runs: Vec<LatencyRecord>,
 }
 
 /// The settings that shape the numbers.
@@ -56,6 +61,8 @@ pub struct Settings {
     pub udp_length: u32,
     /// Outside-load threshold, share of one core.
     pub max_foreign_share: f64,
+    /// The idle round-trip runs.
+    pub ping: PingSettings,
 }
 
 /// One test × implementation.
@@ -144,6 +151,7 @@ pub fn summarise(
     machine: Machine,
     config: &BenchConfig,
     runs: Vec<RunRecord>,
+    latency_runs: Vec<LatencyRecord>,
     stopped_early: Option<String>,
 ) -> BenchResults {
     let mut cells = Vec::new();
@@ -188,12 +196,19 @@ pub fn summarise(
             udp_bitrate: config.udp_bitrate,
             udp_length: config.udp_length(),
             max_foreign_share: config.max_foreign_share,
+            ping: config.ping,
         },
         cells,
         ratios,
+        latency: if latency_runs.is_empty() {
+            Vec::new()
+        } else {
+            latency::summarise(&latency_runs, &config.implementations)
+        },
         left_out: config.left_out.clone(),
         stopped_early,
         runs,
+        latency_runs,
     }
 }
 
@@ -451,6 +466,8 @@ pub fn render_markdown(results: &BenchResults) -> String {
         let _ = writeln!(md, "{row}");
     }
 
+    render_latency(&mut md, results);
+
     let _ = writeln!(md);
     let mut versions: Vec<String> = results
         .machine
@@ -470,6 +487,48 @@ pub fn render_markdown(results: &BenchResults) -> String {
         settings.seconds, settings.repetitions
     );
     md
+}
+
+/// The idle round-trip table, if latency was measured.
+fn render_latency(md: &mut String, results: &BenchResults) {
+    if results.latency.is_empty() {
+        return;
+    }
+    let ping = &results.settings.ping;
+    let _ = writeln!(md);
+    let _ = writeln!(
+        md,
+        "Idle round trip through the tunnel (`ping -c {} -i {}`, one run per repetition, \
+         interleaved like the throughput runs): median over the runs of the average RTT, the \
+         smallest RTT seen, and the median's distance from veth's.\n",
+        ping.count,
+        ping.interval.as_secs_f64()
+    );
+    let _ = writeln!(
+        md,
+        "| Implementation | median avg RTT (µs) | min RTT (µs) | above veth (µs) | runs | lost |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|");
+    let number = |value: Option<f64>| value.map_or_else(|| "–".to_owned(), |v| format!("{v:.0}"));
+    for summary in &results.latency {
+        let runs = if summary.disturbed > 0 {
+            format!(
+                "{} ({} disturbed, left out)",
+                summary.runs, summary.disturbed
+            )
+        } else {
+            summary.runs.to_string()
+        };
+        let _ = writeln!(
+            md,
+            "| {} | **{}** | {} | {} | {runs} | {} |",
+            column_label(summary.implementation),
+            number(summary.median_avg_us),
+            number(summary.min_us),
+            number(summary.above_veth_us),
+            summary.lost
+        );
+    }
 }
 
 /// Replaces this harness's section of `existing` (from its heading to the next `## `
@@ -535,6 +594,10 @@ mod tests {
             omit: 1,
             repetitions: 3,
             udp_bitrate: 0,
+            ping: PingSettings {
+                count: 10,
+                interval: Duration::from_millis(20),
+            },
             mtu: 1420,
             max_foreign_share: 0.1,
             retries: 1,
@@ -623,7 +686,20 @@ mod tests {
             runs.push(run(Test::Udp, WireguardGo, rep, 0, 9.0, true));
             runs.push(run(Test::Udp, WireguardGo, rep, 1, 1.0, rep == 1));
         }
-        let results = summarise(machine(), &config, runs, None);
+        let ping = |implementation, avg_ms| crate::latency::LatencyRecord {
+            repetition: 0,
+            implementation,
+            result: Ok(crate::latency::PingStats {
+                transmitted: 10,
+                received: 10,
+                min_ms: avg_ms / 2.0,
+                avg_ms,
+                max_ms: avg_ms * 2.0,
+            }),
+            disturbed: false,
+        };
+        let latency_runs = vec![ping(Veth, 0.05), ping(Kubetun, 0.2), ping(WireguardGo, 0.4)];
+        let results = summarise(machine(), &config, runs, latency_runs, None);
 
         let kubetun = measured(&results.cells, Test::Tcp1, Kubetun).unwrap();
         assert_eq!(kubetun.median_gbps, 2.5);
@@ -686,6 +762,15 @@ mod tests {
             md.contains("Left out: boringtun-cli (not installed)."),
             "{md}"
         );
+        assert!(md.contains("`ping -c 10 -i 0.02`"), "{md}");
+        assert!(
+            md.contains("| kubetun | **200** | 100 | 150 | 1 | 0 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| veth (ceiling) | **50** | 25 | – | 1 | 0 |"),
+            "{md}"
+        );
     }
 
     #[test]
@@ -693,7 +778,7 @@ mod tests {
         let config = config(vec![Implementation::Kubetun], vec![Test::Tcp4]);
         let mut failed = run(Test::Tcp4, Implementation::Kubetun, 0, 0, 1.0, false);
         failed.result = Err("iperf3: unable to connect".into());
-        let results = summarise(machine(), &config, vec![failed], None);
+        let results = summarise(machine(), &config, vec![failed], Vec::new(), None);
         assert!(
             matches!(&results.cells[0].outcome, Outcome::Failed { error } if error.contains("unable"))
         );
@@ -711,6 +796,7 @@ mod tests {
             machine(),
             &config,
             runs,
+            Vec::new(),
             Some("interrupted by a signal".into()),
         );
         assert_eq!(results.cells[1].outcome, Outcome::NotRun);

@@ -246,6 +246,7 @@ fn subnet_of(implementation: Implementation) -> u8 {
         Implementation::Kubetun => 1,
         Implementation::WireguardGo => 2,
         Implementation::BoringtunCli => 3,
+        Implementation::KubetunBusyPoll => 4,
     }
 }
 

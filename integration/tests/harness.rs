@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use kubetun_benches::harness::{self, BenchConfig, Test};
 use kubetun_benches::implementations::{Binaries, Implementation};
+use kubetun_benches::latency::PingSettings;
 use kubetun_benches::report::{self, Outcome};
 use kubetun_integration::netns::{bin_path, command_exists, require_root};
 
@@ -63,6 +64,10 @@ fn one_short_iteration_measures_every_implementation() {
         omit: 0,
         repetitions: 1,
         udp_bitrate: 0,
+        ping: PingSettings {
+            count: 5,
+            interval: Duration::from_millis(20),
+        },
         mtu: 1420,
         max_foreign_share: 0.10,
         retries: 1,
@@ -101,8 +106,16 @@ fn one_short_iteration_measures_every_implementation() {
             }
         }
     }
+    assert_eq!(results.latency.len(), config.implementations.len());
+    for summary in &results.latency {
+        if summary.disturbed == 0 {
+            let rtt = summary.median_avg_us.expect("an idle round trip");
+            assert!(rtt > 0.0 && rtt < 100_000.0, "{summary:?}");
+        }
+    }
     let markdown = report::render_markdown(&results);
     println!("{markdown}");
+    assert!(markdown.contains("Idle round trip"));
     assert!(markdown.starts_with(report::SECTION_HEADING));
     assert!(markdown.contains("kubetun ÷ wireguard-go"));
 

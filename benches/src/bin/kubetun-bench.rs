@@ -10,6 +10,7 @@ use anyhow::{Context as _, bail};
 use clap::Parser;
 use kubetun_benches::harness::{self, BenchConfig, Test};
 use kubetun_benches::implementations::{Binaries, Implementation};
+use kubetun_benches::latency::PingSettings;
 use kubetun_benches::report;
 
 #[derive(Debug, Parser)]
@@ -23,7 +24,7 @@ struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "veth,kubetun,wireguard-go,boringtun-cli"
+        default_value = "veth,kubetun,kubetun-busy-poll,wireguard-go,boringtun-cli"
     )]
     implementations: Vec<String>,
     /// Tests to run.
@@ -41,6 +42,12 @@ struct Args {
     /// UDP offered rate in bits/s (0: as fast as the sender can).
     #[arg(long, default_value_t = 0)]
     udp_bitrate: u64,
+    /// Echo requests per idle round-trip run (0: no latency runs).
+    #[arg(long, default_value_t = 100)]
+    ping_count: u32,
+    /// Milliseconds between echo requests.
+    #[arg(long, default_value_t = 20)]
+    ping_interval_ms: u64,
     /// Tunnel MTU.
     #[arg(long, default_value_t = 1420)]
     mtu: u32,
@@ -146,6 +153,10 @@ fn run(args: Args) -> anyhow::Result<()> {
         omit: args.omit,
         repetitions: args.repetitions,
         udp_bitrate: args.udp_bitrate,
+        ping: PingSettings {
+            count: args.ping_count,
+            interval: Duration::from_millis(args.ping_interval_ms),
+        },
         mtu: args.mtu,
         max_foreign_share: args.max_outside_load,
         retries: args.retries,
