@@ -3,12 +3,14 @@
 //! - [`udp_batch`]: `recvmmsg`/`sendmmsg` with UDP GRO and GSO on the WireGuard sockets.
 //! - [`tun_offload`]: TUN reads and writes in batches, with tun-rs's virtio-net offloads
 //!   (TSO/USO super-packets split on read, GRO coalescing on write).
+//! - [`gro`]: the in-place coalescing of TUN writes.
 //! - [`buffer`]: the preallocated buffers both use; nothing allocates per packet.
 //!
 //! Each technique can be switched off on its own ([`IoOptions`]) so its effect can be
 //! measured in isolation.
 
 pub mod buffer;
+pub mod gro;
 pub mod tun_offload;
 pub mod udp_batch;
 

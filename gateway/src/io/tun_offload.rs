@@ -6,18 +6,20 @@
 //!   to 64 KiB that tun-rs splits into MTU-sized packets with complete checksums; without,
 //!   each read is one packet and only the syscalls are not saved.
 //! - [`TunWriter`]: packets are decrypted straight into 64 KiB-capacity buffers behind a
-//!   virtio header's room; [`TunWriter::flush`] lets tun-rs coalesce same-flow TCP and UDP
-//!   packets into super-packets (its per-task `GROTable`) and writes one per flow run, so the
-//!   kernel sees a few large packets instead of many small ones.
+//!   virtio header's room; [`TunWriter::flush`] coalesces same-flow TCP and UDP packets into
+//!   super-packets ([`super::gro`], in place: tun-rs's `send_multiple` copies every packet
+//!   into a fresh `Vec` first) and writes one per flow run, so the kernel sees a few large
+//!   packets instead of many small ones.
 //!
-//! The same code serves devices with and without offloads; tun-rs looks at the device's
-//! flags. No allocation happens after construction.
+//! The same code serves devices with and without offloads; tun-rs (reads) and the writer
+//! look at the device's flags. No allocation happens after construction.
 
 use std::io;
 
-use tun_rs::{AsyncDevice, GROTable, VIRTIO_NET_HDR_LEN};
+use tun_rs::{AsyncDevice, VIRTIO_NET_HDR_LEN};
 
 use super::buffer::{BufferPool, PacketBuf};
+use super::gro::Coalescer;
 
 /// Largest IP packet.
 pub const MAX_IP_PACKET: usize = 65_535;
@@ -149,7 +151,7 @@ impl TunReader {
 /// Collects packets for the TUN device and writes them with GRO coalescing.
 pub struct TunWriter {
     pool: BufferPool,
-    gro: GROTable,
+    gro: Coalescer,
 }
 
 impl std::fmt::Debug for TunWriter {
@@ -165,7 +167,7 @@ impl TunWriter {
     pub fn new(batch: usize) -> Self {
         Self {
             pool: BufferPool::new(batch.max(1), WRITE_CAPACITY),
-            gro: GROTable::new(),
+            gro: Coalescer::new(batch.max(1)),
         }
     }
 
@@ -217,12 +219,45 @@ impl TunWriter {
         if self.pool.used() == 0 {
             return Ok(0);
         }
-        let result = tun
-            .send_multiple(&mut self.gro, self.pool.used_mut(), WRITE_OFFSET)
-            .await;
+        // `tcp_gso` means the device was opened with virtio headers (and TSO).
+        let result = if tun.tcp_gso() {
+            self.gro
+                .coalesce(self.pool.used_mut(), WRITE_OFFSET, tun.udp_gso());
+            let packets = self.pool.used_slice();
+            let from = WRITE_OFFSET - VIRTIO_NET_HDR_LEN;
+            write_all(
+                tun,
+                self.gro
+                    .writes()
+                    .iter()
+                    .map(|&i| &packets[i].as_ref()[from..]),
+            )
+            .await
+        } else {
+            let packets = self.pool.used_slice();
+            write_all(tun, packets.iter().map(|p| &p.as_ref()[WRITE_OFFSET..])).await
+        };
         self.pool.clear();
         result
     }
+}
+
+/// Writes each packet; a failed write does not stop the others (except a device that is
+/// gone). Returns the bytes written, or the last error.
+async fn write_all<'a>(
+    tun: &AsyncDevice,
+    packets: impl Iterator<Item = &'a [u8]>,
+) -> io::Result<usize> {
+    let mut written = 0;
+    let mut failure = None;
+    for packet in packets {
+        match tun.send(packet).await {
+            Ok(len) => written += len,
+            Err(error) if error.raw_os_error() == Some(libc::EBADFD) => return Err(error),
+            Err(error) => failure = Some(error),
+        }
+    }
+    failure.map_or(Ok(written), Err)
 }
 
 #[cfg(test)]
