@@ -30,11 +30,13 @@ pub enum Test {
     Tcp4,
     /// UDP at the configured offered rate.
     Udp,
+    /// UDP at a fixed offered rate the tunnels can carry: loss there is the tunnel's own.
+    UdpPaced,
 }
 
 impl Test {
     /// Every test, in row order.
-    pub const ALL: [Self; 3] = [Self::Tcp1, Self::Tcp4, Self::Udp];
+    pub const ALL: [Self; 4] = [Self::Tcp1, Self::Tcp4, Self::Udp, Self::UdpPaced];
 
     /// The name used on the command line and in JSON.
     pub fn name(self) -> &'static str {
@@ -42,6 +44,7 @@ impl Test {
             Self::Tcp1 => "tcp-1",
             Self::Tcp4 => "tcp-4",
             Self::Udp => "udp",
+            Self::UdpPaced => "udp-paced",
         }
     }
 
@@ -50,12 +53,18 @@ impl Test {
         Self::ALL.into_iter().find(|t| t.name() == name)
     }
 
+    /// Whether the test runs UDP (loss, no retransmits, no warm-up left out).
+    pub fn is_udp(self) -> bool {
+        matches!(self, Self::Udp | Self::UdpPaced)
+    }
+
     /// The row label in the table.
     pub fn label(self) -> &'static str {
         match self {
             Self::Tcp1 => "TCP, 1 stream",
             Self::Tcp4 => "TCP, 4 streams",
             Self::Udp => "UDP",
+            Self::UdpPaced => "UDP, paced",
         }
     }
 
@@ -65,6 +74,10 @@ impl Test {
             Self::Tcp4 => Mode::Tcp { streams: 4 },
             Self::Udp => Mode::Udp {
                 bitrate: config.udp_bitrate,
+                length: config.udp_length(),
+            },
+            Self::UdpPaced => Mode::Udp {
+                bitrate: config.udp_paced_bitrate,
                 length: config.udp_length(),
             },
         }
@@ -90,6 +103,8 @@ pub struct BenchConfig {
     pub repetitions: u32,
     /// UDP offered rate in bits/s (0: as fast as the sender can).
     pub udp_bitrate: u64,
+    /// The paced UDP test's offered rate in bits/s.
+    pub udp_paced_bitrate: u64,
     /// The idle round-trip runs (one per repetition and implementation).
     pub ping: PingSettings,
     /// Tunnel MTU.
@@ -334,7 +349,7 @@ fn measure(
         mode: test.mode(config),
         seconds: config.seconds,
         // iperf3 counts the datagrams of an omitted UDP warm-up as lost (over 100% loss).
-        omit: if test == Test::Udp { 0 } else { config.omit },
+        omit: if test.is_udp() { 0 } else { config.omit },
     };
     let before = Snapshot::take(daemons);
     let server_process = iperf::Server::start(

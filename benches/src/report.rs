@@ -57,6 +57,8 @@ pub struct Settings {
     pub mtu: u32,
     /// UDP offered rate (0: unlimited).
     pub udp_bitrate: u64,
+    /// The paced UDP test's offered rate.
+    pub udp_paced_bitrate: u64,
     /// UDP payload bytes.
     pub udp_length: u32,
     /// Outside-load threshold, share of one core.
@@ -194,6 +196,7 @@ pub fn summarise(
             repetitions: config.repetitions,
             mtu: config.mtu,
             udp_bitrate: config.udp_bitrate,
+            udp_paced_bitrate: config.udp_paced_bitrate,
             udp_length: config.udp_length(),
             max_foreign_share: config.max_foreign_share,
             ping: config.ping,
@@ -270,16 +273,12 @@ fn outcome(runs: &[RunRecord], test: Test, implementation: Implementation) -> Ou
         min_gbps: gbps.iter().copied().fold(f64::INFINITY, f64::min),
         max_gbps: gbps.iter().copied().fold(f64::NEG_INFINITY, f64::max),
         daemon_cpu_percent: implementation.is_tunnel().then(|| median(&cpu)).flatten(),
-        retransmits: if test == Test::Udp {
+        retransmits: if test.is_udp() {
             None
         } else {
             median(&retransmits)
         },
-        lost_percent: if test == Test::Udp {
-            median(&lost)
-        } else {
-            None
-        },
+        lost_percent: if test.is_udp() { median(&lost) } else { None },
     })
 }
 
@@ -312,7 +311,7 @@ fn details_text(test: Test, outcome: &Outcome) -> String {
                 parts.push(format!("CPU {cpu:.0}%"));
             }
             match test {
-                Test::Udp => {
+                Test::Udp | Test::UdpPaced => {
                     if let Some(lost) = m.lost_percent {
                         parts.push(format!("{lost:.1}% lost"));
                     }
@@ -394,16 +393,17 @@ pub fn render_markdown(results: &BenchResults) -> String {
     let _ = writeln!(md);
     let _ = writeln!(
         md,
-        "Receiver goodput in Gbit/s: **median** (min–max). UDP offers {} with {} B datagrams. \
-         A cell reads \"disturbed\" when, during one of its runs, CPU time outside the harness \
-         and the daemons (or stolen by the hypervisor) exceeded {:.0}% of one core even after \
-         retries; it then reports no number.",
+        "Receiver goodput in Gbit/s: **median** (min–max). UDP offers {} with {} B datagrams; \
+         paced UDP offers {:.2} Gbit/s. A cell reads \"disturbed\" when, during one of its \
+         runs, CPU time outside the harness and the daemons (or stolen by the hypervisor) \
+         exceeded {:.0}% of one core even after retries; it then reports no number.",
         if settings.udp_bitrate == 0 {
             "as fast as the sender can (`-b 0`)".to_owned()
         } else {
             format!("{:.2} Gbit/s", settings.udp_bitrate as f64 / 1e9)
         },
         settings.udp_length,
+        settings.udp_paced_bitrate as f64 / 1e9,
         100.0 * settings.max_foreign_share
     );
     let _ = writeln!(md);
@@ -594,6 +594,7 @@ mod tests {
             omit: 1,
             repetitions: 3,
             udp_bitrate: 0,
+            udp_paced_bitrate: 1_000_000_000,
             ping: PingSettings {
                 count: 10,
                 interval: Duration::from_millis(20),

@@ -64,6 +64,7 @@ fn one_short_iteration_measures_every_implementation() {
         omit: 0,
         repetitions: 1,
         udp_bitrate: 0,
+        udp_paced_bitrate: 200_000_000,
         ping: PingSettings {
             count: 5,
             interval: Duration::from_millis(20),

@@ -28,7 +28,11 @@ struct Args {
     )]
     implementations: Vec<String>,
     /// Tests to run.
-    #[arg(long, value_delimiter = ',', default_value = "tcp-1,tcp-4,udp")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "tcp-1,tcp-4,udp,udp-paced"
+    )]
     tests: Vec<String>,
     /// Measured seconds per run (iperf3 -t).
     #[arg(long, default_value_t = 10)]
@@ -42,6 +46,9 @@ struct Args {
     /// UDP offered rate in bits/s (0: as fast as the sender can).
     #[arg(long, default_value_t = 0)]
     udp_bitrate: u64,
+    /// The paced UDP test's offered rate in bits/s.
+    #[arg(long, default_value_t = 1_000_000_000)]
+    udp_paced_bitrate: u64,
     /// Echo requests per idle round-trip run (0: no latency runs).
     #[arg(long, default_value_t = 100)]
     ping_count: u32,
@@ -153,6 +160,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         omit: args.omit,
         repetitions: args.repetitions,
         udp_bitrate: args.udp_bitrate,
+        udp_paced_bitrate: args.udp_paced_bitrate,
         ping: PingSettings {
             count: args.ping_count,
             interval: Duration::from_millis(args.ping_interval_ms),
