@@ -183,6 +183,7 @@ pub fn render_status(status: &StatusResponse, now_unix_ms: i64) -> String {
         "ENDPOINT".to_owned(),
         "HANDSHAKE".to_owned(),
         "LATENCY".to_owned(),
+        "PROBES LOST".to_owned(),
         "RX".to_owned(),
         "TX".to_owned(),
         "MESSAGE".to_owned(),
@@ -211,6 +212,10 @@ pub fn render_status(status: &StatusResponse, now_unix_ms: i64) -> String {
             } else {
                 format!("{:.1}ms", peer.latency_us as f64 / 1000.0)
             },
+            peer.conncheck.as_ref().map_or_else(
+                || "-".to_owned(),
+                |c| format!("{}/{}", c.probes_lost, c.probes_sent),
+            ),
             bytes(peer.rx_bytes),
             bytes(peer.tx_bytes),
             peer.message.clone(),
@@ -398,6 +403,11 @@ peers:
                 acl: Some(Acl {
                     allowed: vec!["10.70.1.0/24".into()],
                 }),
+                conncheck: Some(crate::gateway_api::ConnCheckStatus {
+                    probes_sent: 40,
+                    probes_lost: 2,
+                    ..Default::default()
+                }),
                 ..PeerStatus::default()
             }],
             drops: [("acl".to_owned(), 3), ("no_route".to_owned(), 0)].into(),
@@ -416,6 +426,7 @@ peers:
         assert!(row.contains("1m5s ago"), "{row}");
         assert!(row.contains("1.2ms"), "{row}");
         assert!(row.contains("2.0 KiB"), "{row}");
+        assert!(row.contains(" 2/40 "), "probes lost of sent: {row}");
         assert!(
             text.contains("drops: acl=3\n"),
             "zero counters are left out: {text}"
