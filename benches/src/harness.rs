@@ -19,6 +19,7 @@ use crate::latency::{self, LatencyRecord, PingSettings};
 use crate::machine::Machine;
 use crate::report::{self, BenchResults};
 use crate::testbed::{Testbed, TestbedError};
+use crate::udp_drops::{self, UdpDrops};
 
 /// One row of the results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -146,6 +147,8 @@ pub struct RunRecord {
     pub result: Result<Report, String>,
     /// CPU use over the run; `daemonSeconds` is side a (client), side b (server).
     pub usage: Usage,
+    /// UDP runs: where the lost datagrams were dropped.
+    pub udp_drops: Option<UdpDrops>,
     /// Whether outside load exceeded the threshold.
     pub disturbed: bool,
 }
@@ -316,14 +319,20 @@ fn run_once(
     implementation: Implementation,
 ) -> RunRecord {
     let daemons = testbed.daemon_pids(implementation);
-    let result = match testbed.server_address(implementation) {
+    let drops_before = test
+        .is_udp()
+        .then(|| udp_drops::read(testbed, implementation));
+    let (result, usage) = match testbed.server_address(implementation) {
         Some(server) => measure(testbed, config, test, server, &daemons),
         None => (
             Err(format!("{implementation} is not part of the testbed")),
             Usage::between(&Snapshot::take(&[]), &Snapshot::take(&[])),
         ),
     };
-    let (result, usage) = result;
+    let udp_drops = drops_before
+        .map(|before| UdpDrops::between(before, udp_drops::read(testbed, implementation)));
+    let result = (result, usage, udp_drops);
+    let (result, usage, udp_drops) = result;
     RunRecord {
         repetition,
         attempt,
@@ -332,6 +341,7 @@ fn run_once(
         disturbed: usage.foreign_share() > config.max_foreign_share,
         result,
         usage,
+        udp_drops,
     }
 }
 

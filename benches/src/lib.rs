@@ -20,6 +20,7 @@ pub mod latency;
 pub mod machine;
 pub mod report;
 pub mod testbed;
+pub mod udp_drops;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

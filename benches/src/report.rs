@@ -15,6 +15,7 @@ use crate::harness::{BenchConfig, RunRecord, Test};
 use crate::implementations::Implementation;
 use crate::latency::{self, LatencyRecord, LatencySummary, PingSettings};
 use crate::machine::Machine;
+use crate::udp_drops::UdpDrops;
 
 /// The heading of this harness's section in the results file.
 pub const SECTION_HEADING: &str = "## Throughput (iperf3, netns)";
@@ -119,6 +120,8 @@ pub struct Measured {
     pub retransmits: Option<f64>,
     /// Median UDP loss, percent.
     pub lost_percent: Option<f64>,
+    /// UDP: median datagrams dropped per run, by place (each field's own median).
+    pub udp_drops: Option<UdpDrops>,
 }
 
 /// kubetun's median over another implementation's, for one test.
@@ -267,6 +270,16 @@ fn outcome(runs: &[RunRecord], test: Test, implementation: Implementation) -> Ou
         .filter_map(|r| r.retransmits.map(|n| n as f64))
         .collect();
     let lost: Vec<f64> = reports.iter().filter_map(|r| r.lost_percent).collect();
+    let drops: Vec<UdpDrops> = finals.iter().filter_map(|r| r.udp_drops).collect();
+    let median_of = |field: fn(&UdpDrops) -> u64| {
+        let values: Vec<f64> = drops.iter().map(|d| field(d) as f64).collect();
+        median(&values).map_or(0, |m| m.round() as u64)
+    };
+    let udp_drops = (test.is_udp() && !drops.is_empty()).then(|| UdpDrops {
+        before_tunnel: median_of(|d| d.before_tunnel),
+        in_tunnel: median_of(|d| d.in_tunnel),
+        at_receiver: median_of(|d| d.at_receiver),
+    });
     Outcome::Measured(Measured {
         runs: finals.len(),
         median_gbps: median(&gbps).unwrap_or(0.0),
@@ -279,6 +292,7 @@ fn outcome(runs: &[RunRecord], test: Test, implementation: Implementation) -> Ou
             median(&retransmits)
         },
         lost_percent: if test.is_udp() { median(&lost) } else { None },
+        udp_drops,
     })
 }
 
@@ -314,6 +328,12 @@ fn details_text(test: Test, outcome: &Outcome) -> String {
                 Test::Udp | Test::UdpPaced => {
                     if let Some(lost) = m.lost_percent {
                         parts.push(format!("{lost:.1}% lost"));
+                    }
+                    if let Some(d) = m.udp_drops {
+                        parts.push(format!(
+                            "dropped {} / {} / {}",
+                            d.before_tunnel, d.in_tunnel, d.at_receiver
+                        ));
                     }
                 }
                 Test::Tcp1 | Test::Tcp4 => {
@@ -447,7 +467,9 @@ pub fn render_markdown(results: &BenchResults) -> String {
     let _ = writeln!(
         md,
         "Daemon CPU (both ends together, % of one core, median) and TCP retransmits per run or \
-         UDP loss (median):\n"
+         UDP loss (median); for UDP also where the datagrams were dropped (median per run): \
+         before the tunnel (sender's TUN queue) / in the tunnel (receiving daemon's socket: \
+         not decrypted in time) / at the receiver (iperf3's socket, after the tunnel):\n"
     );
     let mut header = String::from("| Test |");
     let mut rule = String::from("|---|");
@@ -640,6 +662,11 @@ mod tests {
                 harness_seconds: 4.0,
                 foreign_seconds: if disturbed { 5.0 } else { 0.1 },
             },
+            udp_drops: (test == Test::Udp).then_some(UdpDrops {
+                before_tunnel: 3,
+                in_tunnel: gbps as u64,
+                at_receiver: 100,
+            }),
             disturbed,
         }
     }
@@ -754,7 +781,10 @@ mod tests {
         );
         assert!(md.contains("| UDP | **10.00** (10.00–10.00) | **2.00** (2.00–2.00) | disturbed (1 of 3 runs) | – |"), "{md}");
         assert!(md.contains("CPU 120%, 10 retr."), "{md}");
-        assert!(md.contains("CPU 120%, 1.5% lost"), "{md}");
+        assert!(
+            md.contains("CPU 120%, 1.5% lost, dropped 3 / 2 / 100"),
+            "{md}"
+        );
         assert!(
             md.contains("AMD EPYC (2 CPUs, KVM guest), Linux 6.18.44"),
             "{md}"

@@ -68,6 +68,8 @@ struct Tunnel {
     interfaces: Vec<String>,
     /// Where the iperf3 server listens (side b).
     server: Ipv4Addr,
+    /// The daemons' UDP port (0 for veth).
+    port: u16,
 }
 
 impl Drop for Tunnel {
@@ -147,6 +149,7 @@ impl Testbed {
                 daemons: Vec::new(),
                 interfaces: Vec::new(),
                 server: underlay(2),
+                port: 0,
             });
         }
         let binary = binaries
@@ -164,6 +167,7 @@ impl Testbed {
             daemons: Vec::new(),
             interfaces: interfaces.clone(),
             server: tunnel_address(subnet, 2),
+            port,
         };
         for (side, ns) in [&self.a, &self.b].into_iter().enumerate() {
             let ifname = &interfaces[side];
@@ -212,6 +216,21 @@ impl Testbed {
     /// Where the iperf3 server of `implementation` listens.
     pub fn server_address(&self, implementation: Implementation) -> Option<Ipv4Addr> {
         self.tunnel_of(implementation).map(|t| t.server)
+    }
+
+    /// The tunnel interface of the sending side (none for veth).
+    pub fn sender_interface(&self, implementation: Implementation) -> Option<&str> {
+        self.tunnel_of(implementation)?
+            .interfaces
+            .first()
+            .map(String::as_str)
+    }
+
+    /// The daemons' UDP port (none for veth).
+    pub fn listen_port(&self, implementation: Implementation) -> Option<u16> {
+        self.tunnel_of(implementation)
+            .map(|t| t.port)
+            .filter(|port| *port != 0)
     }
 
     /// The PIDs of `implementation`'s daemons (side a, side b).
