@@ -207,6 +207,7 @@ pub fn run(
         for &test in &config.tests {
             for &implementation in &order {
                 for attempt in 0..=config.retries {
+                    testbed.focus(implementation);
                     if !wait_quiet(&testbed, config, stop) {
                         say(out, "  the machine did not go quiet; measuring anyway");
                     }
@@ -239,6 +240,7 @@ pub fn run(
         }
         for &implementation in &order {
             for _attempt in 0..=config.retries {
+                testbed.focus(implementation);
                 if !wait_quiet(&testbed, config, stop) {
                     say(out, "  the machine did not go quiet; measuring anyway");
                 }

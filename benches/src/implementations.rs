@@ -61,6 +61,11 @@ impl Implementation {
         }
     }
 
+    /// Whether the daemons keep a core busy even when idle (poll mode).
+    pub fn spins(self) -> bool {
+        self == Self::KubetunBusyPoll
+    }
+
     /// Whether a daemon carries the traffic (everything but veth).
     pub fn is_tunnel(self) -> bool {
         self != Self::Veth

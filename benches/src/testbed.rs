@@ -91,6 +91,21 @@ pub struct Testbed {
     b: Netns,
 }
 
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        // Stopped daemons would only die at SIGKILL, after the grace period.
+        for daemon in self.tunnels.iter().flat_map(|t| &t.daemons) {
+            signal_process("-CONT", daemon.pid());
+        }
+    }
+}
+
+fn signal_process(signal: &str, pid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .output();
+}
+
 impl Testbed {
     /// Builds the namespaces and a tunnel for each of `implementations`.
     pub fn new(
@@ -238,6 +253,21 @@ impl Testbed {
         self.tunnel_of(implementation)
             .map(|t| t.daemons.iter().map(NsChild::pid).collect())
             .unwrap_or_default()
+    }
+
+    /// Lets, among the daemons that spin when idle (poll mode), only `active`'s run: the others
+    /// are stopped (SIGSTOP) so they do not take the CPU from other implementations' runs.
+    pub fn focus(&self, active: Implementation) {
+        for tunnel in self.tunnels.iter().filter(|t| t.implementation.spins()) {
+            let signal = if tunnel.implementation == active {
+                "-CONT"
+            } else {
+                "-STOP"
+            };
+            for daemon in &tunnel.daemons {
+                signal_process(signal, daemon.pid());
+            }
+        }
     }
 
     /// The PIDs of every daemon.
