@@ -309,6 +309,16 @@ fn lookup_and_rewrite(c: &mut Criterion) {
                     black_box(setup.table.egress(black_box(&mut batch[i])));
                 })
             });
+            if lengths == Lengths::Typical && rules == 10_000 {
+                // The same with `prefetch_egress` issued 16 packets ahead.
+                group.bench_function(BenchmarkId::new("egress_prefetch16", rules), |b| {
+                    iter_paced(b, || {
+                        i = (i + 1) % BATCH;
+                        setup.table.prefetch_egress(&batch[(i + 16) % BATCH]);
+                        black_box(setup.table.egress(black_box(&mut batch[i])));
+                    })
+                });
+            }
             let mut batch = ingress_batch(&setup);
             group.bench_function(BenchmarkId::new(ingress, rules), |b| {
                 iter_paced(b, || {
@@ -420,14 +430,23 @@ enum Swapper {
 }
 
 /// The reader's loop: `Cache::load` + egress for `packets` packets; returns ns per packet.
+///
+/// With `prefetch`, the packets go in batches of [`CHUNK`], and `prefetch_egress` is called
+/// for all of a batch before it is translated, as a data path reading batches would.
 fn run_reader(
     cache: &mut Cache<Arc<ArcSwap<RemapTable>>, Arc<RemapTable>>,
     batch: &mut [Vec<u8>],
     packets: usize,
+    prefetch: bool,
 ) -> f64 {
     let start = std::time::Instant::now();
     for i in 0..packets {
         let table = cache.load();
+        if prefetch && i % CHUNK == 0 {
+            for j in i..i + CHUNK {
+                table.prefetch_egress(&batch[j % BATCH]);
+            }
+        }
         black_box(table.egress(black_box(&mut batch[i % BATCH])));
     }
     start.elapsed().as_nanos() as f64 / packets as f64
@@ -467,13 +486,24 @@ fn snapshot_swaps(_: &mut Criterion) {
             "remap_snapshot/{}: 10 000 typical rules, one table built in {build_ms:.1} ms",
             family.name()
         );
-        for mode in [Swapper::Pool, Swapper::Fresh, Swapper::FreshRetired] {
-            swap_ab(family, mode, &pool, &mut batch);
+        for (mode, prefetch) in [
+            (Swapper::Pool, false),
+            (Swapper::Pool, true),
+            (Swapper::Fresh, false),
+            (Swapper::FreshRetired, false),
+        ] {
+            swap_ab(family, mode, prefetch, &pool, &mut batch);
         }
     }
 }
 
-fn swap_ab(family: Family, mode: Swapper, pool: &[Arc<RemapTable>], batch: &mut [Vec<u8>]) {
+fn swap_ab(
+    family: Family,
+    mode: Swapper,
+    prefetch: bool,
+    pool: &[Arc<RemapTable>],
+    batch: &mut [Vec<u8>],
+) {
     let reader_cpu = current_cpu();
     pin_to(reader_cpu);
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
@@ -524,7 +554,7 @@ fn swap_ab(family: Family, mode: Swapper, pool: &[Arc<RemapTable>], batch: &mut 
         shared.store(Arc::new(setup(family, Lengths::Typical, 10_000).table));
     }
     let mut cache = Cache::new(Arc::clone(&shared));
-    run_reader(&mut cache, batch, SWAP_RUN_PACKETS / 4); // warm up
+    run_reader(&mut cache, batch, SWAP_RUN_PACKETS / 4, prefetch); // warm up
 
     // 1. A/B rounds.
     let mut ratios = Vec::with_capacity(SWAP_ROUNDS);
@@ -542,7 +572,8 @@ fn swap_ab(family: Family, mode: Swapper, pool: &[Arc<RemapTable>], batch: &mut 
             // Let the swapper notice, and a first swap happen, before timing.
             breathe();
             let before = swap_count.load(Ordering::Relaxed);
-            times[usize::from(swapping)] = run_reader(&mut cache, batch, SWAP_RUN_PACKETS);
+            times[usize::from(swapping)] =
+                run_reader(&mut cache, batch, SWAP_RUN_PACKETS, prefetch);
             if swapping {
                 swaps_timed += swap_count.load(Ordering::Relaxed) - before;
                 swapping_time += times[1] * SWAP_RUN_PACKETS as f64;
@@ -582,6 +613,11 @@ fn swap_ab(family: Family, mode: Swapper, pool: &[Arc<RemapTable>], batch: &mut 
         let mut swapped = false;
         for j in 0..CHUNK {
             let table = cache.load();
+            if prefetch && j == 0 {
+                for k in 0..CHUNK {
+                    table.prefetch_egress(&batch[(chunk * CHUNK + k) % BATCH]);
+                }
+            }
             let now = Arc::as_ptr(table);
             if now != last {
                 last = now;
@@ -609,7 +645,11 @@ fn swap_ab(family: Family, mode: Swapper, pool: &[Arc<RemapTable>], batch: &mut 
     let (ratio, ratio_q1, ratio_q3) = summary(&mut ratios);
     let (idle, _, _) = summary(&mut idle_ns);
     let (swapping, _, _) = summary(&mut swapping_ns);
-    let name = format!("remap_snapshot/{}/{mode:?}", family.name());
+    let name = format!(
+        "remap_snapshot/{}/{mode:?}{}",
+        family.name(),
+        if prefetch { "+prefetch" } else { "" }
+    );
     println!(
         "{name}: reader on cpu {reader_cpu}, swapper on cpu {swapper_cpu}; {swaps} swaps in total"
     );

@@ -217,7 +217,10 @@ fn the_fast_path_does_not_allocate() {
             let table = cache.load();
             let verdict = match ingress {
                 Some(peer) => table.ingress(*peer, pkt),
-                None => table.egress(pkt),
+                None => {
+                    table.prefetch_egress(pkt);
+                    table.egress(pkt)
+                }
             };
             if round == 0 {
                 verdicts.push(verdict);

@@ -926,6 +926,29 @@ proptest! {
     }
 
     #[test]
+    fn prefetch_never_panics_on_a_hashed_table(
+        data in prop::collection::vec(any::<u8>(), 0..64),
+        version in 0u8..16,
+    ) {
+        let mut builder = TableBuilder::new();
+        let routes: Vec<Route> = (0..40u32)
+            .flat_map(|i| {
+                let v4 = IpNet::new(IpAddr::from((0x0a00_0000 | (i << 8)).to_be_bytes()), 24);
+                let v6 = IpNet::new(IpAddr::from(((0xfd00_u128 << 112) | (u128::from(i) << 64)).to_be_bytes()), 64);
+                [v4, v6]
+            })
+            .map(|net| Route::unmapped(net.expect("valid length")))
+            .collect();
+        builder.add_peer(1, &routes, None).expect("valid routes");
+        let table = builder.build().expect("valid table");
+        let mut pkt = data;
+        if let Some(first) = pkt.first_mut() {
+            *first = (version << 4) | (*first & 0x0f);
+        }
+        table.prefetch_egress(&pkt);
+    }
+
+    #[test]
     fn mutated_corpus_packets_never_panic(
         base in prop::sample::select(corpus()),
         flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
