@@ -33,7 +33,9 @@
 //! the shortest length and stops at the first entry with at most one longer prefix below it:
 //! one hash probe when no two routes share that shortest prefix, 1 + ⌈log2(distinct lengths)⌉
 //! at worst, whatever the rule count. The slot that answers also holds what the rewrite needs
-//! (the view/real xor, peer, flags), so a lookup usually reads one cache line. Rewriting
+//! (the view/real xor, peer, flags), so a lookup usually reads one cache line;
+//! [`RemapTable::prefetch_egress`] starts that read early, so a batch can overlap its misses
+//! (most useful right after a table swap, when the new table is cold). Rewriting
 //! touches fixed offsets only; nothing allocates, locks or reads past the headers (except an
 //! ICMP error's quoted packet). `benches/benches/remap.rs` measures it.
 
