@@ -4,7 +4,7 @@
 //! third of the run against the first), the configuration is whole (Status shows 100 peers),
 //! traffic flowed, and the process exits cleanly on SIGTERM.
 //!
-//! Runs for `KUBETUN_SOAK_SECS` seconds (default 30, at most 60).
+//! Runs for `KUBETUN_SOAK_SECS` seconds (default 60, the full minute; at most 120).
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
@@ -161,8 +161,8 @@ async fn hundred_peers_table_swaps_and_traffic_without_leak_or_loss() {
     let seconds: u64 = std::env::var("KUBETUN_SOAK_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(30)
-        .clamp(6, 60);
+        .unwrap_or(60)
+        .clamp(6, 120);
 
     let dir = tempfile::tempdir().expect("temp dir");
     let ns_a = Netns::new("kt-soak-a").expect("namespace");
