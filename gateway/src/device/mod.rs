@@ -21,6 +21,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use ipnet::IpNet;
@@ -263,6 +264,7 @@ impl Device {
         let snapshot = plan::next_snapshot(&current, &next, &resolved)?;
         let generation = snapshot.generation;
         self.shared.snapshot.store(Arc::new(snapshot));
+        retire(current);
         if let Some(sockets) = new_sockets {
             // The old sockets close once their readers are gone and no send holds them.
             self.shared.sockets.store(Arc::clone(&sockets));
@@ -473,6 +475,18 @@ impl PeerReport {
         }
         report
     }
+}
+
+/// How long a replaced snapshot is kept after a swap. The data-path tasks drop their cached
+/// reference at their next batch; holding the last one past that makes its (for large tables,
+/// millisecond-long) free happen here rather than in a data-path task.
+const RETIRE_AFTER: Duration = Duration::from_millis(250);
+
+fn retire(snapshot: Arc<Snapshot>) {
+    tokio::spawn(async move {
+        tokio::time::sleep(RETIRE_AFTER).await;
+        drop(snapshot);
+    });
 }
 
 fn spawn_readers(shared: &Arc<Shared>, sockets: &Sockets) -> Vec<JoinHandle<()>> {
