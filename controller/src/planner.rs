@@ -331,6 +331,10 @@ pub const CONNCHECK_INTERVAL_MS: u32 = 2000;
 /// Consecutive unanswered probes after which the gateway reports a peer unreachable.
 pub const CONNCHECK_LOSS_THRESHOLD: u32 = 5;
 
+fn nonzero_or(value: u32, default: u32) -> u32 {
+    if value == 0 { default } else { value }
+}
+
 /// Interface settings of the local gateway. `Debug` never prints the private key.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct GatewaySettings {
@@ -350,6 +354,10 @@ pub struct GatewaySettings {
     pub manage_routes: bool,
     /// Persistent keepalive for every peer, seconds (0: off).
     pub persistent_keepalive: u32,
+    /// Milliseconds between connectivity probes (0: [`CONNCHECK_INTERVAL_MS`]).
+    pub conncheck_interval_ms: u32,
+    /// Unanswered probes before a peer is unreachable (0: [`CONNCHECK_LOSS_THRESHOLD`]).
+    pub conncheck_loss_threshold: u32,
 }
 
 impl std::fmt::Debug for GatewaySettings {
@@ -362,6 +370,8 @@ impl std::fmt::Debug for GatewaySettings {
             .field("local_prefixes", &self.local_prefixes)
             .field("manage_routes", &self.manage_routes)
             .field("persistent_keepalive", &self.persistent_keepalive)
+            .field("conncheck_interval_ms", &self.conncheck_interval_ms)
+            .field("conncheck_loss_threshold", &self.conncheck_loss_threshold)
             .finish_non_exhaustive()
     }
 }
@@ -409,8 +419,11 @@ pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec
             local_prefixes: settings.local_prefixes.clone(),
             manage_routes: settings.manage_routes,
             conncheck: Some(gateway_api::ConnCheck {
-                interval_ms: CONNCHECK_INTERVAL_MS,
-                loss_threshold: CONNCHECK_LOSS_THRESHOLD,
+                interval_ms: nonzero_or(settings.conncheck_interval_ms, CONNCHECK_INTERVAL_MS),
+                loss_threshold: nonzero_or(
+                    settings.conncheck_loss_threshold,
+                    CONNCHECK_LOSS_THRESHOLD,
+                ),
             }),
         }),
         peers,

@@ -175,6 +175,7 @@ impl Side {
             local_prefixes: vec![self.pod_cidr.to_owned()],
             manage_routes: true,
             persistent_keepalive: 0,
+            ..GatewaySettings::default()
         }
     }
 

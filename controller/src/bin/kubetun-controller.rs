@@ -16,7 +16,7 @@ use kubetun_controller::gateway_client::{DEFAULT_SOCKET, GatewayClient};
 use kubetun_controller::ipam::{IpamConfig, rfc1918_pools};
 use kubetun_controller::keys::GatewayKey;
 use kubetun_controller::network::{self, NetworkOptions};
-use kubetun_controller::planner::GatewaySettings;
+use kubetun_controller::planner::{self, GatewaySettings};
 use kubetun_controller::reconcile;
 use kubetun_controller::shortcut;
 use kubetun_crds::{ClusterRef, Endpoint};
@@ -78,6 +78,12 @@ struct Args {
     /// Persistent keepalive towards every peer, seconds (0: off).
     #[arg(long, env = "KUBETUN_PERSISTENT_KEEPALIVE", default_value_t = 25)]
     persistent_keepalive: u32,
+    /// Milliseconds between the gateway's connectivity probes to each peer.
+    #[arg(long, env = "KUBETUN_CONNCHECK_INTERVAL_MS", default_value_t = planner::CONNCHECK_INTERVAL_MS, value_parser = clap::value_parser!(u32).range(100..=60_000))]
+    conncheck_interval_ms: u32,
+    /// Consecutive unanswered probes after which a peer is reported unreachable (Error).
+    #[arg(long, env = "KUBETUN_CONNCHECK_LOSS_THRESHOLD", default_value_t = planner::CONNCHECK_LOSS_THRESHOLD, value_parser = clap::value_parser!(u32).range(1..=100))]
+    conncheck_loss_threshold: u32,
     /// Tunnel MTU.
     #[arg(long, env = "KUBETUN_MTU", default_value_t = 1420, value_parser = clap::value_parser!(u32).range(1280..=9000))]
     mtu: u32,
@@ -161,6 +167,8 @@ async fn main() -> anyhow::Result<()> {
             .collect(),
         manage_routes: args.manage_routes,
         persistent_keepalive: args.persistent_keepalive,
+        conncheck_interval_ms: args.conncheck_interval_ms,
+        conncheck_loss_threshold: args.conncheck_loss_threshold,
     };
     let config = ControllerConfig {
         namespace: args.namespace.clone(),

@@ -358,6 +358,15 @@ fn desired_state_turns_the_connectivity_check_on_for_every_peer() {
     assert_eq!(conncheck.interval_ms, CONNCHECK_INTERVAL_MS);
     assert_eq!(conncheck.loss_threshold, CONNCHECK_LOSS_THRESHOLD);
     assert!(state.peers.iter().all(|p| !p.conncheck_disabled));
+
+    let tuned = GatewaySettings {
+        conncheck_interval_ms: 500,
+        conncheck_loss_threshold: 3,
+        ..settings.clone()
+    };
+    let state = desired_state(&tuned, &[te("rome", "10.202.0.0/16", "10.71.0.0/16", "R")]);
+    let conncheck = state.interface.and_then(|i| i.conncheck).expect("on");
+    assert_eq!((conncheck.interval_ms, conncheck.loss_threshold), (500, 3));
 }
 
 #[test]

@@ -136,6 +136,7 @@ impl Cluster {
                 .collect(),
             manage_routes: false,
             persistent_keepalive: 25,
+            ..GatewaySettings::default()
         };
         let ctx = Context::new(
             client.clone(),

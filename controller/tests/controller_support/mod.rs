@@ -91,6 +91,7 @@ pub fn settings(key: &GatewayKey, info: &ClusterInfo) -> GatewaySettings {
             .collect(),
         manage_routes: false,
         persistent_keepalive: 25,
+        ..GatewaySettings::default()
     }
 }
 

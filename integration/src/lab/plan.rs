@@ -181,6 +181,7 @@ pub fn gateway_settings(
         local_prefixes,
         manage_routes: true,
         persistent_keepalive: KEEPALIVE_SECONDS,
+        ..GatewaySettings::default()
     }
 }
 
