@@ -207,21 +207,10 @@ pub fn run(
         for &test in &config.tests {
             for &implementation in &order {
                 for attempt in 0..=config.retries {
-                    testbed.focus(implementation);
-                    if !wait_quiet(&testbed, config, stop) {
-                        say(out, "  the machine did not go quiet; measuring anyway");
-                    }
-                    if stop.load(Ordering::SeqCst) {
-                        stopped_early = Some("interrupted by a signal".to_owned());
-                        break 'measure;
-                    }
-                    if let Some(budget) = config.time_budget
-                        && started.elapsed() >= budget
+                    if let Err(why) =
+                        ready_for(&testbed, config, stop, started, implementation, out)
                     {
-                        stopped_early = Some(format!(
-                            "stopped when its time budget of {} s was used up",
-                            budget.as_secs()
-                        ));
+                        stopped_early = Some(why);
                         break 'measure;
                     }
                     let record =
@@ -240,12 +229,8 @@ pub fn run(
         }
         for &implementation in &order {
             for _attempt in 0..=config.retries {
-                testbed.focus(implementation);
-                if !wait_quiet(&testbed, config, stop) {
-                    say(out, "  the machine did not go quiet; measuring anyway");
-                }
-                if stop.load(Ordering::SeqCst) {
-                    stopped_early = Some("interrupted by a signal".to_owned());
+                if let Err(why) = ready_for(&testbed, config, stop, started, implementation, out) {
+                    stopped_early = Some(why);
                     break 'measure;
                 }
                 let record = latency::measure(
@@ -282,6 +267,33 @@ pub fn run(
         latency_runs,
         stopped_early,
     ))
+}
+
+/// Gets the machine ready for a run of `implementation`: of the poll-mode daemons only its own
+/// run, and the machine is quiet (or was waited for). `Err` says why no run may start: a
+/// signal, or the time budget is used up.
+fn ready_for(
+    testbed: &Testbed,
+    config: &BenchConfig,
+    stop: &AtomicBool,
+    started: Instant,
+    implementation: Implementation,
+    out: &mut dyn Write,
+) -> Result<(), String> {
+    testbed.focus(implementation);
+    if !wait_quiet(testbed, config, stop) {
+        say(out, "  the machine did not go quiet; measuring anyway");
+    }
+    if stop.load(Ordering::SeqCst) {
+        return Err("interrupted by a signal".to_owned());
+    }
+    match config.time_budget {
+        Some(budget) if started.elapsed() >= budget => Err(format!(
+            "stopped when its time budget of {} s was used up",
+            budget.as_secs()
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// `items` rotated left by `by`, so every implementation takes every position in turn.

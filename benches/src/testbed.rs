@@ -14,7 +14,6 @@
 
 use std::fs::File;
 use std::net::Ipv4Addr;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -304,19 +303,10 @@ fn tunnel_address(subnet: u8, host: u8) -> Ipv4Addr {
 }
 
 fn write_private(path: &Path, text: &str) -> Result<(), TestbedError> {
-    use std::io::Write as _;
-    let io = |error| TestbedError::Io {
+    kubetun_integration::write_private(path, text.as_bytes()).map_err(|error| TestbedError::Io {
         path: path.to_owned(),
         error,
-    };
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(io)?;
-    file.write_all(text.as_bytes()).map_err(io)
+    })
 }
 
 fn start_daemon(

@@ -140,6 +140,21 @@ mod tests {
     use crate::state::PeerConfig;
     use proto::ConnectionState as S;
 
+    /// A device with one peer, listening on 51820.
+    fn device(peer: PeerReport, remap_rules: usize) -> DeviceReport {
+        DeviceReport {
+            interface_name: "kt0".into(),
+            version: String::new(),
+            generation: 1,
+            private_key: None,
+            listen_port: Some(51820),
+            fwmark: 0,
+            peers: vec![peer],
+            drops: Vec::new(),
+            remap_rules,
+        }
+    }
+
     fn report() -> PeerReport {
         PeerReport {
             config: PeerConfig::new(Key::from_bytes([3; 32])),
@@ -231,17 +246,7 @@ mod tests {
         let mut r = report();
         r.latency_us = Some(800);
         r.conncheck = Some(conncheck(2));
-        let device = DeviceReport {
-            interface_name: "kt0".into(),
-            version: String::new(),
-            generation: 1,
-            private_key: None,
-            listen_port: Some(51820),
-            fwmark: 0,
-            peers: vec![r],
-            drops: Vec::new(),
-            remap_rules: 0,
-        };
+        let device = device(r, 0);
         let status = status_response(&device, NOW);
         let peer = &status.peers[0];
         assert_eq!(peer.latency_us, 800);
@@ -259,17 +264,7 @@ mod tests {
             view: "10.201.0.0/16".parse().expect("cidr"),
         }];
         r.last_handshake_ms = 1_500;
-        let device = DeviceReport {
-            interface_name: "kt0".into(),
-            version: String::new(),
-            generation: 1,
-            private_key: None,
-            listen_port: Some(51820),
-            fwmark: 0,
-            peers: vec![r],
-            drops: Vec::new(),
-            remap_rules: 1,
-        };
+        let device = device(r, 1);
         let view = uapi_view(&device);
         assert_eq!(view.listen_port, Some(51820));
         assert_eq!(

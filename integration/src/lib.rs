@@ -14,3 +14,17 @@ pub mod multinode;
 pub mod netns;
 pub mod table;
 pub mod topology;
+
+/// Writes `contents` to `path` (created or truncated) readable by its owner only: private keys
+/// and configurations holding them.
+pub fn write_private(path: &std::path::Path, contents: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?
+        .write_all(contents)
+}

@@ -158,16 +158,12 @@ impl Netns {
 
     /// A command that runs `program` inside the namespace.
     pub fn command(&self, program: &str) -> Command {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.name, program]);
-        cmd
+        command_in(&self.name, program)
     }
 
     /// Runs `args` inside the namespace to completion and returns its stdout.
     pub fn exec(&self, args: &[&str]) -> Result<String> {
-        let (program, rest) = args.split_first().expect("exec needs a program");
-        let out = run(self.command(program).args(rest))?;
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        exec_in(&self.name, args)
     }
 
     /// Runs `args` inside the namespace and reports only whether it succeeded.
@@ -185,22 +181,51 @@ impl Netns {
 
     /// Pings `addr` from this namespace (`count` packets, 1 s deadline each); true on replies.
     pub fn ping(&self, addr: &str, count: u32) -> bool {
-        let count = count.to_string();
-        self.succeeds(&["ping", "-c", &count, "-i", "0.2", "-W", "1", "-q", addr])
+        ping_from(&self.name, addr, count)
     }
 
     /// Pings `addr` until it answers or `timeout` passes; true when it answered.
     pub fn wait_ping(&self, addr: &str, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if self.succeeds(&["ping", "-c", "1", "-W", "1", "-q", addr]) {
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(100));
+        wait_ping_from(&self.name, addr, timeout)
+    }
+}
+
+/// A command that runs `program` inside the namespace named `ns`. The functions taking a
+/// name serve namespaces this process does not own (a lab built by an earlier process).
+pub fn command_in(ns: &str, program: &str) -> Command {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", ns, program]);
+    cmd
+}
+
+/// Runs `args` inside namespace `ns` to completion and returns its stdout.
+pub fn exec_in(ns: &str, args: &[&str]) -> Result<String> {
+    let (program, rest) = args.split_first().expect("exec needs a program");
+    let out = run(command_in(ns, program).args(rest))?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Pings `addr` from namespace `ns` (`count` packets, 1 s deadline each); true on replies.
+pub fn ping_from(ns: &str, addr: &str, count: u32) -> bool {
+    let count = count.to_string();
+    exec_in(
+        ns,
+        &["ping", "-c", &count, "-i", "0.2", "-W", "1", "-q", addr],
+    )
+    .is_ok()
+}
+
+/// Pings `addr` from namespace `ns` until it answers or `timeout` passes.
+pub fn wait_ping_from(ns: &str, addr: &str, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if ping_from(ns, addr, 1) {
+            return true;
         }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -208,6 +233,20 @@ impl Drop for Netns {
     fn drop(&mut self) {
         delete_netns(&self.name);
     }
+}
+
+/// The names of the existing namespaces that start with `prefix` and a dash.
+pub fn namespaces_with_prefix(prefix: &str) -> Vec<String> {
+    let Ok(out) = Command::new("ip").args(["netns", "list"]).output() else {
+        return Vec::new();
+    };
+    let start = format!("{prefix}-");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| name.starts_with(&start))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Deletes namespace `name` if it exists, first stopping every process still inside it.
@@ -321,8 +360,12 @@ impl Netns {
 /// the closure opens (a netlink connection, a listener) live in that namespace, so in-process
 /// code can be tested against a namespace's kernel state.
 pub fn run_in<T: Send>(ns: &Netns, work: impl FnOnce() -> T + Send) -> std::io::Result<T> {
-    let path = format!("/run/netns/{}", ns.name());
-    let namespace = std::fs::File::open(&path)?;
+    run_in_named(ns.name(), work)
+}
+
+/// [`run_in`] for a namespace known by name only.
+pub fn run_in_named<T: Send>(ns: &str, work: impl FnOnce() -> T + Send) -> std::io::Result<T> {
+    let namespace = std::fs::File::open(format!("/run/netns/{ns}"))?;
     std::thread::scope(|scope| {
         scope
             .spawn(move || {

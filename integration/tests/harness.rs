@@ -9,7 +9,7 @@ use kubetun_benches::harness::{self, BenchConfig, Test};
 use kubetun_benches::implementations::{Binaries, Implementation};
 use kubetun_benches::latency::PingSettings;
 use kubetun_benches::report::{self, Outcome};
-use kubetun_integration::netns::{bin_path, command_exists, require_root};
+use kubetun_integration::netns::{bin_path, command_exists, namespaces_with_prefix, require_root};
 
 /// Names of this test's namespaces and interfaces start with it.
 const PREFIX: &str = "th";
@@ -121,12 +121,9 @@ fn one_short_iteration_measures_every_implementation() {
     assert!(markdown.contains("kubetun ÷ wireguard-go"));
 
     // Nothing is left behind.
-    let namespaces = std::process::Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .expect("ip netns list");
-    let leftover = String::from_utf8_lossy(&namespaces.stdout)
-        .lines()
-        .any(|l| l.starts_with(&format!("{PREFIX}-")));
-    assert!(!leftover, "namespaces of the harness remain");
+    assert_eq!(
+        namespaces_with_prefix(PREFIX),
+        Vec::<String>::new(),
+        "namespaces of the harness remain"
+    );
 }

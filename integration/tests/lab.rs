@@ -7,33 +7,11 @@ use std::path::{Path, PathBuf};
 
 use kubetun_integration::lab::fabric::runs_gateway;
 use kubetun_integration::lab::{self, LabOptions};
-use kubetun_integration::netns::{bin_path, require_root};
+use kubetun_integration::netns::{bin_path, namespaces_with_prefix, require_root};
 use kubetun_integration::topology::Topology;
 
 /// Names of this test's namespaces start with it (never a user's lab or another test).
 const PREFIX: &str = "tl";
-
-/// Runs `down` when the test ends, also when it panics.
-struct Down(PathBuf);
-
-impl Drop for Down {
-    fn drop(&mut self) {
-        let _ = lab::down(&self.0, &mut std::io::sink());
-    }
-}
-
-fn lab_namespaces() -> Vec<String> {
-    let out = std::process::Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .expect("ip netns list");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|line| line.split_whitespace().next())
-        .filter(|name| name.starts_with(&format!("{PREFIX}-")))
-        .map(str::to_owned)
-        .collect()
-}
 
 fn kill_hard(pid: u32) {
     std::process::Command::new("kill")
@@ -53,7 +31,7 @@ fn seed_topology_links_remaps_and_tears_down() {
     }
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = state_dir(tmp.path());
-    let _down = Down(dir.clone());
+    let _down = lab::DownOnDrop(dir.clone());
     let options = LabOptions {
         topology: Topology::seed(),
         prefix: PREFIX.to_owned(),
@@ -107,7 +85,7 @@ fn seed_topology_links_remaps_and_tears_down() {
     let europe_pid = status.clusters[0].pid.expect("pid");
     kill_hard(europe_pid);
     lab::down(&dir, &mut std::io::sink()).expect("down");
-    assert_eq!(lab_namespaces(), Vec::<String>::new());
+    assert_eq!(namespaces_with_prefix(PREFIX), Vec::<String>::new());
     for cluster in &status.clusters {
         let pid = cluster.pid.expect("pid");
         assert!(!runs_gateway(pid), "gateway {pid} stopped");

@@ -10,7 +10,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use kubetun_integration::lab::checks::reach_address;
@@ -18,7 +17,7 @@ use kubetun_integration::lab::fabric::runs_gateway;
 use kubetun_integration::lab::named;
 use kubetun_integration::lab::state::{ClusterState, LabState, Member};
 use kubetun_integration::lab::{self, LabOptions};
-use kubetun_integration::netns::{bin_path, require_root};
+use kubetun_integration::netns::{bin_path, namespaces_with_prefix, require_root};
 use kubetun_integration::topology::{MULTINODE_YAML, NodeHop, Topology};
 
 /// Names of this test's namespaces start with it (never a user's lab or another test).
@@ -27,28 +26,6 @@ const PREFIX: &str = "tmn";
 const CONVERGE: Duration = Duration::from_secs(20);
 /// Port of this test's own TCP exchanges.
 const TCP_PORT: u16 = 5281;
-
-/// Runs `down` when the test ends, also when it panics.
-struct Down(PathBuf);
-
-impl Drop for Down {
-    fn drop(&mut self) {
-        let _ = lab::down(&self.0, &mut std::io::sink());
-    }
-}
-
-fn lab_namespaces() -> Vec<String> {
-    let out = std::process::Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .expect("ip netns list");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|line| line.split_whitespace().next())
-        .filter(|name| name.starts_with(&format!("{PREFIX}-")))
-        .map(str::to_owned)
-        .collect()
-}
 
 fn load(dir: &std::path::Path) -> (ClusterState, ClusterState) {
     let state = LabState::load(dir).unwrap().expect("lab state");
@@ -112,12 +89,7 @@ fn assert_cross_cluster(paris: &ClusterState, berlin: &ClusterState, when: &str)
 fn assert_agent_routes(cluster: &ClusterState) {
     let gateway = cluster.gateway_next_hop().expect("next hop to the gateway");
     let overlay = cluster.node_hop == NodeHop::Overlay;
-    let views: Vec<String> = cluster
-        .tunnel_endpoints
-        .iter()
-        .flat_map(|te| te.remote_pod_cidrs.iter().chain(&te.remote_external_cidrs))
-        .map(|m| m.view.clone())
-        .collect();
+    let views = cluster.remote_views();
     assert_eq!(views.len(), 2, "{}: pod and external view", cluster.name);
     for (index, node) in cluster.nodes.iter().enumerate() {
         let routes = named::exec(
@@ -176,7 +148,7 @@ fn pods_off_the_gateway_node_reach_the_peer_before_and_after_the_gateway_moves()
     let started = Instant::now();
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("lab");
-    let _down = Down(dir.clone());
+    let _down = lab::DownOnDrop(dir.clone());
     let options = LabOptions {
         topology: Topology::from_yaml(MULTINODE_YAML).unwrap(),
         prefix: PREFIX.to_owned(),
@@ -267,7 +239,7 @@ fn pods_off_the_gateway_node_reach_the_peer_before_and_after_the_gateway_moves()
     let berlin_pid = berlin.pid.expect("pid");
 
     lab::down(&dir, &mut std::io::sink()).expect("down");
-    assert_eq!(lab_namespaces(), Vec::<String>::new());
+    assert_eq!(namespaces_with_prefix(PREFIX), Vec::<String>::new());
     for pid in [new_pid, berlin_pid] {
         assert!(!runs_gateway(pid), "gateway {pid} stopped");
     }

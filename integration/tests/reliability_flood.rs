@@ -181,15 +181,18 @@ fn handshake_flood_gets_cookies_not_cpu_and_the_real_peer_is_served() {
             "10.62.0.0/24",
         )))
         .expect("apply a");
-    runtime
-        .block_on(GatewayClient::new(&socket_b).apply(state(
-            &key_b,
-            "10.62.0.1/24",
-            &key_a,
-            "192.0.2.1:51820",
-            "10.61.0.0/24",
-        )))
-        .expect("apply b");
+    let apply_b = |socket: &std::path::Path| {
+        runtime
+            .block_on(GatewayClient::new(socket).apply(state(
+                &key_b,
+                "10.62.0.1/24",
+                &key_a,
+                "192.0.2.1:51820",
+                "10.61.0.0/24",
+            )))
+            .expect("apply b");
+    };
+    apply_b(&socket_b);
     assert!(ns_b.wait_ping("10.61.0.1", STARTUP), "no tunnel");
 
     let messages = initiations(&key_a);
@@ -220,15 +223,7 @@ fn handshake_flood_gets_cookies_not_cpu_and_the_real_peer_is_served() {
             // A fresh socket path: the killed process left its socket file behind.
             let socket_b = dir.path().join("b2.sock");
             let peer = start(&ns_b, "ktfloodb", &socket_b);
-            runtime
-                .block_on(GatewayClient::new(&socket_b).apply(state(
-                    &key_b,
-                    "10.62.0.1/24",
-                    &key_a,
-                    "192.0.2.1:51820",
-                    "10.61.0.0/24",
-                )))
-                .expect("re-apply b");
+            apply_b(&socket_b);
             // Traffic makes the restarted peer initiate.
             let mut traffic = ns_b
                 .command("ping")

@@ -44,6 +44,22 @@ pub struct Check {
     pub detail: String,
 }
 
+impl Check {
+    /// A check of `phase` that passed with the detail of `Ok` or failed with that of `Err`.
+    pub fn new(phase: &str, description: String, outcome: Result<String, String>) -> Check {
+        let (passed, detail) = match outcome {
+            Ok(detail) => (true, detail),
+            Err(detail) => (false, detail),
+        };
+        Check {
+            phase: phase.to_owned(),
+            description,
+            passed,
+            detail,
+        }
+    }
+}
+
 /// Pods or external endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -208,27 +224,13 @@ pub fn tcp(
         }),
         _ => Err("no route between the two clusters".to_owned()),
     };
-    let (passed, detail) = match outcome {
-        Ok(detail) => (true, detail),
-        Err(detail) => (false, detail),
-    };
-    Check {
-        phase: phase.to_owned(),
-        description,
-        passed,
-        detail,
-    }
+    Check::new(phase, description, outcome)
 }
 
 /// Every node of a multi-node cluster holds a route in the agent's table for every remote
 /// view; member nodes route them `via` the gateway's node.
 pub fn agent_routes(phase: &str, cluster: &ClusterState) -> Check {
-    let views: Vec<String> = cluster
-        .tunnel_endpoints
-        .iter()
-        .flat_map(|te| te.remote_pod_cidrs.iter().chain(&te.remote_external_cidrs))
-        .map(|m| m.view.clone())
-        .collect();
+    let views = cluster.remote_views();
     let gateway = cluster.nodes.get(cluster.gateway_node);
     let mut problems = Vec::new();
     for (index, node) in cluster.nodes.iter().enumerate() {
@@ -295,15 +297,14 @@ fn ping(
 ) -> Check {
     let label = kind.label();
     let Some(target) = reach_address(from, to, dst.address) else {
-        return Check {
-            phase: phase.to_owned(),
-            description: format!("ping {} {label} -> {} {label}", from.name, to.name),
-            passed: false,
-            detail: format!(
+        return Check::new(
+            phase,
+            format!("ping {} {label} -> {} {label}", from.name, to.name),
+            Err(format!(
                 "{} has no route to {} of {}",
                 from.name, dst.address, to.name
-            ),
-        };
+            )),
+        );
     };
     let description = format!(
         "ping {} {label} {}{} -> {} {label} {}{} at {target}",
@@ -316,17 +317,12 @@ fn ping(
     );
     let answered = named::wait_ping(&src.namespace, target, FIRST_CONTACT)
         && named::ping(&src.namespace, target, PINGS);
-    let (passed, detail) = if answered {
-        (true, "replies received".to_owned())
+    let outcome = if answered {
+        Ok("replies received".to_owned())
     } else {
-        (false, "no reply".to_owned())
+        Err("no reply".to_owned())
     };
-    Check {
-        phase: phase.to_owned(),
-        description,
-        passed,
-        detail,
-    }
+    Check::new(phase, description, outcome)
 }
 
 /// A bounded TCP iperf3 run between the first external endpoints of `from` and `to` (both in
@@ -364,16 +360,7 @@ pub fn iperf_external(
         }
         _ => Err("no route between the two clusters".to_owned()),
     };
-    let (passed, detail) = match outcome {
-        Ok(detail) => (true, detail),
-        Err(detail) => (false, detail),
-    };
-    Check {
-        phase: phase.to_owned(),
-        description,
-        passed,
-        detail,
-    }
+    Check::new(phase, description, outcome)
 }
 
 /// File name of the iperf3 server report of a check whose server runs in `namespace`.

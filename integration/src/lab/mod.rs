@@ -475,22 +475,11 @@ impl RunningLab<'_> {
 
     /// Every linked peer of every gateway must report Connected (bounded wait).
     fn check_connected(&mut self, out: &mut dyn Write) {
-        let deadline = Instant::now() + CONNECTED_TIMEOUT;
-        let mut pending = self.not_connected();
-        while !pending.is_empty() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(200));
-            pending = self.not_connected();
-        }
-        let check = Check {
-            phase: "status".to_owned(),
-            description: "every gateway reports every peer Connected".to_owned(),
-            passed: pending.is_empty(),
-            detail: if pending.is_empty() {
-                "all links connected".to_owned()
-            } else {
-                format!("not connected: {}", pending.join(", "))
-            },
-        };
+        let check = connected_check(
+            "status",
+            "every gateway reports every peer Connected".to_owned(),
+            || self.not_connected(),
+        );
         report_check(out, &check);
         self.checks.push(check);
     }
@@ -587,19 +576,10 @@ fn agent_node(node: &NodeState, external: Option<ipnet::Ipv4Net>) -> Node {
 
 /// Writes a gateway's private key to a file only root can read.
 fn write_key(path: &Path, key: &GatewayKey) -> Result<(), LabError> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let io = |error| LabError::Io {
+    crate::write_private(path, key.private_base64().as_bytes()).map_err(|error| LabError::Io {
         path: path.to_owned(),
         error,
-    };
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(io)?;
-    file.write_all(key.private_base64().as_bytes()).map_err(io)
+    })
 }
 
 fn read_key(path: &Path) -> Result<GatewayKey, LabError> {
@@ -904,30 +884,50 @@ pub fn move_gateway(
     report_check(out, &check);
     results.push(check);
 
-    let deadline = Instant::now() + CONNECTED_TIMEOUT;
-    let all = || {
-        let mut pairs = vec![(cluster, &client)];
-        pairs.extend(peer_clients.iter().map(|(c, client)| (*c, client)));
-        not_connected(&runtime, pairs.into_iter())
-    };
-    let mut pending = all();
-    while !pending.is_empty() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-        pending = all();
-    }
-    let check = Check {
-        phase: phase.to_owned(),
-        description: format!("{} and its peers report every link Connected", cluster.name),
-        passed: pending.is_empty(),
-        detail: if pending.is_empty() {
-            "all links connected".to_owned()
-        } else {
-            format!("not connected: {}", pending.join(", "))
+    let check = connected_check(
+        phase,
+        format!("{} and its peers report every link Connected", cluster.name),
+        || {
+            let mut pairs = vec![(cluster, &client)];
+            pairs.extend(peer_clients.iter().map(|(c, client)| (*c, client)));
+            not_connected(&runtime, pairs.into_iter())
         },
-    };
+    );
     report_check(out, &check);
     results.push(check);
     Ok(results)
+}
+
+/// Polls `not_connected` (the links not reporting Connected) until it is empty or
+/// [`CONNECTED_TIMEOUT`] passes.
+fn connected_check(
+    phase: &str,
+    description: String,
+    mut not_connected: impl FnMut() -> Vec<String>,
+) -> Check {
+    let deadline = Instant::now() + CONNECTED_TIMEOUT;
+    let mut pending = not_connected();
+    while !pending.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        pending = not_connected();
+    }
+    let outcome = if pending.is_empty() {
+        Ok("all links connected".to_owned())
+    } else {
+        Err(format!("not connected: {}", pending.join(", ")))
+    };
+    Check::new(phase, description, outcome)
+}
+
+/// Runs [`down`] on `state_dir` when dropped, also during a panic: a lab that a failed test
+/// or program built does not outlive it.
+#[derive(Debug)]
+pub struct DownOnDrop(pub PathBuf);
+
+impl Drop for DownOnDrop {
+    fn drop(&mut self) {
+        let _ = down(&self.0, &mut std::io::sink());
+    }
 }
 
 /// Removes the lab recorded in `state_dir`: stops each gateway by PID, deletes the

@@ -4,63 +4,21 @@
 
 use std::io::{Read as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use crate::netns::{self, NetnsError};
+use crate::netns;
 
-/// A command that runs `program` inside namespace `ns`.
-pub fn command(ns: &str, program: &str) -> Command {
-    let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", ns, program]);
-    cmd
-}
-
-/// Runs `args` inside namespace `ns` to completion and returns its stdout.
-pub fn exec(ns: &str, args: &[&str]) -> Result<String, NetnsError> {
-    let (program, rest) = args.split_first().expect("exec needs a program");
-    let out = netns::run(command(ns, program).args(rest))?;
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
+pub use crate::netns::{command_in as command, exec_in as exec, run_in_named as run_in};
 
 /// Pings `addr` from namespace `ns` (`count` packets, 1 s deadline each); true on replies.
 pub fn ping(ns: &str, addr: Ipv4Addr, count: u32) -> bool {
-    let (count, addr) = (count.to_string(), addr.to_string());
-    exec(
-        ns,
-        &["ping", "-c", &count, "-i", "0.2", "-W", "1", "-q", &addr],
-    )
-    .is_ok()
+    netns::ping_from(ns, &addr.to_string(), count)
 }
 
 /// Pings `addr` from namespace `ns` until it answers or `timeout` passes.
 pub fn wait_ping(ns: &str, addr: Ipv4Addr, timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if ping(ns, addr, 1) {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// Runs `work` on a fresh thread that has entered namespace `ns`; sockets it opens live there.
-pub fn run_in<T: Send>(ns: &str, work: impl FnOnce() -> T + Send) -> std::io::Result<T> {
-    let namespace = std::fs::File::open(format!("/run/netns/{ns}"))?;
-    std::thread::scope(|scope| {
-        scope
-            .spawn(move || {
-                nix::sched::setns(&namespace, nix::sched::CloneFlags::CLONE_NEWNET)
-                    .map_err(std::io::Error::from)?;
-                Ok(work())
-            })
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-    })
+    netns::wait_ping_from(ns, &addr.to_string(), timeout)
 }
 
 /// A TCP exchange: a server in `server_ns` listens on `listen:port`; a client in `client_ns`

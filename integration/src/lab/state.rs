@@ -125,6 +125,15 @@ pub struct ClusterState {
 }
 
 impl ClusterState {
+    /// Every remote CIDR as this cluster sees it (the views its route agent routes).
+    pub fn remote_views(&self) -> Vec<String> {
+        self.tunnel_endpoints
+            .iter()
+            .flat_map(|te| te.remote_pod_cidrs.iter().chain(&te.remote_external_cidrs))
+            .map(|m| m.view.clone())
+            .collect()
+    }
+
     /// The route agent's next hop towards the gateway's node: its IP, or with the overlay its
     /// overlay address.
     pub fn gateway_next_hop(&self) -> Option<Ipv4Addr> {
