@@ -20,7 +20,7 @@
 use std::hash::BuildHasher;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Weak};
 
 use boringtun::noise::handshake::parse_handshake_anon;
@@ -39,7 +39,7 @@ use crate::remap::{DropReason, PeerId};
 /// initiation that passes the limiter, a few µs per cookie reply) this is a few ms of work:
 /// enough to absorb bursts, small enough that a waiting real handshake is not stale.
 pub const HANDSHAKE_QUEUE_LEN: usize = 1024;
-/// Buckets source addresses are hashed into for their share of the queue.
+/// Buckets source addresses are hashed into for their share of the queue (one per `u8`).
 pub const SOURCE_BUCKETS: usize = 256;
 /// Messages one bucket of source addresses may have queued at once.
 pub const PER_SOURCE_SHARE: u32 = 32;
@@ -50,17 +50,20 @@ const WORKER_NICE: i32 = 10;
 #[derive(Debug, Clone, Copy)]
 pub struct HandshakeMessage {
     source: SocketAddr,
+    /// The source's bucket of [`SourceShares`], given back when the message leaves the queue.
+    bucket: u8,
     len: u8,
     bytes: [u8; INITIATION_LEN],
 }
 
 impl HandshakeMessage {
     /// Copies `datagram` (at most an initiation's 148 bytes; `None` if longer).
-    pub fn new(source: SocketAddr, datagram: &[u8]) -> Option<HandshakeMessage> {
+    fn new(source: SocketAddr, bucket: u8, datagram: &[u8]) -> Option<HandshakeMessage> {
         let mut bytes = [0u8; INITIATION_LEN];
         bytes.get_mut(..datagram.len())?.copy_from_slice(datagram);
         Some(HandshakeMessage {
             source,
+            bucket,
             len: u8::try_from(datagram.len()).ok()?,
             bytes,
         })
@@ -104,15 +107,16 @@ impl HandshakeQueue {
     /// Queues a handshake message without waiting; refused when the queue or the source's
     /// share of it is full.
     pub fn offer(&self, source: SocketAddr, datagram: &[u8]) -> Result<(), QueueFull> {
-        let message = HandshakeMessage::new(source, datagram).ok_or(QueueFull)?;
+        // The share first: a flood is mostly refused here, before any copy.
         let bucket = self.shares.take(source.ip()).ok_or(QueueFull)?;
-        match self.sender.try_send(message) {
-            Ok(()) => Ok(()),
+        let queued = HandshakeMessage::new(source, bucket, datagram)
             // Disconnected only while the device is being torn down.
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                self.shares.give_back(bucket);
-                Err(QueueFull)
-            }
+            .is_some_and(|message| self.sender.try_send(message).is_ok());
+        if queued {
+            Ok(())
+        } else {
+            self.shares.give_back(bucket);
+            Err(QueueFull)
         }
     }
 }
@@ -121,8 +125,7 @@ impl HandshakeReceiver {
     /// Waits for the next message; `None` once every sender is gone.
     pub fn recv(&self) -> Option<HandshakeMessage> {
         let message = self.receiver.recv().ok()?;
-        self.shares
-            .give_back(self.shares.bucket(message.source.ip()));
+        self.shares.give_back(message.bucket);
         Some(message)
     }
 }
@@ -143,14 +146,15 @@ impl SourceShares {
         }
     }
 
-    fn bucket(&self, source: IpAddr) -> usize {
-        (self.hasher.hash_one(source) % SOURCE_BUCKETS as u64) as usize
+    fn bucket(&self, source: IpAddr) -> u8 {
+        // The low byte: SOURCE_BUCKETS is 256.
+        self.hasher.hash_one(source).to_le_bytes()[0]
     }
 
     /// Takes a place in `source`'s share; `None` when the share is used up.
-    fn take(&self, source: IpAddr) -> Option<usize> {
+    fn take(&self, source: IpAddr) -> Option<u8> {
         let bucket = self.bucket(source);
-        self.queued[bucket]
+        self.queued[usize::from(bucket)]
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
                 (queued < PER_SOURCE_SHARE).then_some(queued + 1)
             })
@@ -158,8 +162,8 @@ impl SourceShares {
             .map(|_| bucket)
     }
 
-    fn give_back(&self, bucket: usize) {
-        self.queued[bucket].fetch_sub(1, Ordering::AcqRel);
+    fn give_back(&self, bucket: u8) {
+        self.queued[usize::from(bucket)].fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -376,11 +380,11 @@ mod tests {
 
     #[test]
     fn messages_keep_their_bytes_and_refuse_oversize() {
-        let message = HandshakeMessage::new(source(), &[2u8; 92]).expect("fits");
+        let message = HandshakeMessage::new(source(), 7, &[2u8; 92]).expect("fits");
         assert_eq!(message.datagram(), &[2u8; 92][..]);
         assert_eq!(message.source, source());
-        assert!(HandshakeMessage::new(source(), &[1u8; INITIATION_LEN]).is_some());
-        assert!(HandshakeMessage::new(source(), &[1u8; INITIATION_LEN + 1]).is_none());
+        assert!(HandshakeMessage::new(source(), 7, &[1u8; INITIATION_LEN]).is_some());
+        assert!(HandshakeMessage::new(source(), 7, &[1u8; INITIATION_LEN + 1]).is_none());
     }
 
     fn from_host(host: u32) -> SocketAddr {
@@ -390,6 +394,11 @@ mod tests {
     #[test]
     fn one_source_cannot_take_more_than_its_share() {
         let (queue, receiver) = HandshakeQueue::new();
+        // An oversized datagram is refused without using up a place.
+        assert_eq!(
+            queue.offer(source(), &[1; INITIATION_LEN + 1]),
+            Err(QueueFull)
+        );
         for n in 0..PER_SOURCE_SHARE {
             assert_eq!(queue.offer(source(), &[1; 64]), Ok(()), "message {n}");
         }
