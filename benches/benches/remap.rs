@@ -126,6 +126,7 @@ fn to_net(family: Family, (bits, len): (u128, u8)) -> IpNet {
 }
 
 /// One pair of routes: view `p` → real `q` for peer `a`, view `q` → real `p` for peer `b`.
+#[derive(Clone, Copy)]
 struct Pair {
     p: (u128, u8),
     q: (u128, u8),
@@ -136,14 +137,19 @@ struct Pair {
 struct Setup {
     table: RemapTable,
     pairs: Vec<Pair>,
+    /// Pairs no measured packet uses, for tables that differ from `table` in a few routes.
+    spare_pairs: Vec<Pair>,
     family: Family,
 }
+
+/// Route pairs no measured packet uses, kept by [`setup`] for [`edited_tables`].
+const SPARE_PAIRS: usize = 8;
 
 fn setup(family: Family, lengths: Lengths, rules: usize) -> Setup {
     let mut rng = XorShift(0x9e37_79b9_7f4a_7c15 ^ rules as u64 ^ family.bits() as u64);
     let mut used = HashSet::new();
     let mut pairs = Vec::new();
-    while pairs.len() * 2 < rules {
+    while pairs.len() * 2 < rules + 2 * SPARE_PAIRS {
         let len = family.random_len(lengths, &mut rng);
         let p = random_prefix(family, len, &mut rng);
         let q = random_prefix(family, len, &mut rng);
@@ -158,8 +164,19 @@ fn setup(family: Family, lengths: Lengths, rules: usize) -> Setup {
             b: PEERS + i % PEERS,
         });
     }
+    let spare_pairs = pairs.split_off(pairs.len() - SPARE_PAIRS);
+    Setup {
+        table: table_of(family, &pairs, None),
+        pairs,
+        spare_pairs,
+        family,
+    }
+}
+
+/// The table of `pairs`, built after `previous` if given (as the gateway builds a successor).
+fn table_of(family: Family, pairs: &[Pair], previous: Option<&RemapTable>) -> RemapTable {
     let mut routes: Vec<Vec<Route>> = vec![Vec::new(); 2 * PEERS as usize];
-    for pair in &pairs {
+    for pair in pairs {
         let (p, q) = (to_net(family, pair.p), to_net(family, pair.q));
         routes[pair.a as usize].push(Route { real: q, view: p });
         routes[pair.b as usize].push(Route { real: p, view: q });
@@ -176,11 +193,30 @@ fn setup(family: Family, lengths: Lengths, rules: usize) -> Setup {
                 .expect("valid pair routes");
         }
     }
-    Setup {
-        table: builder.build().expect("valid table"),
-        pairs,
-        family,
+    match previous {
+        Some(previous) => builder.build_after(previous),
+        None => builder.build(),
     }
+    .expect("valid table")
+}
+
+/// A cycle of tables, each built after the one before it, that differ from the setup's table
+/// (the first and last) in one route pair at a time: the spare pairs are added one by one,
+/// then removed one by one.
+fn edited_tables(setup: &Setup) -> Vec<RemapTable> {
+    let steps = 2 * setup.spare_pairs.len();
+    let mut tables: Vec<RemapTable> = Vec::with_capacity(steps);
+    for step in 1..=steps {
+        let present = if step <= SPARE_PAIRS {
+            &setup.spare_pairs[..step]
+        } else {
+            &setup.spare_pairs[step - SPARE_PAIRS..]
+        };
+        let pairs: Vec<Pair> = setup.pairs.iter().chain(present).copied().collect();
+        let previous = tables.last().unwrap_or(&setup.table);
+        tables.push(table_of(setup.family, &pairs, Some(previous)));
+    }
+    tables
 }
 
 fn tcp_packet(src: IpAddr, dst: IpAddr) -> Vec<u8> {
@@ -419,8 +455,14 @@ fn current_cpu() -> usize {
 /// millisecond just the same and goes back to sleep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Swapper {
-    /// Wakes every millisecond and stores the next prebuilt table.
+    /// Wakes every millisecond and stores the next of a few prebuilt, unrelated tables: every
+    /// swap replaces all 10 000 routes with other memory.
     Pool,
+    /// What the gateway does: wakes every millisecond, takes the next of [`edited_tables`]
+    /// (which differs from the current table in one route pair no measured packet uses),
+    /// refills it into the table the swap before last replaced (`RemapTable::refill`) and
+    /// stores that.
+    Edits,
     /// Builds a fresh table, stores it, and repeats (at most every millisecond); the reader
     /// drops the last reference to the old table, so it also frees it.
     Fresh,
@@ -492,13 +534,22 @@ fn snapshot_swaps(_: &mut Criterion) {
             "remap_snapshot/{}: 10 000 typical rules, one table built in {build_ms:.1} ms",
             family.name()
         );
+        let edits: Vec<Arc<RemapTable>> =
+            edited_tables(&setup0).into_iter().map(Arc::new).collect();
         for (mode, prefetch) in [
+            (Swapper::Edits, false),
+            (Swapper::Edits, true),
             (Swapper::Pool, false),
             (Swapper::Pool, true),
             (Swapper::Fresh, false),
             (Swapper::FreshRetired, false),
         ] {
-            swap_ab(family, mode, prefetch, &pool, &mut batch);
+            let tables = if mode == Swapper::Edits {
+                &edits
+            } else {
+                &pool
+            };
+            swap_ab(family, mode, prefetch, tables, &mut batch);
         }
     }
 }
@@ -515,33 +566,66 @@ fn swap_ab(
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let swapper_cpu = (reader_cpu + 1) % cpus;
 
-    let shared = Arc::new(ArcSwap::new(Arc::clone(&pool[0])));
+    let initial = match mode {
+        Swapper::Pool => Arc::clone(&pool[0]),
+        // The pool's references would keep old tables alive.
+        Swapper::Edits => Arc::new(RemapTable::clone(&pool[pool.len() - 1])),
+        _ => Arc::new(setup(family, Lengths::Typical, 10_000).table),
+    };
+    let shared = Arc::new(ArcSwap::new(initial));
+    let refill_ns = Arc::new(AtomicU64::new(0));
     let active = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
     let swap_count = Arc::new(AtomicU64::new(0));
     let swapper = {
-        let (shared, active, stop, swap_count, pool) = (
+        let (shared, active, stop, swap_count, refill_ns) = (
             Arc::clone(&shared),
             Arc::clone(&active),
             Arc::clone(&stop),
             Arc::clone(&swap_count),
-            pool.to_vec(),
+            Arc::clone(&refill_ns),
         );
+        let edits: Vec<RemapTable> = match mode {
+            Swapper::Edits => pool.iter().map(|table| RemapTable::clone(table)).collect(),
+            _ => Vec::new(),
+        };
+        let pool = match mode {
+            Swapper::Pool => pool.to_vec(),
+            _ => Vec::new(),
+        };
         std::thread::spawn(move || {
             pin_to(swapper_cpu);
             normal_priority();
             let mut swaps = 0u64;
             let mut retired: Vec<Arc<RemapTable>> = Vec::new();
+            let mut spare: Option<Arc<RemapTable>> =
+                (mode == Swapper::Edits).then(|| Arc::new(edits[edits.len() - 1].clone()));
             while !stop.load(Ordering::Relaxed) {
                 let due = std::time::Instant::now() + Duration::from_millis(1);
                 if active.load(Ordering::Relaxed) {
                     let next = match mode {
                         Swapper::Pool => Arc::clone(&pool[(swaps as usize + 1) % pool.len()]),
+                        Swapper::Edits => {
+                            let fresh = &edits[swaps as usize % edits.len()];
+                            let start = std::time::Instant::now();
+                            let next = match spare.as_mut().and_then(Arc::get_mut) {
+                                Some(table) => {
+                                    table.refill(fresh);
+                                    spare.take().expect("refilled above")
+                                }
+                                None => Arc::new(fresh.clone()),
+                            };
+                            refill_ns
+                                .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                            next
+                        }
                         _ => Arc::new(setup(family, Lengths::Typical, 10_000).table),
                     };
                     let old = shared.swap(next);
-                    if mode == Swapper::FreshRetired {
-                        retired.push(old);
+                    match mode {
+                        Swapper::FreshRetired => retired.push(old),
+                        Swapper::Edits => spare = Some(old),
+                        _ => {}
                     }
                     swaps += 1;
                     swap_count.store(swaps, Ordering::Relaxed);
@@ -555,10 +639,6 @@ fn swap_ab(
             swaps
         })
     };
-    if mode != Swapper::Pool {
-        // The pool's references would keep old tables alive: drop the shared one's.
-        shared.store(Arc::new(setup(family, Lengths::Typical, 10_000).table));
-    }
     let mut cache = Cache::new(Arc::clone(&shared));
     run_reader(&mut cache, batch, SWAP_RUN_PACKETS / 4, prefetch); // warm up
 
@@ -659,6 +739,12 @@ fn swap_ab(
     println!(
         "{name}: reader on cpu {reader_cpu}, swapper on cpu {swapper_cpu}; {swaps} swaps in total"
     );
+    if mode == Swapper::Edits {
+        println!(
+            "{name}: refilling took {:.0} us per swap on the swapper's CPU",
+            refill_ns.load(Ordering::Relaxed) as f64 / swaps.max(1) as f64 / 1e3
+        );
+    }
     println!(
         "{name}: A/B over {SWAP_ROUNDS} rounds of {SWAP_RUN_PACKETS} packets: idle {idle:.2} ns, swapping {swapping:.2} ns per packet (medians); ratio median {:+.2} %, IQR {:+.2} % .. {:+.2} %",
         (ratio - 1.0) * 100.0,

@@ -105,6 +105,10 @@ struct Control {
     addresses: Vec<IpNet>,
     routes: Vec<IpNet>,
     mtu: u16,
+    /// The snapshot replaced by the last swap. The next swap stores its remap table in this
+    /// one's memory (once no data-path task holds it): the readers used those cache lines
+    /// until a swap ago, so only the lines of changed routes are cold after the swap.
+    spare: Option<Arc<Snapshot>>,
 }
 
 /// A running gateway device.
@@ -261,10 +265,16 @@ impl Device {
                     .map_err(|source| ApplyError::Bind { port, source })?,
             ))
         };
-        let snapshot = plan::next_snapshot(&current, &next, &resolved)?;
+        let mut snapshot = plan::next_snapshot(&current, &next, &resolved)?;
+        if let Some(spare) = control.spare.as_mut().and_then(Arc::get_mut) {
+            spare.remap.refill(&snapshot.remap);
+            std::mem::swap(&mut snapshot.remap, &mut spare.remap);
+        }
         let generation = snapshot.generation;
         self.shared.snapshot.store(Arc::new(snapshot));
-        retire(current);
+        if let Some(spare) = control.spare.replace(current) {
+            retire(spare);
+        }
         if let Some(sockets) = new_sockets {
             // The old sockets close once their readers are gone and no send holds them.
             self.shared.sockets.store(Arc::clone(&sockets));

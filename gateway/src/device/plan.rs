@@ -24,7 +24,7 @@ pub fn next_snapshot(
     resolved: &[Option<SocketAddr>],
 ) -> Result<Snapshot, ApplyError> {
     let plan = plan_peers(current, next)?;
-    let table = remap_table(next, &plan.ids)?;
+    let table = remap_table(next, &plan.ids, &current.remap)?;
     let key_changed = current.state.interface.private_key != next.interface.private_key;
     let identity = match (&next.interface.private_key, key_changed) {
         (None, _) => None,
@@ -100,8 +100,13 @@ pub fn next_snapshot(
     Ok(snapshot)
 }
 
-/// The remap table of `state` with peer ids `ids` (same order as `state.peers`).
-pub fn remap_table(state: &DesiredState, ids: &[PeerId]) -> Result<RemapTable, ApplyError> {
+/// The remap table of `state` with peer ids `ids` (same order as `state.peers`), laid out like
+/// `previous` where it can be (see [`TableBuilder::build_after`]).
+fn remap_table(
+    state: &DesiredState,
+    ids: &[PeerId],
+    previous: &RemapTable,
+) -> Result<RemapTable, ApplyError> {
     let mut builder = TableBuilder::new();
     builder.local_prefixes(&state.interface.local_prefixes);
     builder.mss_clamp_mtu(Some(state.interface.mtu));
@@ -117,7 +122,7 @@ pub fn remap_table(state: &DesiredState, ids: &[PeerId]) -> Result<RemapTable, A
         builder.add_peer(*id, &routes, peer.acl.as_deref())?;
     }
 
-    Ok(builder.build()?)
+    Ok(builder.build_after(previous)?)
 }
 
 /// Which peers keep their runtime and which id each peer gets.

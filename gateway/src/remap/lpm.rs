@@ -20,8 +20,17 @@
 //! random for every build, so packet addresses cannot be chosen to collide. A build also checks
 //! the longest run of occupied slots (which bounds the slots any lookup scans, hit or miss) and
 //! draws a new key or grows the table when a run exceeds [`MAX_RUN`].
+//!
+//! # Replacing a map cheaply
+//!
+//! [`PrefixMap::new_like`] builds the successor of a map: it keeps each level's hash key and size
+//! while they still fit, numbers the values as before, and places entries in a canonical order,
+//! so the successor's memory image differs from its predecessor's only around the prefixes that
+//! changed. [`Refill::refill`] then copies it into the memory of an older map (one the readers
+//! used until recently) by writing only the differing elements: the cache lines a reader holds
+//! stay valid across the swap, except those that really changed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hash};
 
 /// Sets up to this size are scanned linearly; larger ones are hashed.
@@ -35,17 +44,17 @@ const MAX_RUN: usize = 64;
 const RESEEDS: usize = 4;
 
 /// An address used as a lookup key.
-pub(crate) trait Key: Copy + Default + Eq + Hash + std::fmt::Debug {
+pub(crate) trait Key: Copy + Default + Eq + Ord + Hash + std::fmt::Debug {
     /// The address width in bits.
     const BITS: u8;
     /// The all-zero address.
     const ZERO: Self;
     /// A zero-sized type that aligns a hash slot to its size, so a slot never straddles two
     /// cache lines.
-    type SlotAlign: Copy + Default + std::fmt::Debug;
+    type SlotAlign: Copy + Default + PartialEq + std::fmt::Debug;
     /// The alignment of a slot that also holds a route's payload (an address and a few
     /// words): 32 bytes for IPv4, a cache line for IPv6.
-    type WideAlign: Copy + Default + std::fmt::Debug;
+    type WideAlign: Copy + Default + PartialEq + std::fmt::Debug;
     /// The network mask of a prefix of `len` bits.
     fn mask(len: u8) -> Self;
     /// Bitwise and.
@@ -56,7 +65,7 @@ pub(crate) trait Key: Copy + Default + Eq + Hash + std::fmt::Debug {
 }
 
 /// The random key of a table's hash function.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Seed([u64; 6]);
 
 impl Seed {
@@ -68,25 +77,25 @@ impl Seed {
 }
 
 /// Aligns IPv4 slots (up to 16 bytes of fields) to 16 bytes.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[repr(align(16))]
 pub(crate) struct Align16;
 
 /// Aligns IPv6 slots (up to 32 bytes of fields) to 32 bytes.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[repr(align(32))]
 pub(crate) struct Align32;
 
 /// Aligns slots with an IPv6 payload (57 bytes of fields) to a cache line.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 #[repr(align(64))]
 pub(crate) struct Align64;
 
 /// A value stored with each prefix and returned by reference from a lookup. Values live in
 /// the hash slots themselves, so a lookup that ends at its first probe reads one slot only.
-pub(crate) trait Payload: Copy + Default + std::fmt::Debug {
+pub(crate) trait Payload: Copy + Default + PartialEq + std::fmt::Debug {
     /// A zero-sized type that rounds the slot up to a power-of-two size.
-    type Align: Copy + Default + std::fmt::Debug;
+    type Align: Copy + Default + PartialEq + std::fmt::Debug;
 }
 
 impl Payload for u32 {
@@ -151,6 +160,15 @@ pub(crate) struct PrefixMap<A: Key, V: Payload = u32> {
     repr: Repr<A, V>,
 }
 
+/// The empty map.
+impl<A: Key, V: Payload> Default for PrefixMap<A, V> {
+    fn default() -> Self {
+        Self {
+            repr: Repr::Linear(Box::default()),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 enum Repr<A: Key, V: Payload> {
     /// `(network, mask, value)`, longest prefix first.
@@ -162,15 +180,21 @@ enum Repr<A: Key, V: Payload> {
 #[derive(Clone, Debug)]
 struct Hashed<A: Key, V: Payload> {
     levels: Box<[Level<A, V>]>,
-    /// Every value by index, for the answers a slot does not hold itself.
+    /// Every value by index, for the answers a slot does not hold itself. Indexes that no
+    /// prefix uses any more hold a default value no tag points to.
     values: Box<[V]>,
+    /// The index of every prefix's value, so the next build can number them alike. Read by
+    /// builds only.
+    numbering: HashMap<(A, u8), u32>,
 }
 
 /// The entries of one prefix length.
 #[derive(Clone, Debug)]
 struct Level<A: Key, V: Payload> {
-    /// This level's hash key, drawn at random when it is built.
+    /// This level's hash key, drawn at random when it is first built.
     seed: Seed,
+    /// The prefix length of this level's entries.
+    len: u8,
     mask: A,
     /// `64 - log2(slots.len())`: the hash's top bits pick the first slot.
     shift: u32,
@@ -178,7 +202,7 @@ struct Level<A: Key, V: Payload> {
 }
 
 /// A hash slot.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 #[repr(C)]
 struct Slot<A: Key, V: Payload> {
     /// The entry's key (the network at this level's length); for a shortcut, the network of
@@ -208,7 +232,18 @@ const TERMINAL: u8 = 0xfe;
 impl<A: Key, V: Payload> PrefixMap<A, V> {
     /// Builds a map from `(network, length, value)`; networks must have no host bits set and
     /// lengths must be at most `A::BITS`. For a prefix given twice, the last value wins.
+    #[cfg(test)]
     pub(crate) fn new(prefixes: impl IntoIterator<Item = (A, u8, V)>) -> Self {
+        Self::new_like(prefixes, None)
+    }
+
+    /// Like [`PrefixMap::new`], for a map that replaces `like`: where `like`'s hash keys, table
+    /// sizes and value numbering still fit the new prefixes, they are kept, so the result
+    /// differs from `like` in memory only where the prefixes do (see [`Refill`]).
+    pub(crate) fn new_like(
+        prefixes: impl IntoIterator<Item = (A, u8, V)>,
+        like: Option<&Self>,
+    ) -> Self {
         let mut unique: HashMap<(A, u8), V> = HashMap::new();
         for (net, len, value) in prefixes {
             debug_assert!(len <= A::BITS);
@@ -217,7 +252,7 @@ impl<A: Key, V: Payload> PrefixMap<A, V> {
         }
         if unique.len() <= LINEAR_MAX {
             let mut entries: Vec<_> = unique.into_iter().collect();
-            entries.sort_by_key(|&((_, len), _)| std::cmp::Reverse(len));
+            entries.sort_by_key(|&((net, len), _)| (std::cmp::Reverse(len), net));
             let linear = entries
                 .into_iter()
                 .map(|((net, len), value)| (net, A::mask(len), value));
@@ -225,8 +260,12 @@ impl<A: Key, V: Payload> PrefixMap<A, V> {
                 repr: Repr::Linear(linear.collect()),
             };
         }
+        let like = match like.map(|map| &map.repr) {
+            Some(Repr::Hashed(hashed)) => Some(hashed),
+            _ => None,
+        };
         Self {
-            repr: Repr::Hashed(Hashed::build(unique)),
+            repr: Repr::Hashed(Hashed::build(unique, like)),
         }
     }
 
@@ -262,6 +301,29 @@ impl<A: Key, V: Payload> PrefixMap<A, V> {
         self.lookup(addr).is_some()
     }
 
+    /// How many slots and values differ between `self` and `other` (what [`Refill::refill`]
+    /// writes), or `None` if their shapes differ; for tests.
+    #[cfg(test)]
+    fn image_difference(&self, other: &Self) -> Option<usize> {
+        fn differing<T: PartialEq>(a: &[T], b: &[T]) -> Option<usize> {
+            (a.len() == b.len()).then(|| a.iter().zip(b).filter(|(x, y)| x != y).count())
+        }
+        match (&self.repr, &other.repr) {
+            (Repr::Linear(a), Repr::Linear(b)) => differing(a, b),
+            (Repr::Hashed(a), Repr::Hashed(b)) if a.levels.len() == b.levels.len() => {
+                let mut total = differing(&a.values, &b.values)?;
+                for (x, y) in a.levels.iter().zip(b.levels.iter()) {
+                    if x.seed != y.seed {
+                        return None;
+                    }
+                    total += differing(&x.slots, &y.slots)?;
+                }
+                Some(total)
+            }
+            _ => None,
+        }
+    }
+
     /// The number of hash probes `lookup(addr)` makes (0 for a linear set); for tests.
     #[cfg(test)]
     fn probes(&self, addr: A) -> usize {
@@ -269,6 +331,72 @@ impl<A: Key, V: Payload> PrefixMap<A, V> {
             Repr::Linear(_) => 0,
             Repr::Hashed(hashed) => hashed.search(addr).1,
         }
+    }
+}
+
+/// Storage a freshly built value can be copied into.
+pub(crate) trait Refill {
+    /// Makes `self` equal to `fresh`, keeping `self`'s buffers wherever their shapes match and
+    /// writing only the elements that differ, so a reader's cached copies of the unchanged
+    /// elements stay valid.
+    fn refill(&mut self, fresh: &Self);
+}
+
+impl<T: Copy + PartialEq> Refill for Box<[T]> {
+    fn refill(&mut self, fresh: &Self) {
+        if self.len() != fresh.len() {
+            self.clone_from(fresh);
+            return;
+        }
+        for (old, new) in self.iter_mut().zip(fresh.iter()) {
+            // Reading leaves a reader's copy of the line valid; only a write invalidates it.
+            if old != new {
+                *old = *new;
+            }
+        }
+    }
+}
+
+impl<T: Refill + Clone> Refill for Option<T> {
+    fn refill(&mut self, fresh: &Self) {
+        match (self.as_mut(), fresh) {
+            (Some(old), Some(fresh)) => old.refill(fresh),
+            (_, fresh) => self.clone_from(fresh),
+        }
+    }
+}
+
+impl<A: Key, V: Payload> Refill for PrefixMap<A, V> {
+    fn refill(&mut self, fresh: &Self) {
+        match (&mut self.repr, &fresh.repr) {
+            (Repr::Linear(old), Repr::Linear(fresh)) => old.refill(fresh),
+            (Repr::Hashed(old), Repr::Hashed(fresh)) => old.refill(fresh),
+            (_, fresh) => self.repr = fresh.clone(),
+        }
+    }
+}
+
+impl<A: Key, V: Payload> Refill for Hashed<A, V> {
+    fn refill(&mut self, fresh: &Self) {
+        if self.levels.len() == fresh.levels.len() {
+            for (old, fresh) in self.levels.iter_mut().zip(&fresh.levels) {
+                old.refill(fresh);
+            }
+        } else {
+            self.levels.clone_from(&fresh.levels);
+        }
+        self.values.refill(&fresh.values);
+        self.numbering.clone_from(&fresh.numbering);
+    }
+}
+
+impl<A: Key, V: Payload> Refill for Level<A, V> {
+    fn refill(&mut self, fresh: &Self) {
+        self.seed = fresh.seed;
+        self.len = fresh.len;
+        self.mask = fresh.mask;
+        self.shift = fresh.shift;
+        self.slots.refill(&fresh.slots);
     }
 }
 
@@ -331,25 +459,57 @@ impl<A: Key, V: Payload> Hashed<A, V> {
         }
     }
 
-    fn build(prefixes: HashMap<(A, u8), V>) -> Self {
+    fn build(prefixes: HashMap<(A, u8), V>, like: Option<&Self>) -> Self {
         // The levels hold indexes into `values`; slots copy the values they answer with.
-        let mut values = Vec::with_capacity(prefixes.len());
-        let indexed: HashMap<(A, u8), u32> = prefixes
+        let numbering = number_values(&prefixes, like.map(|like| &like.numbering));
+        let size = numbering.values().max().map_or(0, |&i| i as usize + 1);
+        let mut values = vec![V::default(); size];
+        for (prefix, value) in prefixes {
+            values[numbering[&prefix] as usize] = value;
+        }
+        let levels = plan_levels(&numbering, &values)
             .into_iter()
-            .map(|(prefix, value)| {
-                values.push(value);
-                (prefix, (values.len() - 1) as u32)
+            .map(|(len, mut entries)| {
+                let like = like.and_then(|like| like.levels.iter().find(|l| l.len == len));
+                Level::build(len, &mut entries, like)
             })
-            .collect();
-        let levels = plan_levels(&indexed, &values)
-            .iter()
-            .map(|(len, entries)| Level::build(*len, entries))
             .collect();
         Self {
             levels,
             values: values.into_boxed_slice(),
+            numbering,
         }
     }
+}
+
+/// Value indexes for `prefixes`: the ones `previous` gave them where it knew them, free or new
+/// indexes for the others (in prefix order, so equal inputs number alike). Renumbers from
+/// scratch once more than half the indexes would be unused.
+fn number_values<A: Key, V>(
+    prefixes: &HashMap<(A, u8), V>,
+    previous: Option<&HashMap<(A, u8), u32>>,
+) -> HashMap<(A, u8), u32> {
+    let mut numbering = HashMap::with_capacity(prefixes.len());
+    let mut fresh: Vec<(A, u8)> = Vec::new();
+    for &prefix in prefixes.keys() {
+        match previous.and_then(|previous| previous.get(&prefix)) {
+            Some(&index) => {
+                numbering.insert(prefix, index);
+            }
+            None => fresh.push(prefix),
+        }
+    }
+    fresh.sort_unstable_by_key(|&(net, len)| (len, net));
+    let kept: HashSet<u32> = numbering.values().copied().collect();
+    let free = (0u32..).filter(|index| !kept.contains(index));
+    numbering.extend(fresh.into_iter().zip(free));
+    let size = numbering.values().max().map_or(0, |&i| i as usize + 1);
+    if size > 2 * prefixes.len() + 8 {
+        let mut all: Vec<(A, u8)> = prefixes.keys().copied().collect();
+        all.sort_unstable_by_key(|&(net, len)| (len, net));
+        return all.into_iter().zip(0..).collect();
+    }
+    numbering
 }
 
 impl<A: Key, V: Payload> Level<A, V> {
@@ -371,11 +531,23 @@ impl<A: Key, V: Payload> Level<A, V> {
         }
     }
 
-    /// Places `entries` in a table with a fresh hash key; draws another key when a run of
-    /// occupied slots comes out longer than [`MAX_RUN`], and grows the table when that keeps
-    /// happening.
-    fn build(len: u8, entries: &[Slot<A, V>]) -> Self {
+    /// Places `entries` in a table: with `like`'s hash key and size if the entries fit them
+    /// (load below 2/3, not emptier than half the natural size), else with a fresh key; draws
+    /// another key when a run of occupied slots comes out longer than [`MAX_RUN`], and grows
+    /// the table when that keeps happening. Entries go in in key order, so the same entries
+    /// under the same key and size always land in the same slots.
+    fn build(len: u8, entries: &mut [Slot<A, V>], like: Option<&Self>) -> Self {
+        entries.sort_unstable_by_key(|slot| slot.net);
         let mut capacity = (entries.len() * 2).next_power_of_two().max(4);
+        if let Some(like) = like {
+            let size = like.slots.len();
+            if size * 2 > entries.len() * 3
+                && size <= capacity * 2
+                && let Some(level) = Self::fill(len, entries, like.seed, size)
+            {
+                return level;
+            }
+        }
         for attempt in 1.. {
             if let Some(level) = Self::fill(len, entries, Seed::random(), capacity) {
                 return level;
@@ -400,6 +572,7 @@ impl<A: Key, V: Payload> Level<A, V> {
         }
         (longest_run(&slots) <= MAX_RUN).then_some(Self {
             seed,
+            len,
             mask,
             shift,
             slots,
@@ -728,7 +901,7 @@ mod tests {
         assert_eq!(std::mem::align_of::<Slot<u128, ()>>(), 32);
 
         /// A route-sized payload: an address and a few words.
-        #[derive(Clone, Copy, Debug, Default)]
+        #[derive(Clone, Copy, Debug, Default, PartialEq)]
         struct Wide<A>(A, [u32; 3], bool);
         let wide = Wide(0u32, [1, 2, 3], true);
         assert_eq!((wide.0, wide.1[2], wide.2), (0, 3, true));
@@ -739,6 +912,55 @@ mod tests {
         assert_eq!(std::mem::align_of::<Slot<u32, Wide<u32>>>(), 32);
         assert_eq!(std::mem::size_of::<Slot<u128, Wide<u128>>>(), 64);
         assert_eq!(std::mem::align_of::<Slot<u128, Wide<u128>>>(), 64);
+    }
+
+    #[test]
+    fn successors_keep_the_memory_image_of_unchanged_prefixes() {
+        // 10 000 /24s, with /16s above some of them and /28s below some, so markers and
+        // shortcuts are involved.
+        let mut prefixes: Vec<(u32, u8, u32)> = (0..10_000u32)
+            .map(|i| (0x0a00_0000 + (i << 8), 24, i))
+            .chain((0..20u32).map(|i| (0x0a00_0000 + (i << 16), 16, 20_000 + i)))
+            .chain((0..20u32).map(|i| (0x0a00_0000 + (i << 12) + 0x10, 28, 30_000 + i)))
+            .collect();
+        let first = PrefixMap::new(prefixes.iter().copied());
+        let same = PrefixMap::new_like(prefixes.iter().copied(), Some(&first));
+        assert_eq!(
+            first.image_difference(&same),
+            Some(0),
+            "an unchanged set is rebuilt alike"
+        );
+
+        // One prefix removed, one added, one value changed.
+        prefixes.remove(500);
+        prefixes.push((0x0b00_0000, 24, 77));
+        prefixes[10].2 = 99_999;
+        let next = PrefixMap::new_like(prefixes.iter().copied(), Some(&first));
+        let changed = first.image_difference(&next).expect("the same shape");
+        eprintln!("{changed} slots and values differ");
+        assert!(
+            (3..=16).contains(&changed),
+            "{changed} slots and values differ"
+        );
+
+        let mut retired = first.clone();
+        retired.refill(&next);
+        assert_eq!(
+            retired.image_difference(&PrefixMap::new_like(prefixes.iter().copied(), Some(&first))),
+            Some(0)
+        );
+        for &(net, len, _) in &prefixes {
+            for addr in [net, net | !u32::mask(len)] {
+                assert_eq!(
+                    retired.lookup(addr).copied(),
+                    naive(&prefixes, addr),
+                    "{addr:#x}"
+                );
+            }
+        }
+        // The removed /24 now falls to the /16 above it.
+        let removed = 0x0a00_0000 + (500 << 8);
+        assert_eq!(retired.lookup(removed), Some(&20_001));
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::collections::hash_map::Entry;
 
 use ipnet::IpNet;
 
-use super::lpm::{Key, Payload, PrefixMap};
+use super::lpm::{Key, Payload, PrefixMap, Refill};
 use super::packet::{self, Ipv4Meta, Ipv6Meta, Malformed, Side};
 use super::{DropReason, MAX_PEER_ID, PeerId, RemapError, Route, Verdict};
 
@@ -30,16 +30,19 @@ struct Rule<A> {
 
 /// What egress needs of the route a view selects; stored in the view LPM's slots, so a lookup
 /// that ends at its first probe reads one slot and nothing else.
-#[derive(Clone, Copy, Debug, Default)]
+///
+/// Nothing in it depends on where other routes sit in the table (no route or peer indexes),
+/// so the next table stores the same bytes for an unchanged route (see [`RemapTable::refill`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct EgressTarget<A> {
     /// `view ^ real`: the real address of a view address `v` is `v ^ delta` (their network bits
     /// are the view's, so the xor swaps exactly the network bits).
     delta: A,
-    /// The route's index, to compare with the real-side match of shadowed routes.
-    rule: u32,
     peer: PeerId,
-    /// Index into [`RemapTable::peers`].
-    peer_index: u32,
+    /// The prefix length. The real-side match of an address of this route is this route
+    /// exactly when it has the same length: within one peer, one real prefix of a given
+    /// length contains the address.
+    len: u8,
     /// See [`Rule::peer_has_acl`].
     peer_has_acl: bool,
     /// See [`Rule::real_shadowed`].
@@ -51,12 +54,14 @@ impl<A: Key> Payload for EgressTarget<A> {
 }
 
 /// What ingress needs of the route a peer's real address selects; stored in the peer's LPM.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct IngressSource<A> {
     /// `view ^ real`, as in [`EgressTarget::delta`].
     delta: A,
-    /// The route's index, to compare with the view-side match of shadowed routes.
-    rule: u32,
+    /// The prefix length. The view-side match of an address of this route is this route
+    /// exactly when it has the same length: views are unique, so one view of a given length
+    /// contains the address.
+    len: u8,
     /// See [`Rule::view_shadowed`].
     view_shadowed: bool,
 }
@@ -66,7 +71,7 @@ impl<A: Key> Payload for IngressSource<A> {
 }
 
 /// The routes of one address family: the LPM over their views.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 struct FamilyTable<A: Key> {
     views: PrefixMap<A, EgressTarget<A>>,
 }
@@ -79,28 +84,47 @@ struct PrefixSet {
 }
 
 impl PrefixSet {
-    fn new(prefixes: &[IpNet]) -> Self {
+    fn new_like(prefixes: &[IpNet], like: Option<&PrefixSet>) -> Self {
         Self {
-            v4: PrefixMap::new(
+            v4: PrefixMap::new_like(
                 prefixes
                     .iter()
                     .filter_map(|p| v4_parts(p).map(|(a, l)| (a, l, ()))),
+                like.map(|set| &set.v4),
             ),
-            v6: PrefixMap::new(
+            v6: PrefixMap::new_like(
                 prefixes
                     .iter()
                     .filter_map(|p| v6_parts(p).map(|(a, l)| (a, l, ()))),
+                like.map(|set| &set.v6),
             ),
         }
     }
 }
 
+impl Refill for PrefixSet {
+    fn refill(&mut self, fresh: &Self) {
+        self.v4.refill(&fresh.v4);
+        self.v6.refill(&fresh.v6);
+    }
+}
+
 #[derive(Clone, Debug)]
 struct PeerEntry {
+    id: PeerId,
     /// Real prefix → route, per family.
     reals_v4: PrefixMap<u32, IngressSource<u32>>,
     reals_v6: PrefixMap<u128, IngressSource<u128>>,
     acl: Option<PrefixSet>,
+}
+
+impl Refill for PeerEntry {
+    fn refill(&mut self, fresh: &Self) {
+        self.id = fresh.id;
+        self.reals_v4.refill(&fresh.reals_v4);
+        self.reals_v6.refill(&fresh.reals_v6);
+        self.acl.refill(&fresh.acl);
+    }
 }
 
 fn v4_parts(net: &IpNet) -> Option<(u32, u8)> {
@@ -247,6 +271,19 @@ impl TableBuilder {
 
     /// Builds the immutable table. Errors: a local prefix with host bits set.
     pub fn build(self) -> Result<RemapTable, RemapError> {
+        self.build_like(None)
+    }
+
+    /// Builds the table that replaces `previous`. It keeps `previous`'s hash keys, table sizes
+    /// and value numbering wherever they still fit, so its memory image differs from
+    /// `previous`'s only around the routes that changed, which is what lets
+    /// [`RemapTable::refill`] reuse a retired table's memory without cooling the readers'
+    /// caches. Lookups behave exactly as with [`TableBuilder::build`].
+    pub fn build_after(self, previous: &RemapTable) -> Result<RemapTable, RemapError> {
+        self.build_like(Some(previous))
+    }
+
+    fn build_like(self, like: Option<&RemapTable>) -> Result<RemapTable, RemapError> {
         if let Some(prefix) = self.local_prefixes.iter().find(|p| p.trunc() != **p) {
             return Err(RemapError::LocalHostBitsSet {
                 prefix: *prefix,
@@ -259,18 +296,32 @@ impl TableBuilder {
             peer_slots[peer.id as usize] = index as u32;
         }
 
-        let (v4, rules_v4) = build_family(&self.peers, v4_parts);
-        let (v6, rules_v6) = build_family(&self.peers, v6_parts);
-        let reals_v4 = reals_by_peer(&rules_v4, self.peers.len());
-        let reals_v6 = reals_by_peer(&rules_v6, self.peers.len());
+        let (v4, rules_v4) = build_family(&self.peers, v4_parts, like.map(|t| &t.v4));
+        let (v6, rules_v6) = build_family(&self.peers, v6_parts, like.map(|t| &t.v6));
+        let mut reals_v4 = reals_by_peer(&rules_v4, self.peers.len());
+        let mut reals_v6 = reals_by_peer(&rules_v6, self.peers.len());
         let peers = self
             .peers
             .iter()
-            .zip(reals_v4.into_iter().zip(reals_v6))
-            .map(|(spec, (reals_v4, reals_v6))| PeerEntry {
-                reals_v4,
-                reals_v6,
-                acl: spec.acl.as_deref().map(PrefixSet::new),
+            .enumerate()
+            .map(|(index, spec)| {
+                let previous = like.and_then(|t| t.peer(spec.id));
+                let acl_like = previous.and_then(|p| p.acl.as_ref());
+                PeerEntry {
+                    id: spec.id,
+                    reals_v4: PrefixMap::new_like(
+                        std::mem::take(&mut reals_v4[index]),
+                        previous.map(|p| &p.reals_v4),
+                    ),
+                    reals_v6: PrefixMap::new_like(
+                        std::mem::take(&mut reals_v6[index]),
+                        previous.map(|p| &p.reals_v6),
+                    ),
+                    acl: spec
+                        .acl
+                        .as_deref()
+                        .map(|acl| PrefixSet::new_like(acl, acl_like)),
+                }
             })
             .collect();
         let routes = self
@@ -278,7 +329,10 @@ impl TableBuilder {
             .iter()
             .flat_map(|p| p.routes.iter().map(move |r| (p.id, *r)))
             .collect();
-        let local = (!self.local_prefixes.is_empty()).then(|| PrefixSet::new(&self.local_prefixes));
+        let local = (!self.local_prefixes.is_empty()).then(|| {
+            let local_like = like.and_then(|t| t.local.as_ref());
+            PrefixSet::new_like(&self.local_prefixes, local_like)
+        });
         Ok(RemapTable {
             v4,
             v6,
@@ -297,6 +351,7 @@ const NO_PEER: u32 = u32::MAX;
 fn build_family<A>(
     peers: &[PeerSpec],
     parts: fn(&IpNet) -> Option<(A, u8)>,
+    like: Option<&FamilyTable<A>>,
 ) -> (FamilyTable<A>, Vec<Rule<A>>)
 where
     A: Key + std::ops::BitXor<Output = A>,
@@ -344,39 +399,42 @@ where
             }
         }
     }
-    let views = PrefixMap::new(rules.iter().enumerate().map(|(i, r)| {
+    let targets = rules.iter().map(|r| {
         let target = EgressTarget {
             delta: r.view ^ r.real,
-            rule: i as u32,
             peer: r.peer,
-            peer_index: r.peer_index,
+            len: r.len,
             peer_has_acl: r.peer_has_acl,
             real_shadowed: r.real_shadowed,
         };
         (r.view, r.len, target)
-    }));
+    });
+    let views = PrefixMap::new_like(targets, like.map(|family| &family.views));
     (FamilyTable { views }, rules)
 }
 
-/// Each peer's real prefixes → route, indexed like the peers.
-fn reals_by_peer<A>(rules: &[Rule<A>], peers: usize) -> Vec<PrefixMap<A, IngressSource<A>>>
+/// Each peer's real prefixes with their ingress sources, indexed like the peers.
+type RealPrefixes<A> = Vec<(A, u8, IngressSource<A>)>;
+
+fn reals_by_peer<A>(rules: &[Rule<A>], peers: usize) -> Vec<RealPrefixes<A>>
 where
     A: Key + std::ops::BitXor<Output = A>,
 {
-    let mut prefixes: Vec<Vec<(A, u8, IngressSource<A>)>> = vec![Vec::new(); peers];
-    for (index, rule) in rules.iter().enumerate() {
+    let mut prefixes: Vec<RealPrefixes<A>> = vec![Vec::new(); peers];
+    for rule in rules {
         let source = IngressSource {
             delta: rule.view ^ rule.real,
-            rule: index as u32,
+            len: rule.len,
             view_shadowed: rule.view_shadowed,
         };
         prefixes[rule.peer_index as usize].push((rule.real, rule.len, source));
     }
-    prefixes.into_iter().map(PrefixMap::new).collect()
+    prefixes
 }
 
 /// An immutable snapshot of all routes, ACLs and local prefixes; cheap to read from many threads.
-#[derive(Clone, Debug)]
+/// The default is the empty table: every egress packet has no route.
+#[derive(Clone, Debug, Default)]
 pub struct RemapTable {
     v4: FamilyTable<u32>,
     v6: FamilyTable<u128>,
@@ -515,9 +573,7 @@ impl Family for V6 {
 impl RemapTable {
     /// A table with no peers: every egress packet has no route.
     pub fn empty() -> Self {
-        TableBuilder::new()
-            .build()
-            .unwrap_or_else(|_| unreachable!("an empty builder is valid"))
+        Self::default()
     }
 
     /// Translates a packet read from the TUN device: on [`Verdict::Forward`] its destination has
@@ -553,6 +609,48 @@ impl RemapTable {
             Some(6) => self.v6.views.prefetch(packet::addr_v6(pkt, Side::Dst)),
             _ => {}
         }
+    }
+
+    /// Makes `self` (a retired table no reader holds) equal to `fresh`, keeping `self`'s
+    /// memory wherever the shapes match and writing only what differs.
+    ///
+    /// Swapping in a new table costs the readers a cache miss on every line of it they touch,
+    /// for a 10 000-route table tens of microseconds per swap. Refilling the table retired by
+    /// the swap before last instead (whose lines the readers used a swap ago) keeps every line
+    /// that did not change valid in their caches; with `fresh` built by
+    /// [`TableBuilder::build_after`] from the table it replaces, only the lines of changed
+    /// routes differ. Readers see `self` only once it is published again, so never half-written.
+    pub fn refill(&mut self, fresh: &RemapTable) {
+        self.v4.views.refill(&fresh.v4.views);
+        self.v6.views.refill(&fresh.v6.views);
+        // Peers may move within the table: refill each from the retired entry of the same id.
+        let mut retired: Vec<Option<PeerEntry>> = std::mem::take(&mut self.peers)
+            .into_vec()
+            .into_iter()
+            .map(Some)
+            .collect();
+        self.peers = fresh
+            .peers
+            .iter()
+            .map(|entry| {
+                let old = self
+                    .peer_slots
+                    .get(entry.id as usize)
+                    .and_then(|&index| retired.get_mut(index as usize)?.take());
+                match old {
+                    Some(mut old) => {
+                        old.refill(entry);
+                        old
+                    }
+                    None => entry.clone(),
+                }
+            })
+            .collect();
+        self.peer_slots.refill(&fresh.peer_slots);
+        self.local.refill(&fresh.local);
+        self.mss_limit_v4 = fresh.mss_limit_v4;
+        self.mss_limit_v6 = fresh.mss_limit_v6;
+        self.routes.clone_from(&fresh.routes);
     }
 
     /// The number of routes.
@@ -591,7 +689,7 @@ impl RemapTable {
             return Verdict::Drop(DropReason::LocalSourceNotAllowed);
         }
         if rule.peer_has_acl
-            && let Some(acl) = &self.peers[rule.peer_index as usize].acl
+            && let Some(acl) = self.peer(rule.peer).and_then(|peer| peer.acl.as_ref())
             && !F::set(acl).contains(real)
         {
             return Verdict::Drop(DropReason::Acl);
@@ -600,7 +698,7 @@ impl RemapTable {
         // view of a route to the same peer.
         let quoted = |addr| {
             egress_match::<F>(self, family, addr)
-                .filter(|(r, _)| r.peer_index == rule.peer_index)
+                .filter(|(r, _)| r.peer == rule.peer)
                 .map(|(_, real)| real)
         };
         match F::rewrite(pkt, &meta, Side::Dst, real, quoted, F::mss_limit(self)) {
@@ -645,10 +743,11 @@ fn egress_match<'t, F: Family>(
     let target = family.views.lookup(view_addr)?;
     let real = target.delta ^ view_addr;
     if target.real_shadowed
-        && F::reals(&table.peers[target.peer_index as usize])
-            .lookup(real)
-            .map(|source| source.rule)
-            != Some(target.rule)
+        && table
+            .peer(target.peer)
+            .and_then(|peer| F::reals(peer).lookup(real))
+            .map(|source| source.len)
+            != Some(target.len)
     {
         return None;
     }
@@ -665,7 +764,7 @@ fn ingress_match<F: Family>(
     let source = reals.lookup(real_addr)?;
     let view = source.delta ^ real_addr;
     if source.view_shadowed
-        && family.views.lookup(view).map(|target| target.rule) != Some(source.rule)
+        && family.views.lookup(view).map(|target| target.len) != Some(source.len)
     {
         return None;
     }
