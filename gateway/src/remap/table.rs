@@ -623,14 +623,35 @@ impl RemapTable {
     pub fn refill(&mut self, fresh: &RemapTable) {
         self.v4.views.refill(&fresh.v4.views);
         self.v6.views.refill(&fresh.v6.views);
-        // Peers may move within the table: refill each from the retired entry of the same id.
+        let same_order = self.peers.len() == fresh.peers.len()
+            && self
+                .peers
+                .iter()
+                .zip(&fresh.peers)
+                .all(|(a, b)| a.id == b.id);
+        if same_order {
+            for (old, fresh) in self.peers.iter_mut().zip(&fresh.peers) {
+                old.refill(fresh);
+            }
+        } else {
+            self.refill_moved_peers(&fresh.peers);
+        }
+        self.peer_slots.refill(&fresh.peer_slots);
+        self.local.refill(&fresh.local);
+        self.mss_limit_v4 = fresh.mss_limit_v4;
+        self.mss_limit_v6 = fresh.mss_limit_v6;
+        self.routes.clone_from(&fresh.routes);
+    }
+
+    /// Refills the peers when some moved: each from the retired entry of the same id, in a
+    /// new list (whose own lines are cold, unlike the maps they point to).
+    fn refill_moved_peers(&mut self, fresh: &[PeerEntry]) {
         let mut retired: Vec<Option<PeerEntry>> = std::mem::take(&mut self.peers)
             .into_vec()
             .into_iter()
             .map(Some)
             .collect();
         self.peers = fresh
-            .peers
             .iter()
             .map(|entry| {
                 let old = self
@@ -646,11 +667,6 @@ impl RemapTable {
                 }
             })
             .collect();
-        self.peer_slots.refill(&fresh.peer_slots);
-        self.local.refill(&fresh.local);
-        self.mss_limit_v4 = fresh.mss_limit_v4;
-        self.mss_limit_v6 = fresh.mss_limit_v6;
-        self.routes.clone_from(&fresh.routes);
     }
 
     /// The number of routes.
