@@ -184,8 +184,8 @@ struct Hashed<A: Key, V: Payload> {
     /// prefix uses any more hold a default value no tag points to.
     values: Box<[V]>,
     /// The index of every prefix's value, so the next build can number them alike. Read by
-    /// builds only.
-    numbering: HashMap<(A, u8), u32>,
+    /// builds only; boxed so that refilling it writes nothing next to the fields lookups read.
+    numbering: Box<HashMap<(A, u8), u32>>,
 }
 
 /// The entries of one prefix length.
@@ -386,17 +386,28 @@ impl<A: Key, V: Payload> Refill for Hashed<A, V> {
             self.levels.clone_from(&fresh.levels);
         }
         self.values.refill(&fresh.values);
-        self.numbering.clone_from(&fresh.numbering);
+        set_if_changed(&mut *self.numbering, &fresh.numbering);
     }
 }
 
 impl<A: Key, V: Payload> Refill for Level<A, V> {
     fn refill(&mut self, fresh: &Self) {
-        self.seed = fresh.seed;
-        self.len = fresh.len;
-        self.mask = fresh.mask;
-        self.shift = fresh.shift;
+        // Every lookup reads the root level's header: leave its line alone when it holds.
+        if (self.seed, self.len, self.mask, self.shift)
+            != (fresh.seed, fresh.len, fresh.mask, fresh.shift)
+        {
+            (self.seed, self.len, self.mask, self.shift) =
+                (fresh.seed, fresh.len, fresh.mask, fresh.shift);
+        }
         self.slots.refill(&fresh.slots);
+    }
+}
+
+/// Replaces `value` only if it differs, so an unchanged field's cache line stays valid in
+/// other cores' caches.
+pub(crate) fn set_if_changed<T: PartialEq + Clone>(value: &mut T, fresh: &T) {
+    if value != fresh {
+        value.clone_from(fresh);
     }
 }
 
@@ -461,7 +472,7 @@ impl<A: Key, V: Payload> Hashed<A, V> {
 
     fn build(prefixes: HashMap<(A, u8), V>, like: Option<&Self>) -> Self {
         // The levels hold indexes into `values`; slots copy the values they answer with.
-        let numbering = number_values(&prefixes, like.map(|like| &like.numbering));
+        let numbering = number_values(&prefixes, like.map(|like| &*like.numbering));
         let size = numbering.values().max().map_or(0, |&i| i as usize + 1);
         let mut values = vec![V::default(); size];
         for (prefix, value) in prefixes {
@@ -477,7 +488,7 @@ impl<A: Key, V: Payload> Hashed<A, V> {
         Self {
             levels,
             values: values.into_boxed_slice(),
-            numbering,
+            numbering: Box::new(numbering),
         }
     }
 }

@@ -5,7 +5,7 @@ use std::collections::hash_map::Entry;
 
 use ipnet::IpNet;
 
-use super::lpm::{Key, Payload, PrefixMap, Refill};
+use super::lpm::{Key, Payload, PrefixMap, Refill, set_if_changed};
 use super::packet::{self, Ipv4Meta, Ipv6Meta, Malformed, Side};
 use super::{DropReason, MAX_PEER_ID, PeerId, RemapError, Route, Verdict};
 
@@ -120,7 +120,7 @@ struct PeerEntry {
 
 impl Refill for PeerEntry {
     fn refill(&mut self, fresh: &Self) {
-        self.id = fresh.id;
+        set_if_changed(&mut self.id, &fresh.id);
         self.reals_v4.refill(&fresh.reals_v4);
         self.reals_v6.refill(&fresh.reals_v6);
         self.acl.refill(&fresh.acl);
@@ -638,9 +638,9 @@ impl RemapTable {
         }
         self.peer_slots.refill(&fresh.peer_slots);
         self.local.refill(&fresh.local);
-        self.mss_limit_v4 = fresh.mss_limit_v4;
-        self.mss_limit_v6 = fresh.mss_limit_v6;
-        self.routes.clone_from(&fresh.routes);
+        set_if_changed(&mut self.mss_limit_v4, &fresh.mss_limit_v4);
+        set_if_changed(&mut self.mss_limit_v6, &fresh.mss_limit_v6);
+        self.routes.refill(&fresh.routes);
     }
 
     /// Refills the peers when some moved: each from the retired entry of the same id, in a
