@@ -948,7 +948,6 @@ mod tests {
         prefixes[10].2 = 99_999;
         let next = PrefixMap::new_like(prefixes.iter().copied(), Some(&first));
         let changed = first.image_difference(&next).expect("the same shape");
-        eprintln!("{changed} slots and values differ");
         assert!(
             (3..=16).contains(&changed),
             "{changed} slots and values differ"
