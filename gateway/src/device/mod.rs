@@ -266,7 +266,9 @@ impl Device {
             ))
         };
         let mut snapshot = plan::next_snapshot(&current, &next, &resolved)?;
-        if let Some(spare) = control.spare.as_mut().and_then(Arc::get_mut) {
+        let spare = control.spare.as_mut().and_then(Arc::get_mut);
+        let table_reused = spare.is_some();
+        if let Some(spare) = spare {
             spare.remap.refill(&snapshot.remap);
             std::mem::swap(&mut snapshot.remap, &mut spare.remap);
         }
@@ -288,6 +290,7 @@ impl Device {
             version = %next.version,
             peers = next.peers.len(),
             listen_port = self.shared.sockets.load().port,
+            table_reused,
             "applied desired state"
         );
         self.sync_host(&mut control, &next).await;
