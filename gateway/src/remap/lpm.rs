@@ -185,6 +185,7 @@ struct Hashed<A: Key, V: Payload> {
     values: Box<[V]>,
     /// The index of every prefix's value, so the next build can number them alike. Read by
     /// builds only; boxed so that refilling it writes nothing next to the fields lookups read.
+    #[allow(clippy::box_collection)]
     numbering: Box<HashMap<(A, u8), u32>>,
 }
 
