@@ -32,6 +32,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hash};
+use std::sync::Arc;
 
 /// Sets up to this size are scanned linearly; larger ones are hashed.
 const LINEAR_MAX: usize = 8;
@@ -184,9 +185,8 @@ struct Hashed<A: Key, V: Payload> {
     /// prefix uses any more hold a default value no tag points to.
     values: Box<[V]>,
     /// The index of every prefix's value, so the next build can number them alike. Read by
-    /// builds only; boxed so that refilling it writes nothing next to the fields lookups read.
-    #[allow(clippy::box_collection)]
-    numbering: Box<HashMap<(A, u8), u32>>,
+    /// builds only, and shared by a refilled map with its source instead of copied.
+    numbering: Arc<HashMap<(A, u8), u32>>,
 }
 
 /// The entries of one prefix length.
@@ -387,7 +387,9 @@ impl<A: Key, V: Payload> Refill for Hashed<A, V> {
             self.levels.clone_from(&fresh.levels);
         }
         self.values.refill(&fresh.values);
-        set_if_changed(&mut *self.numbering, &fresh.numbering);
+        if !Arc::ptr_eq(&self.numbering, &fresh.numbering) {
+            self.numbering = Arc::clone(&fresh.numbering);
+        }
     }
 }
 
@@ -489,7 +491,7 @@ impl<A: Key, V: Payload> Hashed<A, V> {
         Self {
             levels,
             values: values.into_boxed_slice(),
-            numbering: Box::new(numbering),
+            numbering: Arc::new(numbering),
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
+use std::sync::Arc;
 
 use ipnet::IpNet;
 
@@ -444,7 +445,8 @@ pub struct RemapTable {
     local: Option<PrefixSet>,
     mss_limit_v4: Option<u16>,
     mss_limit_v6: Option<u16>,
-    routes: Box<[(PeerId, Route)]>,
+    /// For listing only: shared by a refilled table with its source instead of copied.
+    routes: Arc<[(PeerId, Route)]>,
 }
 
 /// An iterator over `(peer, view, real)` of every route of a [`RemapTable`].
@@ -640,7 +642,9 @@ impl RemapTable {
         self.local.refill(&fresh.local);
         set_if_changed(&mut self.mss_limit_v4, &fresh.mss_limit_v4);
         set_if_changed(&mut self.mss_limit_v6, &fresh.mss_limit_v6);
-        self.routes.refill(&fresh.routes);
+        if !Arc::ptr_eq(&self.routes, &fresh.routes) {
+            self.routes = Arc::clone(&fresh.routes);
+        }
     }
 
     /// Refills the peers when some moved: each from the retired entry of the same id, in a
