@@ -38,6 +38,14 @@
 //! (most useful right after a table swap, when the new table is cold). Rewriting
 //! touches fixed offsets only; nothing allocates, locks or reads past the headers (except an
 //! ICMP error's quoted packet). `benches/benches/remap.rs` measures it.
+//!
+//! # Swapping tables
+//!
+//! A table that replaces another is built with [`TableBuilder::build_after`], which keeps the
+//! old table's hash keys, sizes and value numbering, and is then copied with
+//! [`RemapTable::refill`] into the memory of a table retired earlier that the readers used
+//! recently. Only the slots of changed routes are written, so the readers' cached lines of
+//! every other route survive the swap (the gateway keeps one spare snapshot for this).
 
 mod checksum;
 mod fuzz;
