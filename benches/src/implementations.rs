@@ -18,6 +18,9 @@ pub enum Implementation {
     Kubetun,
     /// This project's gateway in poll mode (`--busy-poll`): one thread that never sleeps.
     KubetunBusyPoll,
+    /// This project's gateway with two data-path queues (`--queues 2`): a multi-queue TUN
+    /// device and two `SO_REUSEPORT` sockets per family, each read by its own task.
+    KubetunMq,
     /// The Go userspace implementation (as packaged by the distribution).
     WireguardGo,
     /// Cloudflare's boringtun daemon.
@@ -26,10 +29,11 @@ pub enum Implementation {
 
 impl Implementation {
     /// Every implementation, in column order.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Veth,
         Self::Kubetun,
         Self::KubetunBusyPoll,
+        Self::KubetunMq,
         Self::WireguardGo,
         Self::BoringtunCli,
     ];
@@ -40,6 +44,7 @@ impl Implementation {
             Self::Veth => "veth",
             Self::Kubetun => "kubetun",
             Self::KubetunBusyPoll => "kubetun-busy-poll",
+            Self::KubetunMq => "kubetun-mq",
             Self::WireguardGo => "wireguard-go",
             Self::BoringtunCli => "boringtun-cli",
         }
@@ -56,6 +61,7 @@ impl Implementation {
             Self::Veth => "ve",
             Self::Kubetun => "kt",
             Self::KubetunBusyPoll => "kp",
+            Self::KubetunMq => "km",
             Self::WireguardGo => "wg",
             Self::BoringtunCli => "bt",
         }
@@ -94,7 +100,9 @@ impl Binaries {
     pub fn of(&self, implementation: Implementation) -> Option<&Path> {
         match implementation {
             Implementation::Veth => None,
-            Implementation::Kubetun | Implementation::KubetunBusyPoll => self.kubetun.as_deref(),
+            Implementation::Kubetun
+            | Implementation::KubetunBusyPoll
+            | Implementation::KubetunMq => self.kubetun.as_deref(),
             Implementation::WireguardGo => self.wireguard_go.as_deref(),
             Implementation::BoringtunCli => self.boringtun_cli.as_deref(),
         }
@@ -111,7 +119,7 @@ pub fn daemon_command(
     let binary = binary.to_string_lossy().into_owned();
     match implementation {
         Implementation::Veth => Vec::new(),
-        Implementation::Kubetun | Implementation::KubetunBusyPoll => {
+        Implementation::Kubetun | Implementation::KubetunBusyPoll | Implementation::KubetunMq => {
             let mut command = vec![
                 binary,
                 "-f".into(),
@@ -121,8 +129,10 @@ pub fn daemon_command(
                     .to_string_lossy()
                     .into_owned(),
             ];
-            if implementation == Implementation::KubetunBusyPoll {
-                command.push("--busy-poll".into());
+            match implementation {
+                Implementation::KubetunBusyPoll => command.push("--busy-poll".into()),
+                Implementation::KubetunMq => command.extend(["--queues".into(), "2".into()]),
+                _ => {}
             }
             command.push(ifname.into());
             command
@@ -242,6 +252,16 @@ mod tests {
         assert_eq!(
             kubetun.join(" "),
             "/bin/kubetun-gateway -f --grpc-socket /run/bench/kb-kt-a.grpc.sock kb-kt-a"
+        );
+        let multiqueue = daemon_command(
+            Implementation::KubetunMq,
+            Path::new("/bin/kubetun-gateway"),
+            "kb-km-a",
+            dir,
+        );
+        assert_eq!(
+            multiqueue.join(" "),
+            "/bin/kubetun-gateway -f --grpc-socket /run/bench/kb-km-a.grpc.sock --queues 2 kb-km-a"
         );
         let boringtun = daemon_command(
             Implementation::BoringtunCli,

@@ -106,7 +106,9 @@ pub fn locate_binaries(
         .filter(|i| i.is_tunnel() && binaries.of(**i).is_none())
         .map(|i| {
             let reason = match i {
-                Implementation::Kubetun | Implementation::KubetunBusyPoll => {
+                Implementation::Kubetun
+                | Implementation::KubetunBusyPoll
+                | Implementation::KubetunMq => {
                     "kubetun-gateway not found: build it (cargo build --release -p kubetun-gateway)"
                 }
                 Implementation::WireguardGo => {

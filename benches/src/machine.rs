@@ -36,7 +36,12 @@ impl Machine {
         let daemons = Implementation::ALL
             .into_iter()
             // The same executable as kubetun.
-            .filter(|i| *i != Implementation::KubetunBusyPoll)
+            .filter(|i| {
+                !matches!(
+                    i,
+                    Implementation::KubetunBusyPoll | Implementation::KubetunMq
+                )
+            })
             .filter_map(|i| binaries.of(i).map(|path| (i, version_of(path))))
             .collect();
         Self {

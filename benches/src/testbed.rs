@@ -295,6 +295,7 @@ fn subnet_of(implementation: Implementation) -> u8 {
         Implementation::WireguardGo => 2,
         Implementation::BoringtunCli => 3,
         Implementation::KubetunBusyPoll => 4,
+        Implementation::KubetunMq => 5,
     }
 }
 

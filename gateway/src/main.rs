@@ -89,6 +89,17 @@ struct IoArgs {
         value_parser = clap::value_parser!(u16).range(1..=128)
     )]
     batch_size: u16,
+    /// Data-path queues: with N > 1 the TUN device is opened multi-queue and each UDP
+    /// family gets N SO_REUSEPORT sockets, each queue and socket read by its own task, so
+    /// flows and peers are encrypted and decrypted on several cores. 1 is one TUN queue and
+    /// one socket per family. With --busy-poll all queues share its one thread.
+    #[arg(
+        long,
+        env = "KUBETUN_QUEUES",
+        default_value_t = kubetun_gateway::io::DEFAULT_QUEUES as u16,
+        value_parser = clap::value_parser!(u16).range(1..=kubetun_gateway::io::MAX_QUEUES as i64)
+    )]
+    queues: u16,
 }
 
 impl IoArgs {
@@ -98,6 +109,7 @@ impl IoArgs {
             udp_gso: !self.no_udp_gso,
             udp_gro: !self.no_udp_gro,
             batch_size: usize::from(self.batch_size),
+            queues: usize::from(self.queues),
         }
     }
 }

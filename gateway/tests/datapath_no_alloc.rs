@@ -15,6 +15,8 @@
 //! When the bound is exceeded, the test prints the threads and backtraces of the first
 //! allocations it saw (that is how tun-rs's GRO, which copied every packet written to the
 //! TUN device into a fresh `Vec`, was found; see `io::gro`).
+//! The whole run happens twice: with one data-path queue and with two
+//! ([`IoOptions::queues`]: a multi-queue TUN device, two reader tasks per side and family).
 //!
 //! Needs root and `/dev/net/tun`; without them it prints why and passes, unless `CI=true`.
 
@@ -404,7 +406,7 @@ struct Gateway {
 }
 
 impl Gateway {
-    fn start(namespace: &str, state: DesiredState) -> Gateway {
+    fn start(namespace: &str, state: DesiredState, io: IoOptions) -> Gateway {
         let (ready, started) = std::sync::mpsc::channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = spawn_in(namespace, &format!("gw-{namespace}"), move || {
@@ -413,7 +415,7 @@ impl Gateway {
                 .build()
                 .expect("tokio runtime");
             runtime.block_on(async move {
-                let device = match Device::create_with(TUN, IoOptions::default()) {
+                let device = match Device::create_with(TUN, io) {
                     Ok(device) => device,
                     Err(error) => {
                         let _ = ready.send(Err(error.to_string()));
@@ -743,13 +745,32 @@ fn the_device_loop_does_not_allocate_per_packet() {
         .with_test_writer()
         .try_init();
 
+    // One data-path queue, and two (multi-queue TUN device, SO_REUSEPORT sockets).
+    let mut failures = Vec::new();
+    for queues in [1, 2] {
+        let io = IoOptions {
+            queues,
+            ..IoOptions::default()
+        };
+        failures.extend(
+            measure_device_loop(io)
+                .into_iter()
+                .map(|failure| format!("{queues} queue(s): {failure}")),
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Runs both gateways with `io` in fresh namespaces, pushes UDP, TCP/IPv4 and TCP/IPv6
+/// traffic through them and returns the phases whose window allocated too much.
+fn measure_device_loop(io: IoOptions) -> Vec<String> {
     let deadline = Instant::now() + TEST_TIMEOUT;
     let (a, b) = (Side::a(), Side::b());
     let _namespaces = Namespaces::create(&a, &b);
     let (key_a, key_b) = (Key::generate_private(), Key::generate_private());
     let gateways = [
-        Gateway::start(&a.namespace, desired_state(&a, key_a, &b, key_b)),
-        Gateway::start(&b.namespace, desired_state(&b, key_b, &a, key_a)),
+        Gateway::start(&a.namespace, desired_state(&a, key_a, &b, key_b), io),
+        Gateway::start(&b.namespace, desired_state(&b, key_b, &a, key_a), io),
     ];
 
     // UDP, A → B.
@@ -787,5 +808,5 @@ fn the_device_loop_does_not_allocate_per_packet() {
         running.stop();
         failures.extend(check(phase, &window));
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    failures
 }

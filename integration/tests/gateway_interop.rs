@@ -38,6 +38,8 @@ struct Side {
     private_key: PathBuf,
     public_key: String,
     metrics_port: Option<u16>,
+    /// kubetun's `--queues`; `None` leaves the default.
+    queues: Option<u16>,
     _keys: tempfile::TempDir,
 }
 
@@ -79,6 +81,7 @@ impl Side {
             private_key,
             public_key,
             metrics_port: None,
+            queues: None,
             _keys: keys,
         }
     }
@@ -100,6 +103,9 @@ impl Side {
                     .arg(format!("/var/run/kubetun/test-{}.grpc.sock", self.ifname));
                 if let Some(port) = self.metrics_port {
                     cmd.arg("--metrics-addr").arg(format!("127.0.0.1:{port}"));
+                }
+                if let Some(queues) = self.queues {
+                    cmd.arg("--queues").arg(queues.to_string());
                 }
                 cmd
             }
@@ -207,6 +213,16 @@ impl Side {
 
 /// Two sides joined by a veth pair, each running `a` / `b`, not yet configured.
 fn pair(tag: &str, a: Implementation, b: Implementation) -> Option<(Side, Side)> {
+    pair_with_queues(tag, a, b, None)
+}
+
+/// Like [`pair`], with kubetun sides started with `--queues queues`.
+fn pair_with_queues(
+    tag: &str,
+    a: Implementation,
+    b: Implementation,
+    queues: Option<u16>,
+) -> Option<(Side, Side)> {
     if !require_root(tag) {
         return None;
     }
@@ -221,6 +237,8 @@ fn pair(tag: &str, a: Implementation, b: Implementation) -> Option<(Side, Side)>
     }
     let mut side_a = Side::new(&format!("kt-{tag}-a"), &format!("kt{tag}a"), a);
     let mut side_b = Side::new(&format!("kt-{tag}-b"), &format!("kt{tag}b"), b);
+    side_a.queues = queues;
+    side_b.queues = queues;
     veth(&side_a.ns, "veth-a", &side_b.ns, "veth-b").expect("veth pair");
     side_a
         .ns
@@ -256,6 +274,20 @@ fn endpoint(addr: &str) -> String {
 /// A bounded iperf3 run from `client` to `server`'s tunnel address; returns the receiver's
 /// bits per second.
 fn iperf(client: &Side, server: &Side, server_addr: &str) -> f64 {
+    let json = iperf_json(client, server, server_addr, &[]);
+    json["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no bits_per_second in iperf3 report: {json}"))
+}
+
+/// A bounded iperf3 run (`-t 2`, plus `extra` client arguments) from `client` to `server`'s
+/// tunnel address; returns the client's JSON report.
+fn iperf_json(
+    client: &Side,
+    server: &Side,
+    server_addr: &str,
+    extra: &[&str],
+) -> serde_json::Value {
     let mut cmd = server.ns.command("iperf3");
     cmd.args(["-s", "-1", "-B", server_addr])
         .stdin(Stdio::null())
@@ -263,15 +295,11 @@ fn iperf(client: &Side, server: &Side, server_addr: &str) -> f64 {
         .stderr(Stdio::null());
     let mut daemon = NsChild::spawn(&mut cmd).expect("iperf3 server");
     std::thread::sleep(Duration::from_millis(300));
-    let out = client
-        .ns
-        .exec(&["iperf3", "-c", server_addr, "-t", "2", "-J"])
-        .expect("iperf3 client");
+    let mut args = vec!["iperf3", "-c", server_addr, "-t", "2", "-J"];
+    args.extend_from_slice(extra);
+    let out = client.ns.exec(&args).expect("iperf3 client");
     daemon.stop();
-    let json: serde_json::Value = serde_json::from_str(&out).expect("iperf3 JSON");
-    json["end"]["sum_received"]["bits_per_second"]
-        .as_f64()
-        .unwrap_or_else(|| panic!("no bits_per_second in iperf3 report: {out}"))
+    serde_json::from_str(&out).expect("iperf3 JSON")
 }
 
 /// Ping both ways, a bounded iperf3 run from `a` to `b`, and the counters `wg show` reports.
@@ -633,4 +661,138 @@ fn ipv6_underlay_and_inner_packets_with_wireguard_go() {
     );
     assert_eq!(b.peer_endpoint(), "[fd77::1]:51820");
     assert!(b.ns.ping("fd99::1", 2), "reverse IPv6 ping failed");
+}
+
+/// The queues of interface `ifname` and the UDP sockets on [`PORT`] in `side`'s namespace:
+/// `(TUN transmit queues, sockets)`.
+fn queues_and_sockets(side: &Side) -> (usize, usize) {
+    let queues = side
+        .ns
+        .exec(&["ls", &format!("/sys/class/net/{}/queues", side.ifname)])
+        .expect("list the interface's queues");
+    let tx_queues = queues
+        .split_whitespace()
+        .filter(|q| q.starts_with("tx-"))
+        .count();
+    let sockets = side
+        .ns
+        .exec(&["ss", "-Hnul", "sport", "=", &format!(":{PORT}")])
+        .expect("list the UDP sockets");
+    (tx_queues, sockets.lines().count())
+}
+
+/// Several TCP flows each way between two gateways with `--queues 2`: every stream moves
+/// data, and the TUN device has two queues and each family two sockets on the port.
+#[test]
+fn multiqueue_gateways_carry_several_flows_each_way() {
+    let Some((a, b)) = pair_with_queues(
+        "q2",
+        Implementation::Kubetun,
+        Implementation::Kubetun,
+        Some(2),
+    ) else {
+        return;
+    };
+    a.configure(
+        &b,
+        TUNNEL_A,
+        &format!("{TUNNEL_B}/32"),
+        Some(&endpoint(UNDERLAY_B)),
+    );
+    b.configure(
+        &a,
+        TUNNEL_B,
+        &format!("{TUNNEL_A}/32"),
+        Some(&endpoint(UNDERLAY_A)),
+    );
+    for side in [&a, &b] {
+        let (queues, sockets) = queues_and_sockets(side);
+        assert_eq!(queues, 2, "{}: TUN queues", side.ifname);
+        // Two IPv4 and two IPv6 sockets (one of each when IPv6 is off).
+        assert!(
+            sockets == 4 || sockets == 2,
+            "{}: {sockets} sockets",
+            side.ifname
+        );
+    }
+    ping_and_iperf(&a, TUNNEL_A, &b, TUNNEL_B);
+    if !command_exists("iperf3") {
+        return;
+    }
+    for reverse in [false, true] {
+        let mut extra = vec!["-P", "4"];
+        if reverse {
+            extra.push("-R");
+        }
+        let json = iperf_json(&a, &b, TUNNEL_B, &extra);
+        let streams = json["end"]["streams"].as_array().expect("iperf3 streams");
+        assert_eq!(streams.len(), 4, "four flows expected: {json}");
+        for stream in streams {
+            let bytes = stream["receiver"]["bytes"].as_u64().unwrap_or(0);
+            assert!(
+                bytes > 0,
+                "a flow carried nothing (reverse={reverse}): {stream}"
+            );
+        }
+        let bps = json["end"]["sum_received"]["bits_per_second"]
+            .as_f64()
+            .unwrap_or(0.0);
+        eprintln!(
+            "--queues 2, 4 flows (reverse={reverse}): {:.0} Mbit/s",
+            bps / 1e6
+        );
+        assert!(bps > 1e6, "throughput collapsed: {bps} bit/s");
+    }
+}
+
+/// `--queues 2` against wireguard-go, both directions initiating traffic.
+#[test]
+fn multiqueue_gateway_interoperates_with_wireguard_go() {
+    let Some((a, b)) = pair_with_queues(
+        "q3",
+        Implementation::Kubetun,
+        Implementation::WireguardGo,
+        Some(2),
+    ) else {
+        return;
+    };
+    a.configure(
+        &b,
+        TUNNEL_A,
+        &format!("{TUNNEL_B}/32"),
+        Some(&endpoint(UNDERLAY_B)),
+    );
+    b.configure(&a, TUNNEL_B, &format!("{TUNNEL_A}/32"), None);
+    ping_and_iperf(&a, TUNNEL_A, &b, TUNNEL_B);
+    ping_and_iperf(&b, TUNNEL_B, &a, TUNNEL_A);
+}
+
+/// `--queues 1` is the single-queue device: one TUN queue, one socket per family.
+#[test]
+fn single_queue_gateways_carry_traffic() {
+    let Some((a, b)) = pair_with_queues(
+        "q1",
+        Implementation::Kubetun,
+        Implementation::Kubetun,
+        Some(1),
+    ) else {
+        return;
+    };
+    a.configure(
+        &b,
+        TUNNEL_A,
+        &format!("{TUNNEL_B}/32"),
+        Some(&endpoint(UNDERLAY_B)),
+    );
+    b.configure(
+        &a,
+        TUNNEL_B,
+        &format!("{TUNNEL_A}/32"),
+        Some(&endpoint(UNDERLAY_A)),
+    );
+    let (queues, sockets) = queues_and_sockets(&a);
+    assert_eq!(queues, 1, "TUN queues");
+    assert!(sockets == 2 || sockets == 1, "{sockets} sockets");
+    ping_and_iperf(&a, TUNNEL_A, &b, TUNNEL_B);
+    ping_and_iperf(&b, TUNNEL_B, &a, TUNNEL_A);
 }

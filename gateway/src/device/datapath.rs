@@ -5,6 +5,37 @@
 //! batch for all of that peer's packets, and released before any IO. The IO is batched
 //! ([`crate::io`]): TUN reads and writes with virtio-net offloads, UDP with
 //! `recvmmsg`/`sendmmsg`, GRO and GSO, each switchable through [`IoOptions`].
+//!
+//! # Queues
+//!
+//! With [`IoOptions::queues`] = N there are N [`tun_loop`]s, one per queue of the
+//! multi-queue TUN device, and N [`udp_loop`]s per address family, one per socket of the
+//! family's `SO_REUSEPORT` group ([`super::net`]). The `tun_loop` of queue `i` sends on
+//! socket `i` of a family, the `udp_loop`s of socket `i` write to TUN queue `i`. The tasks
+//! share nothing but the snapshot, the sockets and the peers; two of them working for the
+//! same peer serialize on its `Tunn` mutex, so one peer's crypto stays on one core at a
+//! time and the gain comes with several peers (or from the I/O outside the lock).
+//!
+//! Why the packets of one flow stay in order, N > 1 included:
+//!
+//! - Egress. The kernel puts a packet on the TUN queue its flow maps to: the queue through
+//!   which the gateway last wrote packets of that flow's reverse direction (a symmetric flow
+//!   hash keys the kernel's steering table), else a hash of the flow. So one flow's packets
+//!   are read by one [`tun_loop`], which encrypts them in read order (each gets the next
+//!   nonce under the peer's lock) and sends them in that order on one socket.
+//!   Another task may interleave datagrams of other flows to the same peer: their nonces
+//!   then reach the peer out of order, which its replay window (1024 messages in boringtun)
+//!   accepts. A datagram further behind the newest one the peer received is dropped there
+//!   (as a replay), which takes one task stalled between encrypting and sending while the
+//!   other sends several batches to the same peer.
+//!   The one exception is a flow whose queue changes (its steering entry appears, e.g. with
+//!   the first packet of the reverse direction, or expires after seconds of silence): the
+//!   packets already queued on the old queue may leave after the first ones of the new —
+//!   the reordering RPS flow migration causes in the kernel, which TCP absorbs.
+//! - Ingress. The kernel hashes a datagram's 4-tuple to one socket of the group, so one
+//!   peer endpoint's datagrams are all read by one [`udp_loop`] in arrival order, decrypted
+//!   in that order and written to one TUN queue in that order. Only a peer that roams to a
+//!   new endpoint may change readers, as a new path may reorder anyway.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,12 +45,13 @@ use std::time::Duration;
 use arc_swap::{ArcSwap, Cache};
 use boringtun::noise::TunnResult;
 use tokio::net::UdpSocket;
+use tun_rs::AsyncDevice;
 
 use super::conncheck::is_probe_destination;
 use super::dispatch::{Incoming, classify, is_initiation};
 use super::drops::{DeviceDrop, Drops};
 use super::handshake::HandshakeQueue;
-use super::net::{Sockets, WgSocket};
+use super::net::{Sockets, WgSocket, queue_socket};
 use super::peer::Peer;
 use super::probe::ProbeInbox;
 use super::snapshot::Snapshot;
@@ -62,8 +94,20 @@ pub struct Shared {
     pub drops: Drops,
     /// Handshake messages for the handshake worker.
     pub handshakes: HandshakeQueue,
-    /// Set once the TUN reader has stopped (the interface was deleted or failed).
+    /// Set once a TUN reader has stopped (the interface was deleted or failed).
     pub stopped: tokio::sync::watch::Sender<bool>,
+    /// Every queue of the TUN device, `tun` first: one per [`IoOptions::queues`], each
+    /// read by its own [`tun_loop`].
+    pub tun_queues: Vec<Arc<tun_rs::AsyncDevice>>,
+}
+
+impl Shared {
+    /// TUN queue `queue`; queues beyond the device's wrap around.
+    fn tun_queue(&self, queue: usize) -> &Arc<tun_rs::AsyncDevice> {
+        self.tun_queues
+            .get(queue % self.tun_queues.len().max(1))
+            .unwrap_or(&self.tun)
+    }
 }
 
 impl std::fmt::Debug for Shared {
@@ -76,22 +120,24 @@ impl std::fmt::Debug for Shared {
 
 type SnapshotCache = Cache<Arc<ArcSwap<Snapshot>>, Arc<Snapshot>>;
 
-/// Reads batches of packets from the TUN device and sends them, encrypted, to the peers the
-/// remap table routes them to. Runs until the device fails or the task is aborted.
+/// Reads batches of packets from TUN queue `queue` and sends them, encrypted, to the peers
+/// the remap table routes them to, on the sockets of the same queue. Runs until the device
+/// fails or the task is aborted.
 ///
 /// Per batch: remap every packet, group the packets by peer (keeping each peer's packets in
 /// read order), take each peer's `Tunn` lock once for its whole group and encrypt straight
 /// into the send arena, where equal-size datagrams to one endpoint coalesce into GSO
 /// messages; then one `sendmmsg` per socket.
-pub async fn tun_loop(shared: Arc<Shared>) {
+pub async fn tun_loop(shared: Arc<Shared>, queue: usize) {
     let mut cache: SnapshotCache = Cache::new(Arc::clone(&shared.snapshot));
+    let tun = Arc::clone(shared.tun_queue(queue));
     let batch = shared.io.batch();
     let mut reader = TunReader::new(batch);
-    let mut outbox = Outbox::new(batch);
+    let mut outbox = Outbox::new(batch, queue);
     let mut routed: Vec<(PeerId, u16)> = Vec::with_capacity(batch - 1 + SEGMENTS_PER_READ);
     loop {
-        if let Err(error) = reader.recv(&shared.tun).await {
-            tracing::error!(%error, "reading from the TUN device failed; stopping");
+        if let Err(error) = reader.recv(&tun).await {
+            tracing::error!(%error, queue, "reading from the TUN device failed; stopping");
             shared.stopped.send_replace(true);
             return;
         }
@@ -199,19 +245,22 @@ async fn encapsulate_group(
     }
 }
 
-/// Outgoing datagrams of one task, per address family, sent with `sendmmsg` (and GSO).
+/// Outgoing datagrams of one task, per address family, sent with `sendmmsg` (and GSO) on
+/// the family's socket of the task's queue.
 struct Outbox {
     v4: SendBatch,
     v6: SendBatch,
+    queue: usize,
 }
 
 impl Outbox {
-    fn new(batch: usize) -> Self {
+    fn new(batch: usize, queue: usize) -> Self {
         // Room for a batch of full-size datagrams and one maximal one.
         let bytes = batch * (TYPICAL_DATAGRAM) + MAX_PACKET + OVERHEAD;
         Self {
             v4: SendBatch::new(batch, bytes),
             v6: SendBatch::new(batch, bytes),
+            queue,
         }
     }
 
@@ -225,11 +274,11 @@ impl Outbox {
     /// Sends everything queued; failures are counted as `udp_send` drops.
     async fn flush(&mut self, shared: &Shared) {
         let sockets = shared.sockets.load();
-        for (out, socket) in [(&mut self.v4, &sockets.v4), (&mut self.v6, &sockets.v6)] {
+        for (out, family) in [(&mut self.v4, &sockets.v4), (&mut self.v6, &sockets.v6)] {
             if out.is_empty() {
                 continue;
             }
-            let Some(socket) = socket else {
+            let Some(socket) = queue_socket(family, self.queue) else {
                 shared
                     .drops
                     .device_many(DeviceDrop::UdpSend, out.len() as u64);
@@ -260,9 +309,11 @@ impl Outbox {
 /// Receives batches of datagrams from one UDP socket (`recvmmsg`, split GRO messages) and
 /// decrypts them. Data messages are grouped by peer, each peer's `Tunn` lock taken once per
 /// group, and decrypted straight into the TUN write batch, which GRO-coalesces them on
-/// flush. Handshake messages go to the handshake queue ([`super::handshake`]).
-pub async fn udp_loop(shared: Arc<Shared>, socket: Arc<WgSocket>) {
+/// flush to TUN queue `queue`. Handshake messages go to the handshake queue
+/// ([`super::handshake`]).
+pub async fn udp_loop(shared: Arc<Shared>, socket: Arc<WgSocket>, queue: usize) {
     let mut cache: SnapshotCache = Cache::new(Arc::clone(&shared.snapshot));
+    let tun = Arc::clone(shared.tun_queue(queue));
     let batch = shared.io.batch();
     // A GRO message carries up to 64 datagrams: fewer messages make a batch of similar size.
     let messages = if socket.offload.gro() {
@@ -302,14 +353,15 @@ pub async fn udp_loop(shared: Arc<Shared>, socket: Arc<WgSocket>) {
                 }
             }
         }
-        decrypt_pending(&shared, snapshot, &inbound, &mut pending, &mut writer).await;
-        flush_tun(&shared, &mut writer).await;
+        decrypt_pending(&shared, &tun, snapshot, &inbound, &mut pending, &mut writer).await;
+        flush_tun(&shared, &tun, &mut writer).await;
     }
 }
 
 /// Decrypts the data messages collected so far, peer by peer, in arrival order per peer.
 async fn decrypt_pending(
     shared: &Shared,
+    tun: &AsyncDevice,
     snapshot: &Snapshot,
     inbound: &RecvBatch,
     pending: &mut Vec<(PeerId, u32, Position)>,
@@ -317,7 +369,7 @@ async fn decrypt_pending(
 ) {
     pending.sort_unstable();
     for group in pending.chunk_by(|a, b| a.0 == b.0) {
-        decrypt_group(shared, snapshot, inbound, group, writer).await;
+        decrypt_group(shared, tun, snapshot, inbound, group, writer).await;
     }
     pending.clear();
 }
@@ -326,6 +378,7 @@ async fn decrypt_pending(
 /// batch fill, translating each packet (source check, ACL, real → view) in place.
 async fn decrypt_group(
     shared: &Shared,
+    tun: &AsyncDevice,
     snapshot: &Snapshot,
     inbound: &RecvBatch,
     group: &[(PeerId, u32, Position)],
@@ -401,14 +454,14 @@ async fn decrypt_group(
         probes.answer(shared, peer).await;
         shared.drops.device_many(DeviceDrop::Rejected, rejected);
         if next < group.len() {
-            flush_tun(shared, writer).await;
+            flush_tun(shared, tun, writer).await;
         }
     }
 }
 
-/// Writes the TUN batch; a failed write is counted as a `tun_write` drop.
-async fn flush_tun(shared: &Shared, writer: &mut TunWriter) {
-    if let Err(error) = writer.flush(&shared.tun).await {
+/// Writes the TUN batch to `tun`; a failed write is counted as a `tun_write` drop.
+async fn flush_tun(shared: &Shared, tun: &AsyncDevice, writer: &mut TunWriter) {
+    if let Err(error) = writer.flush(tun).await {
         tracing::trace!(%error, "TUN write failed");
         shared.drops.device(DeviceDrop::TunWrite);
     }

@@ -132,6 +132,11 @@ impl Device {
     /// Like [`Device::create`], with the I/O techniques of `io`.
     pub fn create_with(name: &str, io: IoOptions) -> Result<Arc<Device>, DeviceError> {
         let initial = DesiredState::default();
+        let queues = io.queues();
+        let tun_error = |source| DeviceError::Tun {
+            name: name.to_owned(),
+            source,
+        };
         let tun = tun_rs::DeviceBuilder::new()
             .name(name)
             .mtu(initial.interface.mtu)
@@ -139,16 +144,24 @@ impl Device {
                 builder
                     .tx_queue_len(TUN_TX_QUEUE_LEN)
                     .offload(io.tun_offload);
+                if queues > 1 {
+                    builder.multi_queue(true);
+                }
             })
             .build_async()
-            .map_err(|source| DeviceError::Tun {
-                name: name.to_owned(),
-                source,
-            })?;
+            .map_err(tun_error)?;
+        let tun = Arc::new(tun);
+        // Every further queue is one more descriptor attached to the same interface, with
+        // the same flags and offloads.
+        let mut tun_queues = vec![Arc::clone(&tun)];
+        for _ in 1..queues {
+            tun_queues.push(Arc::new(tun.try_clone().map_err(tun_error)?));
+        }
         tracing::info!(
             tun_offload = tun.tcp_gso(),
             tun_udp_offload = tun.udp_gso(),
             batch = io.batch(),
+            queues,
             "TUN device created"
         );
         let sockets = Sockets::bind(0, 0, &io).map_err(DeviceError::Bind)?;
@@ -163,13 +176,14 @@ impl Device {
         };
         let (handshakes, handshake_queue) = handshake::HandshakeQueue::new();
         let shared = Arc::new(Shared {
-            tun: Arc::new(tun),
+            tun,
             snapshot: Arc::new(ArcSwap::from_pointee(snapshot)),
             sockets: ArcSwap::from_pointee(sockets),
             io,
             drops: Default::default(),
             handshakes,
             stopped: watch::channel(false).0,
+            tun_queues,
         });
         handshake::spawn_worker(Arc::downgrade(&shared), handshake_queue)
             .map_err(DeviceError::Worker)?;
@@ -180,12 +194,16 @@ impl Device {
                 mtu: initial.interface.mtu,
                 ..Control::default()
             }),
-            tasks: parking_lot::Mutex::new(vec![
-                tokio::spawn(datapath::tun_loop(Arc::clone(&shared))),
-                tokio::spawn(datapath::timer_loop(Arc::clone(&shared))),
-                tokio::spawn(resolve::reresolve_loop(Arc::clone(&shared))),
-                tokio::spawn(probe::prober_loop(Arc::clone(&shared))),
-            ]),
+            tasks: parking_lot::Mutex::new(
+                (0..queues)
+                    .map(|queue| tokio::spawn(datapath::tun_loop(Arc::clone(&shared), queue)))
+                    .chain([
+                        tokio::spawn(datapath::timer_loop(Arc::clone(&shared))),
+                        tokio::spawn(resolve::reresolve_loop(Arc::clone(&shared))),
+                        tokio::spawn(probe::prober_loop(Arc::clone(&shared))),
+                    ])
+                    .collect(),
+            ),
             changes: watch::channel(0).0,
         });
         if let Ok(mut control) = device.control.try_lock() {
@@ -502,11 +520,16 @@ fn retire(snapshot: Arc<Snapshot>) {
     });
 }
 
+/// One `udp_loop` per socket; the socket's queue index picks the TUN queue it writes to.
 fn spawn_readers(shared: &Arc<Shared>, sockets: &Sockets) -> Vec<JoinHandle<()>> {
     sockets
-        .v4
-        .iter()
-        .chain(sockets.v6.iter())
-        .map(|socket| tokio::spawn(datapath::udp_loop(Arc::clone(shared), Arc::clone(socket))))
+        .queues()
+        .map(|(queue, socket)| {
+            tokio::spawn(datapath::udp_loop(
+                Arc::clone(shared),
+                Arc::clone(socket),
+                queue,
+            ))
+        })
         .collect()
 }

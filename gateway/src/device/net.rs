@@ -1,6 +1,13 @@
-//! The UDP sockets of the device: one IPv4 and one IPv6 (v6-only) socket on the same port,
-//! with large kernel buffers, an optional firewall mark, and the UDP offloads (GSO, GRO) the
+//! The UDP sockets of the device: IPv4 and IPv6 (v6-only) sockets on the same port, with
+//! large kernel buffers, an optional firewall mark, and the UDP offloads (GSO, GRO) the
 //! kernel supports and the [`IoOptions`] allow.
+//!
+//! With one queue ([`IoOptions::queues`]) each family has one socket. With N queues each
+//! family has a `SO_REUSEPORT` group of N sockets on the port: the kernel picks the socket
+//! of an incoming datagram by a hash of its 4-tuple, so all datagrams of one peer endpoint
+//! reach the same socket (and its one reader task) in the order they arrived, while
+//! different peers spread over the readers. Any socket of a group can send, with the same
+//! source address and port.
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -26,61 +33,122 @@ pub struct WgSocket {
     pub offload: UdpOffload,
 }
 
-/// The bound sockets. Either may be missing (e.g. IPv6 disabled), not both.
+/// The bound sockets: per family one socket per data-path queue. IPv6 may be missing
+/// (empty, e.g. IPv6 disabled); IPv4 never is.
 #[derive(Debug)]
 pub struct Sockets {
-    /// The IPv4 socket.
-    pub v4: Option<Arc<WgSocket>>,
-    /// The IPv6 socket.
-    pub v6: Option<Arc<WgSocket>>,
-    /// The port both are bound to.
+    /// The IPv4 sockets, one per queue.
+    pub v4: Vec<Arc<WgSocket>>,
+    /// The IPv6 sockets, one per queue; empty without IPv6.
+    pub v6: Vec<Arc<WgSocket>>,
+    /// The port all are bound to.
     pub port: u16,
 }
 
 impl Sockets {
-    /// Binds both families on `port` (0: a kernel-chosen port, shared by both), with the
-    /// UDP offloads `io` allows.
+    /// Binds both families on `port` (0: a kernel-chosen port, shared by both), one socket
+    /// per queue of `io` ([`IoOptions::queues`]), with the UDP offloads `io` allows.
     pub fn bind(port: u16, fwmark: u32, io: &IoOptions) -> io::Result<Sockets> {
-        let v4 = bind_one(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)), fwmark, io)?;
-        let port = v4.udp.local_addr()?.port();
-        let v6 = match bind_one(SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)), fwmark, io) {
-            Ok(socket) => Some(Arc::new(socket)),
+        let v4 = bind_family(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)), fwmark, io)?;
+        let port = v4[0].udp.local_addr()?.port();
+        let v6 = match bind_family(SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)), fwmark, io) {
+            Ok(sockets) => sockets,
             Err(error) if error.kind() == io::ErrorKind::AddrInUse => return Err(error),
             Err(error) => {
                 tracing::warn!(%error, "IPv6 UDP socket unavailable; continuing with IPv4 only");
-                None
+                Vec::new()
             }
         };
-        Ok(Sockets {
-            v4: Some(Arc::new(v4)),
-            v6,
-            port,
-        })
+        Ok(Sockets { v4, v6, port })
     }
 
-    /// The socket that can reach `addr`.
-    pub fn for_addr(&self, addr: &SocketAddr) -> Option<&WgSocket> {
+    /// The family's sockets for `addr`.
+    fn family(&self, addr: &SocketAddr) -> &[Arc<WgSocket>] {
         match addr {
-            SocketAddr::V4(_) => self.v4.as_deref(),
-            SocketAddr::V6(_) => self.v6.as_deref(),
+            SocketAddr::V4(_) => &self.v4,
+            SocketAddr::V6(_) => &self.v6,
         }
     }
 
-    /// Sets `SO_MARK` on both sockets (0 clears it).
+    /// A socket that can reach `addr` (the family's first), for sends off the data path.
+    pub fn for_addr(&self, addr: &SocketAddr) -> Option<&WgSocket> {
+        self.family(addr).first().map(Arc::as_ref)
+    }
+
+    /// The socket of data-path queue `queue` that can reach `addr`.
+    pub fn for_queue(&self, addr: &SocketAddr, queue: usize) -> Option<&WgSocket> {
+        queue_socket(self.family(addr), queue)
+    }
+
+    /// Every socket with its queue index, IPv4 first.
+    pub fn queues(&self) -> impl Iterator<Item = (usize, &Arc<WgSocket>)> {
+        self.v4.iter().enumerate().chain(self.v6.iter().enumerate())
+    }
+
+    /// Sets `SO_MARK` on every socket (0 clears it).
     pub fn set_fwmark(&self, fwmark: u32) -> io::Result<()> {
-        for socket in self.v4.iter().chain(self.v6.iter()) {
+        for (_, socket) in self.queues() {
             socket2::SockRef::from(&socket.udp).set_mark(fwmark)?;
         }
         Ok(())
     }
 }
 
-fn bind_one(addr: SocketAddr, fwmark: u32, io: &IoOptions) -> io::Result<WgSocket> {
+/// The socket of data-path queue `queue` among one family's `sockets`; queues beyond the
+/// sockets wrap around. `None` when the family has no socket.
+pub fn queue_socket(sockets: &[Arc<WgSocket>], queue: usize) -> Option<&WgSocket> {
+    sockets
+        .get(queue.checked_rem(sockets.len())?)
+        .map(Arc::as_ref)
+}
+
+/// Binds one socket on `addr`, or with several queues a `SO_REUSEPORT` group of one socket
+/// per queue.
+///
+/// The port of a group is first claimed by a plain socket, then released and the group
+/// bound on it. The plain bind fails with `AddrInUse` when anyone holds the port (another
+/// group of the same user included, which a reuse-port bind would silently join and share
+/// the traffic with), and on port 0 it picks a port no group uses: a reuse-port bind on
+/// port 0 may pick the port of another group of the same user.
+fn bind_family(addr: SocketAddr, fwmark: u32, io: &IoOptions) -> io::Result<Vec<Arc<WgSocket>>> {
+    let queues = io.queues();
+    if queues == 1 {
+        return Ok(vec![Arc::new(bind_one(addr, fwmark, io, false)?)]);
+    }
+    let claimed = {
+        let probe = new_socket(addr)?;
+        probe.bind(&addr.into())?;
+        probe.local_addr()?.as_socket().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                "bound address of unknown family",
+            )
+        })?
+    };
+    (0..queues)
+        .map(|_| bind_one(claimed, fwmark, io, true).map(Arc::new))
+        .collect()
+}
+
+fn new_socket(addr: SocketAddr) -> io::Result<Socket> {
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {
         socket.set_only_v6(true)?;
     }
+    Ok(socket)
+}
+
+fn bind_one(
+    addr: SocketAddr,
+    fwmark: u32,
+    io: &IoOptions,
+    reuse_port: bool,
+) -> io::Result<WgSocket> {
+    let socket = new_socket(addr)?;
     socket.set_nonblocking(true)?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
     if fwmark != 0 {
         socket.set_mark(fwmark)?;
     }

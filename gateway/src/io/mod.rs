@@ -19,6 +19,13 @@ mod testns;
 
 /// Packets per batch unless configured otherwise (wireguard-go's `IdealBatchSize`).
 pub const DEFAULT_BATCH_SIZE: usize = 128;
+/// Data-path queues unless configured otherwise: one TUN queue read by one task, one UDP
+/// socket per family read by one task each (see [`IoOptions::queues`]). Two queues measured
+/// no faster in the two-core netns harness (one peer, whose encryption serializes on its
+/// lock anyway), so more queues are opt-in.
+pub const DEFAULT_QUEUES: usize = 1;
+/// Most data-path queues (a TUN device has at most 256; more than the cores buys nothing).
+pub const MAX_QUEUES: usize = 64;
 
 /// Which I/O techniques the data path uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +39,13 @@ pub struct IoOptions {
     /// Most packets handled per batch (1 turns batching off; at most
     /// [`udp_batch::MAX_BATCH`]).
     pub batch_size: usize,
+    /// Data-path queues (1..=[`MAX_QUEUES`]). With more than one, the TUN device is opened
+    /// multi-queue (`IFF_MULTI_QUEUE`) with this many queues, each read and encrypted by its
+    /// own task, and each address family gets a `SO_REUSEPORT` group of this many UDP
+    /// sockets on the listen port, each read and decrypted by its own task: the kernel
+    /// spreads flows over the TUN queues and peers over the sockets, so encryption and
+    /// decryption run on several cores. 1 opens a plain TUN device and one socket per family.
+    pub queues: usize,
 }
 
 impl Default for IoOptions {
@@ -41,6 +55,7 @@ impl Default for IoOptions {
             udp_gso: true,
             udp_gro: true,
             batch_size: DEFAULT_BATCH_SIZE,
+            queues: DEFAULT_QUEUES,
         }
     }
 }
@@ -49,5 +64,10 @@ impl IoOptions {
     /// The batch size clamped to what the batch structures hold.
     pub fn batch(&self) -> usize {
         self.batch_size.clamp(1, udp_batch::MAX_BATCH)
+    }
+
+    /// The number of queues clamped to `1..=`[`MAX_QUEUES`].
+    pub fn queues(&self) -> usize {
+        self.queues.clamp(1, MAX_QUEUES)
     }
 }
