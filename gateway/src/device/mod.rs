@@ -107,8 +107,9 @@ struct Control {
     mtu: u16,
     /// The snapshot replaced by the last swap. The next swap stores its remap table in this
     /// one's memory (once no data-path task holds it): the readers used those cache lines
-    /// until a swap ago, so only the lines of changed routes are cold after the swap.
-    spare: Option<Arc<Snapshot>>,
+    /// until a swap ago, so only the lines of changed routes are cold after the swap. Shared
+    /// with the task that strips it down to its table ([`strip_spare_later`]).
+    spare: Arc<parking_lot::Mutex<Option<Arc<Snapshot>>>>,
 }
 
 /// A running gateway device.
@@ -284,17 +285,22 @@ impl Device {
             ))
         };
         let mut snapshot = plan::next_snapshot(&current, &next, &resolved)?;
-        let spare = control.spare.as_mut().and_then(Arc::get_mut);
-        let table_reused = spare.is_some();
-        if let Some(spare) = spare {
-            spare.remap.refill(&snapshot.remap);
-            std::mem::swap(&mut snapshot.remap, &mut spare.remap);
-        }
         let generation = snapshot.generation;
-        self.shared.snapshot.store(Arc::new(snapshot));
-        if let Some(spare) = control.spare.replace(current) {
-            retire(spare);
-        }
+        let table_reused = {
+            let mut spare_slot = control.spare.lock();
+            let spare = spare_slot.as_mut().and_then(Arc::get_mut);
+            let reused = spare.is_some();
+            if let Some(spare) = spare {
+                spare.remap.refill(&snapshot.remap);
+                std::mem::swap(&mut snapshot.remap, &mut spare.remap);
+            }
+            self.shared.snapshot.store(Arc::new(snapshot));
+            if let Some(spare) = spare_slot.replace(current) {
+                retire(spare);
+            }
+            reused
+        };
+        strip_spare_later(Arc::clone(&control.spare));
         if let Some(sockets) = new_sockets {
             // The old sockets close once their readers are gone and no send holds them.
             self.shared.sockets.store(Arc::clone(&sockets));
@@ -512,6 +518,23 @@ impl PeerReport {
 /// reference at their next batch; holding the last one past that makes its (for large tables,
 /// millisecond-long) free happen here rather than in a data-path task.
 const RETIRE_AFTER: Duration = Duration::from_millis(250);
+
+/// After [`RETIRE_AFTER`], drops everything of the spare snapshot but its remap table (the
+/// peers' sessions, the identity, the state with its key), so a removed peer's session does
+/// not outlive its removal by more than that. Skipped if a data-path task still holds the
+/// spare then; the next apply retires it anyway.
+fn strip_spare_later(spare: Arc<parking_lot::Mutex<Option<Arc<Snapshot>>>>) {
+    tokio::spawn(async move {
+        tokio::time::sleep(RETIRE_AFTER).await;
+        let stripped = spare
+            .lock()
+            .as_mut()
+            .and_then(Arc::get_mut)
+            .map(Snapshot::keep_only_remap);
+        // Freed here, outside the lock.
+        drop(stripped);
+    });
+}
 
 fn retire(snapshot: Arc<Snapshot>) {
     tokio::spawn(async move {

@@ -258,6 +258,22 @@ mod tests {
     }
 
     #[test]
+    fn stripping_a_retired_snapshot_releases_its_sessions_and_keeps_its_table() {
+        let mut s1 = apply(
+            &empty(),
+            &state(vec![peer(2, "10.70.0.0/16", "10.201.0.0/16", None)]),
+        );
+        let (_, session) = runtime(&s1, 2);
+        assert_eq!(Arc::strong_count(&session), 2);
+        let taken = s1.keep_only_remap();
+        drop(taken);
+        assert_eq!(Arc::strong_count(&session), 1, "the snapshot let go of the session");
+        assert!(s1.peers.is_empty() && s1.by_key.is_empty() && s1.by_index.is_empty());
+        assert!(s1.identity.is_none() && s1.state.interface.private_key.is_none());
+        assert_eq!(s1.remap.len(), 1, "the table stays for its memory");
+    }
+
+    #[test]
     fn unchanged_keys_keep_session_id_and_roamed_endpoint() {
         let s1 = apply(
             &empty(),

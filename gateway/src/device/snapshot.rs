@@ -111,6 +111,20 @@ impl Snapshot {
         self.peers.get(id as usize).and_then(Option::as_ref)
     }
 
+    /// Takes everything but the remap table out of this snapshot and returns it (for a
+    /// retired snapshot kept only for its table's memory).
+    pub fn keep_only_remap(&mut self) -> Snapshot {
+        Snapshot {
+            generation: self.generation,
+            state: std::mem::take(&mut self.state),
+            identity: self.identity.take(),
+            peers: std::mem::take(&mut self.peers),
+            by_index: std::mem::take(&mut self.by_index),
+            by_key: std::mem::take(&mut self.by_key),
+            remap: RemapTable::empty(),
+        }
+    }
+
     /// All configured peers with their ids, in id order.
     pub fn slots(&self) -> impl Iterator<Item = (PeerId, &PeerSlot)> {
         self.peers
