@@ -267,7 +267,11 @@ mod tests {
         assert_eq!(Arc::strong_count(&session), 2);
         let taken = s1.keep_only_remap();
         drop(taken);
-        assert_eq!(Arc::strong_count(&session), 1, "the snapshot let go of the session");
+        assert_eq!(
+            Arc::strong_count(&session),
+            1,
+            "the snapshot let go of the session"
+        );
         assert!(s1.peers.is_empty() && s1.by_key.is_empty() && s1.by_index.is_empty());
         assert!(s1.identity.is_none() && s1.state.interface.private_key.is_none());
         assert_eq!(s1.remap.len(), 1, "the table stays for its memory");
