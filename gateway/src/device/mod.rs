@@ -105,12 +105,21 @@ struct Control {
     addresses: Vec<IpNet>,
     routes: Vec<IpNet>,
     mtu: u16,
-    /// The snapshot replaced by the last swap. The next swap stores its remap table in this
-    /// one's memory (once no data-path task holds it): the readers used those cache lines
-    /// until a swap ago, so only the lines of changed routes are cold after the swap. Shared
-    /// with the task that strips it down to its table ([`strip_spare_later`]).
-    spare: Arc<parking_lot::Mutex<Option<Arc<Snapshot>>>>,
+    /// The snapshots replaced by the last swaps, newest first. The next swap stores its remap
+    /// table in the newest one's memory that no data-path task holds any more: the readers
+    /// used those cache lines a swap or two ago, so only the lines of changed routes are cold
+    /// after the swap. Shared with the task that strips them to their tables
+    /// ([`strip_spares_later`]).
+    spares: Spares,
 }
+
+/// Retired snapshots kept for their remap tables' memory, newest first (at most [`SPARES`]).
+type Spares = Arc<parking_lot::Mutex<std::collections::VecDeque<Arc<Snapshot>>>>;
+
+/// How many retired snapshots are kept. A data-path task holds the snapshot of its last batch
+/// while it waits for the next one, so the newest spare is sometimes still taken; the one
+/// before it almost never is.
+const SPARES: usize = 2;
 
 /// A running gateway device.
 #[derive(Debug)]
@@ -287,20 +296,28 @@ impl Device {
         let mut snapshot = plan::next_snapshot(&current, &next, &resolved)?;
         let generation = snapshot.generation;
         let table_reused = {
-            let mut spare_slot = control.spare.lock();
-            let spare = spare_slot.as_mut().and_then(Arc::get_mut);
-            let reused = spare.is_some();
-            if let Some(spare) = spare {
-                spare.remap.refill(&snapshot.remap);
-                std::mem::swap(&mut snapshot.remap, &mut spare.remap);
+            let mut spares = control.spares.lock();
+            // The newest spare nobody holds; once used, it holds only the fresh build's memory.
+            let free = spares.iter().position(|spare| Arc::strong_count(spare) == 1);
+            let mut reused = false;
+            if let Some(mut used) = free.and_then(|index| spares.remove(index)) {
+                if let Some(spare) = Arc::get_mut(&mut used) {
+                    spare.remap.refill(&snapshot.remap);
+                    std::mem::swap(&mut snapshot.remap, &mut spare.remap);
+                    reused = true;
+                }
+                retire(used);
             }
             self.shared.snapshot.store(Arc::new(snapshot));
-            if let Some(spare) = spare_slot.replace(current) {
-                retire(spare);
+            spares.push_front(current);
+            if spares.len() > SPARES
+                && let Some(oldest) = spares.pop_back()
+            {
+                retire(oldest);
             }
             reused
         };
-        strip_spare_later(Arc::clone(&control.spare));
+        strip_spares_later(Arc::clone(&control.spares));
         if let Some(sockets) = new_sockets {
             // The old sockets close once their readers are gone and no send holds them.
             self.shared.sockets.store(Arc::clone(&sockets));
@@ -519,18 +536,19 @@ impl PeerReport {
 /// millisecond-long) free happen here rather than in a data-path task.
 const RETIRE_AFTER: Duration = Duration::from_millis(250);
 
-/// After [`RETIRE_AFTER`], drops everything of the spare snapshot but its remap table (the
-/// peers' sessions, the identity, the state with its key), so a removed peer's session does
-/// not outlive its removal by more than that. Skipped if a data-path task still holds the
-/// spare then; the next apply retires it anyway.
-fn strip_spare_later(spare: Arc<parking_lot::Mutex<Option<Arc<Snapshot>>>>) {
+/// After [`RETIRE_AFTER`], drops everything of the spare snapshots but their remap tables
+/// (the peers' sessions, the identity, the state with its key), so a removed peer's session
+/// does not outlive its removal by more than that. A spare a data-path task still holds then
+/// is skipped; the next applies retire it anyway.
+fn strip_spares_later(spares: Spares) {
     tokio::spawn(async move {
         tokio::time::sleep(RETIRE_AFTER).await;
-        let stripped = spare
+        let stripped: Vec<Snapshot> = spares
             .lock()
-            .as_mut()
-            .and_then(Arc::get_mut)
-            .map(Snapshot::keep_only_remap);
+            .iter_mut()
+            .filter_map(Arc::get_mut)
+            .map(Snapshot::keep_only_remap)
+            .collect();
         // Freed here, outside the lock.
         drop(stripped);
     });
