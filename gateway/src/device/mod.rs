@@ -298,7 +298,9 @@ impl Device {
         let table_reused = {
             let mut spares = control.spares.lock();
             // The newest spare nobody holds; once used, it holds only the fresh build's memory.
-            let free = spares.iter().position(|spare| Arc::strong_count(spare) == 1);
+            let free = spares
+                .iter()
+                .position(|spare| Arc::strong_count(spare) == 1);
             let mut reused = false;
             if let Some(mut used) = free.and_then(|index| spares.remove(index)) {
                 if let Some(spare) = Arc::get_mut(&mut used) {
