@@ -211,6 +211,31 @@ impl Side {
     }
 }
 
+/// Which sides of [`connect`] are given the other's underlay endpoint.
+#[derive(Clone, Copy)]
+enum Endpoints {
+    Both,
+    /// `b` learns `a`'s endpoint from `a`'s first handshake.
+    AKnowsB,
+}
+
+/// Makes `a` (at [`TUNNEL_A`]) and `b` (at [`TUNNEL_B`]) each other's peer, each allowing the
+/// other's tunnel address.
+fn connect(a: &Side, b: &Side, endpoints: Endpoints) {
+    a.configure(
+        b,
+        TUNNEL_A,
+        &format!("{TUNNEL_B}/32"),
+        Some(&endpoint(UNDERLAY_B)),
+    );
+    let a_endpoint = endpoint(UNDERLAY_A);
+    let known = match endpoints {
+        Endpoints::Both => Some(a_endpoint.as_str()),
+        Endpoints::AKnowsB => None,
+    };
+    b.configure(a, TUNNEL_B, &format!("{TUNNEL_A}/32"), known);
+}
+
 /// Two sides joined by a veth pair, each running `a` / `b`, not yet configured.
 fn pair(tag: &str, a: Implementation, b: Implementation) -> Option<(Side, Side)> {
     pair_with_queues(tag, a, b, None)
@@ -337,13 +362,7 @@ fn kubetun_initiates_to_wireguard_go() {
     let Some((a, b)) = pair("i1", Implementation::Kubetun, Implementation::WireguardGo) else {
         return;
     };
-    a.configure(
-        &b,
-        TUNNEL_A,
-        &format!("{TUNNEL_B}/32"),
-        Some(&endpoint(UNDERLAY_B)),
-    );
-    b.configure(&a, TUNNEL_B, &format!("{TUNNEL_A}/32"), None);
+    connect(&a, &b, Endpoints::AKnowsB);
     ping_and_iperf(&a, TUNNEL_A, &b, TUNNEL_B);
     assert_eq!(b.peer_endpoint(), endpoint(UNDERLAY_A));
 }
@@ -353,13 +372,7 @@ fn wireguard_go_initiates_to_kubetun() {
     let Some((a, b)) = pair("i2", Implementation::WireguardGo, Implementation::Kubetun) else {
         return;
     };
-    a.configure(
-        &b,
-        TUNNEL_A,
-        &format!("{TUNNEL_B}/32"),
-        Some(&endpoint(UNDERLAY_B)),
-    );
-    b.configure(&a, TUNNEL_B, &format!("{TUNNEL_A}/32"), None);
+    connect(&a, &b, Endpoints::AKnowsB);
     assert_eq!(
         b.peer_endpoint(),
         "(none)",
@@ -377,18 +390,7 @@ fn kubetun_to_kubetun() {
     let Some((a, b)) = pair("i3", Implementation::Kubetun, Implementation::Kubetun) else {
         return;
     };
-    a.configure(
-        &b,
-        TUNNEL_A,
-        &format!("{TUNNEL_B}/32"),
-        Some(&endpoint(UNDERLAY_B)),
-    );
-    b.configure(
-        &a,
-        TUNNEL_B,
-        &format!("{TUNNEL_A}/32"),
-        Some(&endpoint(UNDERLAY_A)),
-    );
+    connect(&a, &b, Endpoints::Both);
     ping_and_iperf(&a, TUNNEL_A, &b, TUNNEL_B);
     ping_and_iperf(&b, TUNNEL_B, &a, TUNNEL_A);
 }
@@ -480,18 +482,7 @@ fn restarted_peer_rehandshakes_and_traffic_resumes() {
     let Some((a, mut b)) = pair("i5", Implementation::Kubetun, Implementation::Kubetun) else {
         return;
     };
-    a.configure(
-        &b,
-        TUNNEL_A,
-        &format!("{TUNNEL_B}/32"),
-        Some(&endpoint(UNDERLAY_B)),
-    );
-    b.configure(
-        &a,
-        TUNNEL_B,
-        &format!("{TUNNEL_A}/32"),
-        Some(&endpoint(UNDERLAY_A)),
-    );
+    connect(&a, &b, Endpoints::Both);
     assert!(
         a.ns.wait_ping(TUNNEL_B, Duration::from_secs(10)),
         "first session"
@@ -693,18 +684,7 @@ fn multiqueue_gateways_carry_several_flows_each_way() {
     ) else {
         return;
     };
-    a.configure(
-        &b,
-        TUNNEL_A,
-        &format!("{TUNNEL_B}/32"),
-        Some(&endpoint(UNDERLAY_B)),
-    );
-    b.configure(
-        &a,
-        TUNNEL_B,
-        &format!("{TUNNEL_A}/32"),
-        Some(&endpoint(UNDERLAY_A)),
-    );
+    connect(&a, &b, Endpoints::Both);
     for side in [&a, &b] {
         let (queues, sockets) = queues_and_sockets(side);
         assert_eq!(queues, 2, "{}: TUN queues", side.ifname);
@@ -756,13 +736,7 @@ fn multiqueue_gateway_interoperates_with_wireguard_go() {
     ) else {
         return;
     };
-    a.configure(
-        &b,
-        TUNNEL_A,
-        &format!("{TUNNEL_B}/32"),
-        Some(&endpoint(UNDERLAY_B)),
-    );
-    b.configure(&a, TUNNEL_B, &format!("{TUNNEL_A}/32"), None);
+    connect(&a, &b, Endpoints::AKnowsB);
     ping_and_iperf(&a, TUNNEL_A, &b, TUNNEL_B);
     ping_and_iperf(&b, TUNNEL_B, &a, TUNNEL_A);
 }
@@ -778,18 +752,7 @@ fn single_queue_gateways_carry_traffic() {
     ) else {
         return;
     };
-    a.configure(
-        &b,
-        TUNNEL_A,
-        &format!("{TUNNEL_B}/32"),
-        Some(&endpoint(UNDERLAY_B)),
-    );
-    b.configure(
-        &a,
-        TUNNEL_B,
-        &format!("{TUNNEL_A}/32"),
-        Some(&endpoint(UNDERLAY_A)),
-    );
+    connect(&a, &b, Endpoints::Both);
     let (queues, sockets) = queues_and_sockets(&a);
     assert_eq!(queues, 1, "TUN queues");
     assert!(sockets == 2 || sockets == 1, "{sockets} sockets");
