@@ -81,8 +81,6 @@ const RATE_LIMIT_RESET_TICKS: u64 = 4;
 
 /// What the data-path tasks share.
 pub struct Shared {
-    /// The TUN device.
-    pub tun: Arc<tun_rs::AsyncDevice>,
     /// The current snapshot.
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     /// The UDP sockets. Kept out of the snapshot so that a task's cached snapshot never
@@ -96,17 +94,20 @@ pub struct Shared {
     pub handshakes: HandshakeQueue,
     /// Set once a TUN reader has stopped (the interface was deleted or failed).
     pub stopped: tokio::sync::watch::Sender<bool>,
-    /// Every queue of the TUN device, `tun` first: one per [`IoOptions::queues`], each
+    /// Every queue of the TUN device, at least one: one per [`IoOptions::queues`], each
     /// read by its own [`tun_loop`].
     pub tun_queues: Vec<Arc<tun_rs::AsyncDevice>>,
 }
 
 impl Shared {
+    /// The TUN device's first queue, which also serves device-wide calls (MTU).
+    pub fn tun(&self) -> &Arc<tun_rs::AsyncDevice> {
+        &self.tun_queues[0]
+    }
+
     /// TUN queue `queue`; queues beyond the device's wrap around.
     fn tun_queue(&self, queue: usize) -> &Arc<tun_rs::AsyncDevice> {
-        self.tun_queues
-            .get(queue % self.tun_queues.len().max(1))
-            .unwrap_or(&self.tun)
+        &self.tun_queues[queue % self.tun_queues.len()]
     }
 }
 

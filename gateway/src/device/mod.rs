@@ -160,10 +160,9 @@ impl Device {
             })
             .build_async()
             .map_err(tun_error)?;
-        let tun = Arc::new(tun);
         // Every further queue is one more descriptor attached to the same interface, with
         // the same flags and offloads.
-        let mut tun_queues = vec![Arc::clone(&tun)];
+        let mut tun_queues = Vec::with_capacity(queues);
         for _ in 1..queues {
             tun_queues.push(Arc::new(tun.try_clone().map_err(tun_error)?));
         }
@@ -174,6 +173,7 @@ impl Device {
             queues,
             "TUN device created"
         );
+        tun_queues.insert(0, Arc::new(tun));
         let sockets = Sockets::bind(0, 0, &io).map_err(DeviceError::Bind)?;
         let snapshot = Snapshot {
             generation: 0,
@@ -186,7 +186,6 @@ impl Device {
         };
         let (handshakes, handshake_queue) = handshake::HandshakeQueue::new();
         let shared = Arc::new(Shared {
-            tun,
             snapshot: Arc::new(ArcSwap::from_pointee(snapshot)),
             sockets: ArcSwap::from_pointee(sockets),
             io,
@@ -349,7 +348,7 @@ impl Device {
     async fn sync_host(&self, control: &mut Control, state: &DesiredState) {
         let iface = &state.interface;
         if control.mtu != iface.mtu {
-            match self.shared.tun.set_mtu(iface.mtu) {
+            match self.shared.tun().set_mtu(iface.mtu) {
                 Ok(()) => control.mtu = iface.mtu,
                 Err(error) => tracing::warn!(%error, mtu = iface.mtu, "cannot set MTU"),
             }
