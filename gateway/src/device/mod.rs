@@ -15,13 +15,13 @@ pub mod peer;
 mod plan;
 pub mod probe;
 mod resolve;
+mod retired;
 pub mod snapshot;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use ipnet::IpNet;
@@ -105,21 +105,9 @@ struct Control {
     addresses: Vec<IpNet>,
     routes: Vec<IpNet>,
     mtu: u16,
-    /// The snapshots replaced by the last swaps, newest first. The next swap stores its remap
-    /// table in the newest one's memory that no data-path task holds any more: the readers
-    /// used those cache lines a swap or two ago, so only the lines of changed routes are cold
-    /// after the swap. Shared with the task that strips them to their tables
-    /// ([`strip_spares_later`]).
-    spares: Spares,
+    /// The snapshots the last swaps replaced, kept to reuse their tables' memory.
+    retired: retired::Retired,
 }
-
-/// Retired snapshots kept for their remap tables' memory, newest first (at most [`SPARES`]).
-type Spares = Arc<parking_lot::Mutex<std::collections::VecDeque<Arc<Snapshot>>>>;
-
-/// How many retired snapshots are kept. A data-path task holds the snapshot of its last batch
-/// while it waits for the next one, so the newest spare is sometimes still taken; the one
-/// before it almost never is.
-const SPARES: usize = 2;
 
 /// A running gateway device.
 #[derive(Debug)]
@@ -292,33 +280,11 @@ impl Device {
                     .map_err(|source| ApplyError::Bind { port, source })?,
             ))
         };
-        let mut snapshot = plan::next_snapshot(&current, &next, &resolved)?;
+        let snapshot = plan::next_snapshot(&current, &next, &resolved)?;
         let generation = snapshot.generation;
-        let table_reused = {
-            let mut spares = control.spares.lock();
-            // The newest spare nobody holds; once used, it holds only the fresh build's memory.
-            let free = spares
-                .iter()
-                .position(|spare| Arc::strong_count(spare) == 1);
-            let mut reused = false;
-            if let Some(mut used) = free.and_then(|index| spares.remove(index)) {
-                if let Some(spare) = Arc::get_mut(&mut used) {
-                    spare.remap.refill(&snapshot.remap);
-                    std::mem::swap(&mut snapshot.remap, &mut spare.remap);
-                    reused = true;
-                }
-                retire(used);
-            }
-            self.shared.snapshot.store(Arc::new(snapshot));
-            spares.push_front(current);
-            if spares.len() > SPARES
-                && let Some(oldest) = spares.pop_back()
-            {
-                retire(oldest);
-            }
-            reused
-        };
-        strip_spares_later(Arc::clone(&control.spares));
+        let table_reused = control
+            .retired
+            .swap(&self.shared.snapshot, current, snapshot);
         if let Some(sockets) = new_sockets {
             // The old sockets close once their readers are gone and no send holds them.
             self.shared.sockets.store(Arc::clone(&sockets));
@@ -532,37 +498,6 @@ impl PeerReport {
     }
 }
 
-/// How long a replaced snapshot is kept after a swap. The data-path tasks drop their cached
-/// reference at their next batch; holding the last one past that makes its (for large tables,
-/// millisecond-long) free happen here rather than in a data-path task.
-const RETIRE_AFTER: Duration = Duration::from_millis(250);
-
-/// After [`RETIRE_AFTER`], drops everything of the spare snapshots but their remap tables
-/// (the peers' sessions, the identity, the state with its key), so a removed peer's session
-/// does not outlive its removal by more than that. A spare a data-path task still holds then
-/// is skipped; the next applies retire it anyway.
-fn strip_spares_later(spares: Spares) {
-    tokio::spawn(async move {
-        tokio::time::sleep(RETIRE_AFTER).await;
-        let stripped: Vec<Snapshot> = spares
-            .lock()
-            .iter_mut()
-            .filter_map(Arc::get_mut)
-            .map(Snapshot::keep_only_remap)
-            .collect();
-        // Freed here, outside the lock.
-        drop(stripped);
-    });
-}
-
-fn retire(snapshot: Arc<Snapshot>) {
-    tokio::spawn(async move {
-        tokio::time::sleep(RETIRE_AFTER).await;
-        drop(snapshot);
-    });
-}
-
-/// One `udp_loop` per socket; the socket's queue index picks the TUN queue it writes to.
 fn spawn_readers(shared: &Arc<Shared>, sockets: &Sockets) -> Vec<JoinHandle<()>> {
     sockets
         .queues()
