@@ -42,8 +42,7 @@ impl Pki {
         let ca = ca_params.self_signed(&ca_key)?;
 
         let server_key = KeyPair::generate()?;
-        let mut server_params =
-            CertificateParams::new(SERVER_NAMES.map(str::to_owned).to_vec())?;
+        let mut server_params = CertificateParams::new(SERVER_NAMES.map(str::to_owned).to_vec())?;
         server_params
             .distinguished_name
             .push(DnType::CommonName, "kube-apiserver");
@@ -62,6 +61,7 @@ impl Pki {
                 ("admin.crt", admin.pem()),
                 ("admin.key", admin_key.serialize_pem()),
                 ("sa.key", sa_key.serialize_pem()),
+                ("sa.pub", sa_key.public_key_pem()),
             ],
         })
     }

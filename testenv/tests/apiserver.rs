@@ -18,7 +18,10 @@ async fn starts_restarts_and_keeps_data() {
         .await
         .expect("create");
 
-    cluster.restart_apiserver(true).await.expect("restart after SIGKILL");
+    cluster
+        .restart_apiserver(true)
+        .await
+        .expect("restart after SIGKILL");
     let maps: Api<ConfigMap> = Api::namespaced(cluster.client().await.expect("client"), "default");
     assert!(
         maps.get_opt("survivor").await.expect("get").is_some(),
@@ -39,7 +42,9 @@ async fn starts_restarts_and_keeps_data() {
         .await
         .expect("TokenRequest");
     let as_nobody: Api<ConfigMap> = Api::namespaced(
-        kubetun_testenv::client_for(&kubeconfig).await.expect("client"),
+        kubetun_testenv::client_for(&kubeconfig)
+            .await
+            .expect("client"),
         "default",
     );
     match as_nobody.get("survivor").await {
