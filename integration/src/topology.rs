@@ -380,6 +380,20 @@ impl Topology {
         host(self.underlay, index as u32 + 1)
     }
 
+    /// The cluster linked to both `a` and `b` (the hub that owns their shortcut).
+    pub fn hub_of(&self, a: &str, b: &str) -> Option<String> {
+        let linked = |x: &str, y: &str| {
+            self.links.iter().any(|l| {
+                (l.0.eq_ignore_ascii_case(x) && l.1.eq_ignore_ascii_case(y))
+                    || (l.0.eq_ignore_ascii_case(y) && l.1.eq_ignore_ascii_case(x))
+            })
+        };
+        self.clusters
+            .iter()
+            .find(|c| linked(&c.name, a) && linked(&c.name, b))
+            .map(|c| c.name.clone())
+    }
+
     /// Every link with its kind (`link` first, then `shortcut`).
     pub fn all_links(&self) -> impl Iterator<Item = (&'static str, &LinkSpec)> {
         self.links

@@ -38,6 +38,7 @@ fn seed_topology_links_remaps_and_tears_down() {
         state_dir: dir.clone(),
         gateway_binary: bin_path("kubetun-gateway"),
         iperf_seconds: 1,
+        apiserver: false,
     };
 
     let mut out = Vec::new();

@@ -155,6 +155,7 @@ fn pods_off_the_gateway_node_reach_the_peer_before_and_after_the_gateway_moves()
         state_dir: dir.clone(),
         gateway_binary: bin_path("kubetun-gateway"),
         iperf_seconds: 0,
+        apiserver: false,
     };
 
     let mut out = Vec::new();

@@ -403,7 +403,7 @@ impl TestCluster {
             .await?;
         let token = issued
             .status
-            .map(|s| s.token)
+            .and_then(|s| s.token)
             .ok_or_else(|| Error::Kubeconfig("TokenRequest returned no token".into()))?;
         let path = self.dir.join(format!("kubeconfig-sa-{namespace}-{name}"));
         let user = serde_json::json!({ "token": token });

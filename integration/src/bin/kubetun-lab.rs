@@ -41,6 +41,12 @@ enum Command {
         /// Seconds of each iperf3 check (0 skips them).
         #[arg(long, default_value_t = 3)]
         iperf_seconds: u32,
+        /// Give every cluster a real control plane: a kube-apiserver (with etcd) and a
+        /// kubetun-controller, linked with the kubetun CLI; prints a kubeconfig per cluster.
+        /// Finds etcd and kube-apiserver like envtest (KUBEBUILDER_ASSETS,
+        /// /usr/local/kubebuilder/bin, PATH).
+        #[arg(long)]
+        apiserver: bool,
     },
     /// Show every cluster's peers, CIDRs and views, addresses and link state.
     Status {
@@ -80,6 +86,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             prefix,
             gateway,
             iperf_seconds,
+            apiserver,
         } => {
             let topology = match topology {
                 Some(path) => {
@@ -95,6 +102,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 state_dir: args.state_dir,
                 gateway_binary: gateway.unwrap_or_else(lab::default_gateway_binary),
                 iperf_seconds,
+                apiserver,
             };
             let report = lab::up(&options, &mut stdout)?;
             Ok(if report.passed() {

@@ -445,6 +445,7 @@ mod tests {
             gateway_node: 0,
             mtu: 1420,
             key_file: "/dev/null".into(),
+            control_plane: None,
         }
     }
 

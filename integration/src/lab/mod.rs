@@ -18,6 +18,7 @@
 //! every node after every apply and move, fed the cluster's TunnelEndpoints: what the
 //! `kubetun-controller agent` DaemonSet does on each watch event, without an API server.
 
+pub mod apiserver;
 pub mod checks;
 pub mod fabric;
 pub mod named;
@@ -144,6 +145,9 @@ pub struct LabOptions {
     pub gateway_binary: PathBuf,
     /// Seconds of each iperf3 check; 0 skips them.
     pub iperf_seconds: u32,
+    /// Run a real API server and `kubetun-controller` per cluster and link the clusters with
+    /// the `kubetun` CLI, instead of computing the gateway states in-process.
+    pub apiserver: bool,
 }
 
 /// What [`up`] found.
@@ -277,30 +281,10 @@ pub fn up(options: &LabOptions, out: &mut dyn Write) -> Result<UpReport, LabErro
         checks: Vec::new(),
     };
 
-    // Phase 1: the links (hub to leaves); every gateway gets its key and port even without
-    // peers.
-    for link in &topology.links {
-        lab.link(&link.0, &link.1, out)?;
-    }
-    for index in 0..topology.clusters.len() {
-        lab.apply(index, out)?;
-    }
-    lab.check_links("links", &topology.links, out);
-
-    // Phase 2: the shortcuts, re-applying both ends; every link is checked again.
-    if !topology.shortcuts.is_empty() {
-        let mut touched = Vec::new();
-        for link in &topology.shortcuts {
-            lab.link(&link.0, &link.1, out)?;
-            touched.extend([lab.index(&link.0)?, lab.index(&link.1)?]);
-        }
-        touched.sort_unstable();
-        touched.dedup();
-        for index in touched {
-            lab.apply(index, out)?;
-        }
-        let all: Vec<_> = topology.all_links().map(|(_, l)| l.clone()).collect();
-        lab.check_links("shortcuts", &all, out);
+    if options.apiserver {
+        lab.link_through_apiservers(out)?;
+    } else {
+        lab.link_in_process(out)?;
     }
     lab.check_connected(out);
 
@@ -318,6 +302,19 @@ pub fn up(options: &LabOptions, out: &mut dyn Write) -> Result<UpReport, LabErro
 
     say(out, "");
     say(out, &table::render(&tables));
+    for cluster in &state.clusters {
+        if let Some(plane) = &cluster.control_plane {
+            say(
+                out,
+                &format!(
+                    "{}: kubectl --kubeconfig {} get networkconfigs,tunnelendpoints -n {}",
+                    cluster.name,
+                    plane.kubeconfig.display(),
+                    apiserver::NAMESPACE
+                ),
+            );
+        }
+    }
     let report = UpReport { checks, tables };
     let failed = report.failures().count();
     if failed == 0 {
@@ -353,6 +350,145 @@ struct RunningLab<'a> {
 }
 
 impl RunningLab<'_> {
+    /// Links and shortcuts with the controller's IPAM and planner run in-process, every
+    /// state applied over the gateways' gRPC sockets.
+    fn link_in_process(&mut self, out: &mut dyn Write) -> Result<(), LabError> {
+        let topology = self.topology;
+        // Phase 1: the links (hub to leaves); every gateway gets its key and port even
+        // without peers.
+        for link in &topology.links {
+            self.link(&link.0, &link.1, out)?;
+        }
+        for index in 0..topology.clusters.len() {
+            self.apply(index, out)?;
+        }
+        self.check_links("links", &topology.links, out);
+
+        // Phase 2: the shortcuts, re-applying both ends; every link is checked again.
+        if !topology.shortcuts.is_empty() {
+            let mut touched = Vec::new();
+            for link in &topology.shortcuts {
+                self.link(&link.0, &link.1, out)?;
+                touched.extend([self.index(&link.0)?, self.index(&link.1)?]);
+            }
+            touched.sort_unstable();
+            touched.dedup();
+            for index in touched {
+                self.apply(index, out)?;
+            }
+            let all: Vec<_> = topology.all_links().map(|(_, l)| l.clone()).collect();
+            self.check_links("shortcuts", &all, out);
+        }
+        Ok(())
+    }
+
+    /// Links through real control planes: an API server and controller per cluster, the
+    /// links made with `kubetun network connect`, the shortcuts by the hub's operator
+    /// (`kubetun shortcut create`); the checks read the TunnelEndpoints the controllers wrote.
+    fn link_through_apiservers(&mut self, out: &mut dyn Write) -> Result<(), LabError> {
+        let topology = self.topology;
+        let state_dir = self.options.state_dir.clone();
+        let started = Instant::now();
+        let state = &mut *self.state;
+        apiserver::start(
+            self.runtime,
+            &mut state.clusters,
+            topology.underlay,
+            &state_dir,
+            |_| Ok(()),
+        )?;
+        self.state.save(&state_dir)?;
+        for cluster in &self.state.clusters {
+            let plane = cluster.control_plane.as_ref().expect("started");
+            say(
+                out,
+                &format!(
+                    "  {} API server {} and controller (pid {}) as ServiceAccount {}/{}",
+                    cluster.name,
+                    plane.dir.display(),
+                    plane.controller_pid.unwrap_or_default(),
+                    apiserver::NAMESPACE,
+                    apiserver::SERVICE_ACCOUNT
+                ),
+            );
+        }
+        say(
+            out,
+            &format!(
+                "  control planes up in {:.1} s",
+                started.elapsed().as_secs_f64()
+            ),
+        );
+        for link in &topology.links {
+            let (a, b) = (self.index(&link.0)?, self.index(&link.1)?);
+            let started = Instant::now();
+            apiserver::connect(&self.state.clusters[a], &self.state.clusters[b])?;
+            say(
+                out,
+                &format!(
+                    "  kubetun network connect {} <-> {}: connected in {:.1} s",
+                    link.0,
+                    link.1,
+                    started.elapsed().as_secs_f64()
+                ),
+            );
+        }
+        self.refresh_tunnel_endpoints()?;
+        self.check_links("links", &topology.links, out);
+        if !topology.shortcuts.is_empty() {
+            for link in &topology.shortcuts {
+                let (a, b) = (self.index(&link.0)?, self.index(&link.1)?);
+                let hub = topology.hub_of(&link.0, &link.1).ok_or_else(|| {
+                    LabError::Usage(format!(
+                        "shortcut {} <-> {}: no cluster is linked to both (the hub that owns it)",
+                        link.0, link.1
+                    ))
+                })?;
+                let hub = self.index(&hub)?;
+                let started = Instant::now();
+                let clusters = &self.state.clusters;
+                apiserver::shortcut(&clusters[hub], &clusters[a], &clusters[b])?;
+                say(
+                    out,
+                    &format!(
+                        "  kubetun shortcut create on {}: {} <-> {} connected in {:.1} s",
+                        clusters[hub].name,
+                        link.0,
+                        link.1,
+                        started.elapsed().as_secs_f64()
+                    ),
+                );
+            }
+            self.refresh_tunnel_endpoints()?;
+            let all: Vec<_> = topology.all_links().map(|(_, l)| l.clone()).collect();
+            self.check_links("shortcuts", &all, out);
+        }
+        Ok(())
+    }
+
+    /// Reads every cluster's TunnelEndpoints (and its gateway key) back from its API server.
+    fn refresh_tunnel_endpoints(&mut self) -> Result<(), LabError> {
+        for cluster in &mut self.state.clusters {
+            cluster.tunnel_endpoints = self
+                .runtime
+                .block_on(apiserver::tunnel_endpoints(cluster))?;
+        }
+        let keys: Vec<(usize, String)> = self
+            .state
+            .clusters
+            .iter()
+            .flat_map(|c| &c.tunnel_endpoints)
+            .filter_map(|te| {
+                let index = self.topology.cluster_index(&te.cluster.id)?;
+                Some((index, te.public_key.clone()))
+            })
+            .collect();
+        for (index, key) in keys {
+            self.state.clusters[index].public_key = key;
+        }
+        Ok(self.state.save(&self.options.state_dir)?)
+    }
+
     fn index(&self, name: &str) -> Result<usize, LabError> {
         self.topology
             .cluster_index(name)
@@ -670,6 +806,7 @@ fn planned_state(topology: &Topology, naming: &Naming, state_dir: &Path) -> LabS
                 uapi_socket: PathBuf::from(format!("/var/run/wireguard/{interface}.sock")),
                 log: state_dir.join(format!("{interface}.log")),
                 key_file: state_dir.join(format!("{interface}.key")),
+                control_plane: None,
                 interface,
                 pid: None,
                 public_key: String::new(),
@@ -953,7 +1090,17 @@ pub fn down(state_dir: &Path, out: &mut dyn Write) -> Result<(), LabError> {
         for socket in [&cluster.grpc_socket, &cluster.uapi_socket] {
             let _ = std::fs::remove_file(socket);
         }
+        if let Some(plane) = &cluster.control_plane {
+            apiserver::stop(plane);
+            let _ = std::fs::remove_dir_all(&plane.dir);
+            let _ = std::fs::remove_file(&plane.controller_log);
+            say(
+                out,
+                &format!("  stopped {} API server and controller", cluster.name),
+            );
+        }
     }
+    let _ = std::fs::remove_dir(state_dir.join("apiserver"));
     for name in state.namespaces.iter().rev() {
         netns::delete_netns(name);
     }
@@ -1277,20 +1424,7 @@ pub fn render_status(status: &LabStatus) -> String {
 
 /// The `kubetun-gateway` next to the running executable, else on `PATH`.
 pub fn default_gateway_binary() -> PathBuf {
-    const NAME: &str = "kubetun-gateway";
-    let sibling = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(|dir| dir.join(NAME)));
-    if let Some(path) = sibling.filter(|p| p.is_file()) {
-        return path;
-    }
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|dir| dir.join(NAME))
-                .find(|p| p.is_file())
-        })
-        .unwrap_or_else(|| PathBuf::from(NAME))
+    netns::sibling_binary("kubetun-gateway")
 }
 
 #[cfg(test)]

@@ -122,6 +122,9 @@ pub struct ClusterState {
     /// node runs with the same key (what the cluster's Secret is to the controller).
     #[serde(default)]
     pub key_file: PathBuf,
+    /// The real API server and controller of a lab started with `--apiserver`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane: Option<super::apiserver::ControlPlaneState>,
 }
 
 impl ClusterState {
@@ -276,6 +279,7 @@ mod tests {
                 gateway_node: 0,
                 mtu: 1420,
                 key_file: "/run/x/t1-kt-rome.key".into(),
+                control_plane: None,
             }],
             tables: vec![],
             gateway_binary: "kubetun-gateway".into(),

@@ -1,0 +1,487 @@
+//! Lab clusters with real control planes (`kubetun-lab up --apiserver`): per cluster a real
+//! kube-apiserver with etcd ([`kubetun_testenv`]), the committed manifests (namespace, CRDs,
+//! RBAC) applied, and a `kubetun-controller` process running as the `kubetun-controller`
+//! ServiceAccount (a TokenRequest token, so `deploy/rbac.yaml` is what it may do) against the
+//! cluster's gateway. Clusters are linked with the `kubetun` CLI as a user links them, the
+//! shortcuts through the hub's ShortcutConnection operator, and the TunnelEndpoints the
+//! controllers wrote are what the lab's checks read.
+//!
+//! The same pieces serve the end-to-end tests on real API servers, which add faults (kill
+//! -9 of a controller, an API-server restart) to a running lab.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ipnet::Ipv4Net;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::discovery::{self, Scope};
+use kube::{Client, ResourceExt as _};
+use kubetun_crds::{TunnelEndpoint, TunnelEndpointSpec};
+use kubetun_testenv::{Assets, Lifetime, TestCluster};
+use serde::{Deserialize, Serialize};
+
+use super::LabError;
+use super::state::ClusterState;
+
+/// Namespace of every kubetun object, as in `deploy/`.
+pub const NAMESPACE: &str = "kubetun-system";
+/// The controller's ServiceAccount in `deploy/rbac.yaml`.
+pub const SERVICE_ACCOUNT: &str = "kubetun-controller";
+/// Field manager of the manifests the lab applies (what `kubectl apply --server-side` uses).
+const FIELD_MANAGER: &str = "kubetun-lab";
+/// The manifests a user applies with `kubectl apply -k deploy/`, less the config and the
+/// gateway Deployment (the lab runs the gateway and the controller itself).
+const MANIFESTS: [(&str, &str); 3] = [
+    (
+        "namespace.yaml",
+        include_str!("../../../deploy/namespace.yaml"),
+    ),
+    (
+        "crds/kubetun.yaml",
+        include_str!("../../../deploy/crds/kubetun.yaml"),
+    ),
+    ("rbac.yaml", include_str!("../../../deploy/rbac.yaml")),
+];
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How long a CLI step (connect, shortcut) may take.
+const CLI_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// What the lab keeps about one cluster's control plane (in the state file).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlPlaneState {
+    /// The API server's directory (data, certificates, logs, admin kubeconfig).
+    pub dir: PathBuf,
+    /// The admin's kubeconfig, what `kubectl` and the CLI use.
+    pub kubeconfig: PathBuf,
+    /// The controller's kubeconfig (its ServiceAccount's token).
+    pub controller_kubeconfig: PathBuf,
+    /// The controller's log.
+    pub controller_log: PathBuf,
+    /// The controller's PID once started.
+    #[serde(default)]
+    pub controller_pid: Option<u32>,
+    /// The controller's arguments, so a test can restart it the same way.
+    pub controller_args: Vec<String>,
+}
+
+/// Starts an API server per cluster (in parallel), installs the manifests and starts the
+/// controllers. `state` is saved by the caller after every cluster so `down` finds every PID.
+pub fn start(
+    runtime: &tokio::runtime::Runtime,
+    clusters: &mut [ClusterState],
+    underlay: Ipv4Net,
+    state_dir: &Path,
+    mut save: impl FnMut(&[ClusterState]) -> Result<(), LabError>,
+) -> Result<(), LabError> {
+    let assets = Assets::find().map_err(|e| LabError::Host(e.to_string()))?;
+    let starts: Vec<_> = clusters
+        .iter()
+        .map(|cluster| {
+            let assets = assets.clone();
+            let id = cluster.id.clone();
+            let dir = state_dir.join("apiserver").join(&cluster.id);
+            runtime.spawn(async move {
+                let cluster = TestCluster::start_in(&assets, &id, &dir, Lifetime::Detached).await;
+                cluster.map(|c| {
+                    let kubeconfig = c.kubeconfig_path();
+                    c.detach();
+                    (dir, kubeconfig)
+                })
+            })
+        })
+        .collect();
+    for (cluster, start) in clusters.iter_mut().zip(starts) {
+        let (dir, kubeconfig) = runtime
+            .block_on(start)
+            .map_err(|e| LabError::Internal(e.to_string()))?
+            .map_err(|e| LabError::Host(format!("API server of {}: {e}", cluster.name)))?;
+        cluster.control_plane = Some(ControlPlaneState {
+            controller_kubeconfig: dir.join("kubeconfig-controller"),
+            controller_log: state_dir.join(format!("{}-controller.log", cluster.id)),
+            controller_pid: None,
+            controller_args: controller_args(cluster, underlay),
+            dir,
+            kubeconfig,
+        });
+    }
+    save(clusters)?;
+    for index in 0..clusters.len() {
+        let cluster = &clusters[index];
+        let plane = cluster.control_plane.clone().expect("set above");
+        runtime.block_on(install(&plane, &cluster.name))?;
+        let pid = start_controller(&plane)?;
+        clusters[index]
+            .control_plane
+            .as_mut()
+            .expect("set above")
+            .controller_pid = Some(pid);
+        save(clusters)?;
+    }
+    for cluster in clusters.iter() {
+        runtime.block_on(wait_published(cluster))?;
+    }
+    Ok(())
+}
+
+/// Applies the manifests, waits until the kubetun resources answer, and writes the
+/// controller's ServiceAccount kubeconfig.
+async fn install(plane: &ControlPlaneState, name: &str) -> Result<(), LabError> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        LabError::Host(format!("API server of {name}: {what}: {e}"))
+    };
+    let client = kubetun_testenv::client_for(&plane.kubeconfig)
+        .await
+        .map_err(|e| fail("client", &e))?;
+    for (file, yaml) in MANIFESTS {
+        apply_manifests(&client, yaml)
+            .await
+            .map_err(|e| fail(&format!("applying deploy/{file}"), &e))?;
+    }
+    wait_crds_served(&client)
+        .await
+        .map_err(|e| fail("CRDs", &e))?;
+    let cluster_dir = plane.dir.clone();
+    let token = service_account_kubeconfig(&client, &plane.kubeconfig)
+        .await
+        .map_err(|e| fail("ServiceAccount token", &e))?;
+    crate::write_private(&plane.controller_kubeconfig, token.as_bytes()).map_err(|error| {
+        LabError::Io {
+            path: cluster_dir,
+            error,
+        }
+    })?;
+    Ok(())
+}
+
+/// Server-side applies every document of a multi-document YAML, like
+/// `kubectl apply --server-side -f`.
+pub async fn apply_manifests(client: &Client, yaml: &str) -> Result<(), BoxError> {
+    for document in serde_yaml::Deserializer::from_str(yaml) {
+        let value = serde_yaml::Value::deserialize(document)?;
+        if value.is_null() {
+            continue;
+        }
+        let object: DynamicObject = serde_yaml::from_value(value)?;
+        let types = object.types.clone().unwrap_or_default();
+        let gvk = kube::api::GroupVersionKind::try_from(&types)?;
+        let (resource, capabilities) = discovery::pinned_kind(client, &gvk).await?;
+        let api: Api<DynamicObject> = match (capabilities.scope, object.namespace()) {
+            (Scope::Namespaced, Some(ns)) => Api::namespaced_with(client.clone(), &ns, &resource),
+            (Scope::Namespaced, None) => Api::default_namespaced_with(client.clone(), &resource),
+            (Scope::Cluster, _) => Api::all_with(client.clone(), &resource),
+        };
+        api.patch(
+            &object.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&object),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// A CRD is Established well before its resource answers (a 404, then `429` while the
+/// storage initialises): wait until every kubetun resource can be listed.
+pub async fn wait_crds_served(client: &Client) -> Result<(), kube::Error> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for crd in crds.list(&ListParams::default()).await? {
+        if !crd.spec.group.ends_with("kubetun.io") {
+            continue;
+        }
+        let version = crd.spec.versions.first().map(|v| v.name.clone());
+        let gvk = kube::api::GroupVersionKind::gvk(
+            &crd.spec.group,
+            version.as_deref().unwrap_or("v1alpha1"),
+            &crd.spec.names.kind,
+        );
+        loop {
+            let attempt = async {
+                let (resource, _) = discovery::pinned_kind(client, &gvk).await?;
+                Api::<DynamicObject>::all_with(client.clone(), &resource)
+                    .list(&ListParams::default().limit(1))
+                    .await
+            };
+            match attempt.await {
+                Ok(_) => break,
+                Err(e) if Instant::now() > deadline => return Err(e),
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A kubeconfig acting as the controller's ServiceAccount (TokenRequest), as the pod would.
+async fn service_account_kubeconfig(
+    client: &Client,
+    admin_kubeconfig: &Path,
+) -> Result<String, BoxError> {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), NAMESPACE);
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(7 * 24 * 3600),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let token = accounts
+        .create_token_request(SERVICE_ACCOUNT, &Default::default(), &request)
+        .await?
+        .status
+        .and_then(|s| s.token)
+        .ok_or("TokenRequest returned no token")?;
+    // The admin's kubeconfig with its user replaced by the token.
+    let mut config: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(admin_kubeconfig)?)?;
+    let user = format!("system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}");
+    config["users"] =
+        serde_yaml::from_str(&format!("[{{name: '{user}', user: {{token: '{token}'}}}}]"))?;
+    if let Some(contexts) = config["contexts"].as_sequence_mut() {
+        for context in contexts {
+            context["context"]["user"] = user.clone().into();
+            context["context"]["namespace"] = NAMESPACE.into();
+        }
+    }
+    Ok(serde_yaml::to_string(&config)?)
+}
+
+/// The controller's flags for a lab cluster: its CIDRs, the underlay reserved from IPAM, the
+/// gateway's endpoint and socket.
+fn controller_args(cluster: &ClusterState, underlay: Ipv4Net) -> Vec<String> {
+    let mut args = vec![
+        format!("--cluster-id={}", cluster.id),
+        format!("--cluster-name={}", cluster.name),
+        format!("--namespace={NAMESPACE}"),
+        format!("--pod-cidr={}", cluster.pod_cidr),
+        format!("--reserved={underlay}"),
+        format!("--endpoint-address={}", cluster.underlay_address),
+        format!("--endpoint-port={}", cluster.listen_port),
+        format!("--gateway-socket={}", cluster.grpc_socket.display()),
+        "--manage-routes".to_owned(),
+        format!("--persistent-keepalive={}", super::plan::KEEPALIVE_SECONDS),
+        format!("--mtu={}", cluster.mtu),
+        // Several controllers share the host: each metrics listener on its own port.
+        "--metrics-addr=127.0.0.1:0".to_owned(),
+    ];
+    if let Some(external) = cluster.external_cidr {
+        args.push(format!("--external-cidr={external}"));
+    }
+    args
+}
+
+/// Starts the controller process of a cluster (detached from the lab's process group, so it
+/// outlives `kubetun-lab up`); returns its PID.
+pub fn start_controller(plane: &ControlPlaneState) -> Result<u32, LabError> {
+    let binary = crate::netns::sibling_binary("kubetun-controller");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&plane.controller_log)
+        .map_err(|error| LabError::Io {
+            path: plane.controller_log.clone(),
+            error,
+        })?;
+    let log_err = log.try_clone().map_err(|error| LabError::Io {
+        path: plane.controller_log.clone(),
+        error,
+    })?;
+    use std::os::unix::process::CommandExt as _;
+    let child = Command::new(&binary)
+        .args(&plane.controller_args)
+        .env("KUBECONFIG", &plane.controller_kubeconfig)
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err)
+        .process_group(0)
+        .spawn()
+        .map_err(|error| LabError::Io {
+            path: binary.clone(),
+            error,
+        })?;
+    Ok(child.id())
+}
+
+/// Stops a controller by PID (only if the PID still runs `kubetun-controller`).
+pub fn stop_controller(pid: u32, signal: nix::sys::signal::Signal) -> bool {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
+    if !String::from_utf8_lossy(argv0).ends_with("kubetun-controller") {
+        return false;
+    }
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    let pid = nix::unistd::Pid::from_raw(raw);
+    if nix::sys::signal::kill(pid, signal).is_err() {
+        return false;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline && std::path::Path::new(&format!("/proc/{raw}")).exists() {
+        // Reap it when it is our child (tests); otherwise init does.
+        let _ = nix::sys::wait::waitpid(pid, Some(nix::sys::wait::WaitPidFlag::WNOHANG));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
+/// Stops a cluster's controller and API server (for `down`).
+pub fn stop(plane: &ControlPlaneState) {
+    if let Some(pid) = plane.controller_pid {
+        stop_controller(pid, nix::sys::signal::Signal::SIGTERM);
+    }
+    kubetun_testenv::stop_dir(&plane.dir);
+}
+
+/// Waits until the controller published the cluster's info (its ConfigMap), which the
+/// connector reads.
+async fn wait_published(cluster: &ClusterState) -> Result<(), LabError> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let plane = cluster.control_plane.as_ref().expect("started");
+    let client = kubetun_testenv::client_for(&plane.kubeconfig)
+        .await
+        .map_err(|e| LabError::Host(e.to_string()))?;
+    let maps: Api<ConfigMap> = Api::namespaced(client, NAMESPACE);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(Some(_)) = maps
+            .get_opt(kubetun_controller::cluster_info::CONFIG_MAP_NAME)
+            .await
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(LabError::Gateway {
+                cluster: cluster.name.clone(),
+                message: format!(
+                    "the controller did not publish the cluster info within 30 s; its log {} ends with:\n{}",
+                    plane.controller_log.display(),
+                    super::fabric::log_tail(&plane.controller_log)
+                ),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Runs the `kubetun` CLI as a user would; its output on failure is the error.
+pub fn kubetun(args: &[&str]) -> Result<String, LabError> {
+    let binary = crate::netns::sibling_binary("kubetun");
+    let mut child = Command::new(&binary)
+        .args(args)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|error| LabError::Io {
+            path: binary.clone(),
+            error,
+        })?;
+    let deadline = Instant::now() + CLI_TIMEOUT;
+    while child.try_wait().ok().flatten().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().map_err(|error| LabError::Io {
+        path: binary,
+        error,
+    })?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(LabError::Gateway {
+            cluster: "kubetun CLI".into(),
+            message: format!(
+                "`kubetun {}` failed ({}):\n{}{}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        })
+    }
+}
+
+/// `kubetun network connect` between two lab clusters, waiting until both directions are
+/// connected.
+pub fn connect(a: &ClusterState, b: &ClusterState) -> Result<String, LabError> {
+    let (pa, pb) = (plane(a)?, plane(b)?);
+    kubetun(&[
+        "network",
+        "connect",
+        "--kubeconfig",
+        &pa.kubeconfig.to_string_lossy(),
+        "--remote-kubeconfig",
+        &pb.kubeconfig.to_string_lossy(),
+        "--wait",
+        "--timeout",
+        "60s",
+    ])
+}
+
+/// `kubetun shortcut create` on the hub between two leaves, waiting until it is connected.
+pub fn shortcut(
+    hub: &ClusterState,
+    left: &ClusterState,
+    right: &ClusterState,
+) -> Result<String, LabError> {
+    let (ph, pl, pr) = (plane(hub)?, plane(left)?, plane(right)?);
+    let name = format!("{}-{}", left.id, right.id);
+    kubetun(&[
+        "shortcut",
+        "create",
+        &name,
+        "--kubeconfig",
+        &ph.kubeconfig.to_string_lossy(),
+        "--left-name",
+        &left.id,
+        "--left-kubeconfig",
+        &pl.kubeconfig.to_string_lossy(),
+        "--right-name",
+        &right.id,
+        "--right-kubeconfig",
+        &pr.kubeconfig.to_string_lossy(),
+        "--wait",
+        "--timeout",
+        "60s",
+    ])
+}
+
+fn plane(cluster: &ClusterState) -> Result<&ControlPlaneState, LabError> {
+    cluster.control_plane.as_ref().ok_or_else(|| {
+        LabError::Usage(format!(
+            "{} has no API server (the lab was not started with --apiserver)",
+            cluster.name
+        ))
+    })
+}
+
+/// The TunnelEndpoints the controller of `cluster` maintains (what the lab's checks use).
+pub async fn tunnel_endpoints(cluster: &ClusterState) -> Result<Vec<TunnelEndpointSpec>, LabError> {
+    let plane = plane(cluster)?;
+    let client = kubetun_testenv::client_for(&plane.kubeconfig)
+        .await
+        .map_err(|e| LabError::Host(e.to_string()))?;
+    let api: Api<TunnelEndpoint> = Api::namespaced(client, NAMESPACE);
+    let mut list = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| LabError::Host(format!("{}: listing TunnelEndpoints: {e}", cluster.name)))?
+        .items;
+    list.sort_by_key(|te| te.spec.cluster.id.clone());
+    Ok(list.into_iter().map(|te| te.spec).collect())
+}
