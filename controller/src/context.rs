@@ -1,9 +1,7 @@
 //! Shared state of the reconcilers: the API client, this cluster's identity and settings, the
 //! IPAM (rebuilt from the API on start), the gateway connection and the metrics.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -22,6 +20,7 @@ use crate::gateway_api::StatusResponse;
 use crate::gateway_client::GatewayClient;
 use crate::ipam::{Ipam, IpamConfig};
 use crate::planner::{self, GatewaySettings, ROLE_LABEL, ROLE_REMOTE};
+use crate::runtime::{ApiHealth, ErrorBackoff};
 
 /// Static configuration of one controller instance.
 #[derive(Debug, Clone)]
@@ -109,35 +108,6 @@ impl Metrics {
     }
 }
 
-/// Per-object exponential backoff for `error_policy`.
-#[derive(Debug, Default)]
-pub struct Backoff {
-    failures: Mutex<HashMap<String, u32>>,
-}
-
-impl Backoff {
-    const BASE: Duration = Duration::from_secs(1);
-    const MAX: Duration = Duration::from_secs(300);
-
-    /// Records a failure of `key` and returns how long to wait before retrying.
-    pub fn failed(&self, key: &str) -> Duration {
-        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = failures.entry(key.to_owned()).or_default();
-        *count = count.saturating_add(1);
-        Self::BASE
-            .saturating_mul(1u32 << (*count - 1).min(16))
-            .min(Self::MAX)
-    }
-
-    /// Forgets the failures of `key`.
-    pub fn succeeded(&self, key: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(key);
-    }
-}
-
 /// Everything a reconciler needs. Shared behind an `Arc`.
 pub struct Context {
     /// API client of this cluster.
@@ -153,7 +123,9 @@ pub struct Context {
     /// Metrics.
     pub metrics: Metrics,
     /// Per-object retry backoff.
-    pub backoff: Backoff,
+    pub backoff: ErrorBackoff,
+    /// Whether the watches reach the API server (reconcile errors are expected while not).
+    pub health: ApiHealth,
     ipam: Mutex<Ipam>,
     gateway_status: Mutex<Option<StatusResponse>>,
     gateway_wakeup: Notify,
@@ -206,7 +178,8 @@ impl Context {
             gateway_settings: config.gateway,
             gateway,
             metrics: Metrics::default(),
-            backoff: Backoff::default(),
+            backoff: ErrorBackoff::default(),
+            health: ApiHealth::new(),
             ipam: Mutex::new(ipam),
             gateway_status: Mutex::new(None),
             gateway_wakeup: Notify::new(),
@@ -248,25 +221,5 @@ impl Context {
             .gateway_status
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = status;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_the_cap_and_resets() {
-        let backoff = Backoff::default();
-        assert_eq!(backoff.failed("a"), Duration::from_secs(1));
-        assert_eq!(backoff.failed("a"), Duration::from_secs(2));
-        assert_eq!(backoff.failed("a"), Duration::from_secs(4));
-        assert_eq!(backoff.failed("b"), Duration::from_secs(1));
-        for _ in 0..20 {
-            backoff.failed("a");
-        }
-        assert_eq!(backoff.failed("a"), Duration::from_secs(300));
-        backoff.succeeded("a");
-        assert_eq!(backoff.failed("a"), Duration::from_secs(1));
     }
 }

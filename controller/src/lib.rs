@@ -11,6 +11,8 @@
 //! - [`network`]: the Network / NetworkId allocator and peerings (the gateway ACL).
 //! - [`connector`] and [`shortcut`]: linking two clusters, from the CLI or the hub's operator.
 //! - [`agent`]: the per-node route agent.
+//! - [`runtime`]: what the reconcilers share: watches with their own backoff, the API
+//!   server's reachability ([`runtime::ApiHealth`]), status patches, requeue backoff, shutdown.
 //! - [`cli`]: the `kubetun` subcommands; [`cluster_info`], [`keys`], [`conditions`],
 //!   [`context`] and [`error`] are shared plumbing.
 
@@ -33,6 +35,7 @@ pub mod keys;
 pub mod network;
 pub mod planner;
 pub mod reconcile;
+pub mod runtime;
 pub mod shortcut;
 #[doc(hidden)]
 pub mod testing;

@@ -23,7 +23,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{self, Event, finalizer};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Resource as _, ResourceExt as _};
 use kubetun_crds::{
     Condition, LeafCluster, ShortcutConnection, ShortcutConnectionStatus, ShortcutDirection,
@@ -35,6 +35,7 @@ use crate::conditions;
 use crate::connector::{
     self, ClusterHandle, Connector, Direction, LinkState, TracingProgress, WaitOptions,
 };
+use crate::runtime::{self, ApiHealth};
 
 /// Finalizer that keeps a ShortcutConnection until the link is removed from both leaves.
 pub const FINALIZER: &str = "net.kubetun.io/shortcut-cleanup";
@@ -665,7 +666,11 @@ async fn write_status(
 /// Runs the operator until the process is signalled: watches ShortcutConnections (in
 /// `namespace`, or all) and the labelled kubeconfig Secrets, reading leaf kubeconfigs from
 /// Secrets. Fails at once when the CRD is not installed.
-pub async fn run(client: kube::Client, namespace: Option<String>) -> Result<(), Error> {
+pub async fn run(
+    client: kube::Client,
+    namespace: Option<String>,
+    health: &ApiHealth,
+) -> Result<(), Error> {
     let (shortcuts, secrets): (Api<ShortcutConnection>, Api<Secret>) = match &namespace {
         Some(ns) => (
             Api::namespaced(client.clone(), ns),
@@ -684,29 +689,37 @@ pub async fn run(client: kube::Client, namespace: Option<String>) -> Result<(), 
         client.clone(),
         Arc::new(SecretKubeconfigs::new(client)),
     ));
-    let controller = Controller::new(shortcuts, watcher::Config::default());
+    let controller = runtime::controller(
+        shortcuts,
+        watcher::Config::default(),
+        health,
+        "ShortcutConnection",
+    );
     let store = controller.store();
+    let secret_changes = runtime::watch(
+        secrets,
+        watcher::Config::default().labels(SHORTCUT_LABEL),
+        health,
+        "Secret",
+    )
+    .touched_objects();
     controller
-        .watches(
-            secrets,
-            watcher::Config::default().labels(SHORTCUT_LABEL),
-            move |secret: Secret| {
-                let secret_name = secret.name_any();
-                let secret_namespace = secret.namespace();
-                store
-                    .state()
-                    .into_iter()
-                    .filter(|sc| {
-                        sc.namespace() == secret_namespace
-                            && [&sc.spec.left, &sc.spec.right]
-                                .iter()
-                                .any(|leaf| leaf.kubeconfig_secret.name == secret_name)
-                    })
-                    .map(|sc| ObjectRef::from_obj(&*sc))
-                    .collect::<Vec<_>>()
-            },
-        )
-        .shutdown_on_signal()
+        .watches_stream(secret_changes, move |secret: Secret| {
+            let secret_name = secret.name_any();
+            let secret_namespace = secret.namespace();
+            store
+                .state()
+                .into_iter()
+                .filter(|sc| {
+                    sc.namespace() == secret_namespace
+                        && [&sc.spec.left, &sc.spec.right]
+                            .iter()
+                            .any(|leaf| leaf.kubeconfig_secret.name == secret_name)
+                })
+                .map(|sc| ObjectRef::from_obj(&*sc))
+                .collect::<Vec<_>>()
+        })
+        .graceful_shutdown_on(runtime::shutdown())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             match result {

@@ -188,6 +188,7 @@ async fn main() -> anyhow::Result<()> {
 
     let mut registry = Registry::default();
     ctx.metrics.register(&mut registry);
+    ctx.health.register(&mut registry);
     let network_options = NetworkOptions {
         min_vni: args.min_vni,
         max_vni: args.max_vni,
@@ -196,10 +197,10 @@ async fn main() -> anyhow::Result<()> {
 
     tokio::select! {
         () = reconcile::run(ctx.clone()) => tracing::info!("controller stopped"),
-        result = shortcut::run(client.clone(), Some(args.namespace.clone())) => {
+        result = shortcut::run(client.clone(), Some(args.namespace.clone()), &ctx.health) => {
             result.context("the ShortcutConnection operator failed")?;
         }
-        result = network::run(client, None, network_options) => {
+        result = network::run(client, None, network_options, &ctx.health) => {
             result.context("the Network controllers failed")?;
         }
         result = serve_http(args.metrics_addr, Arc::new(registry), ctx.clone()) => {

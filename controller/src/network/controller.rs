@@ -4,10 +4,9 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use kube::api::{Api, ListParams};
-use kube::runtime::controller::Controller;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Client, ResourceExt};
 use kubetun_crds::{Network, NetworkId};
 
@@ -16,6 +15,7 @@ use super::reconciler::{
     Context, network_error_policy, network_id_error_policy, reconcile_network, reconcile_network_id,
 };
 use super::{Error, NetworkOptions};
+use crate::runtime::{self, ApiHealth};
 
 /// `reportingController` of the Events the Network controller publishes.
 const EVENT_REPORTER: &str = "kubetun-network";
@@ -29,6 +29,7 @@ pub async fn run(
     client: Client,
     namespace: Option<String>,
     opts: NetworkOptions,
+    health: &ApiHealth,
 ) -> Result<(), Error> {
     let networks: Api<Network> = match &namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -49,9 +50,19 @@ pub async fn run(
         });
     }
 
-    let id_controller = Controller::new(network_ids.clone(), watcher::Config::default());
+    let id_controller = runtime::controller(
+        network_ids.clone(),
+        watcher::Config::default(),
+        health,
+        "NetworkID",
+    );
     let id_store = id_controller.store();
-    let network_controller = Controller::new(networks.clone(), watcher::Config::default());
+    let network_controller = runtime::controller(
+        networks.clone(),
+        watcher::Config::default(),
+        health,
+        "Network",
+    );
     let network_store = network_controller.store();
 
     let recorder = Recorder::new(client.clone(), Reporter::from(EVENT_REPORTER));
@@ -59,26 +70,37 @@ pub async fn run(
         Context::new(client, &opts)?
             .with_namespace(namespace)
             .with_id_cache(id_store.clone())
-            .with_recorder(recorder),
+            .with_recorder(recorder)
+            .with_health(health.clone()),
     );
 
     let network_loop = network_controller
         // A change of N concerns every Network that references N.
-        .watches(
-            networks.clone(),
-            watcher::Config::default(),
+        .watches_stream(
+            runtime::watch(
+                networks.clone(),
+                watcher::Config::default(),
+                health,
+                "Network",
+            )
+            .touched_objects(),
             move |changed: Network| referrers(&network_store, &changed),
         )
         // A claim that appears or disappears concerns its claimer.
-        .watches(
-            network_ids.clone(),
-            watcher::Config::default(),
+        .watches_stream(
+            runtime::watch(
+                network_ids.clone(),
+                watcher::Config::default(),
+                health,
+                "NetworkID",
+            )
+            .touched_objects(),
             |nid: NetworkId| {
                 let claim = &nid.spec.claim_ref;
                 Some(ObjectRef::<Network>::new(&claim.name).within(&claim.namespace))
             },
         )
-        .shutdown_on_signal()
+        .graceful_shutdown_on(runtime::shutdown())
         .run(reconcile_network, network_error_policy, ctx.clone())
         .for_each(|result| async move {
             if let Err(err) = result {
@@ -88,12 +110,12 @@ pub async fn run(
 
     let gc_loop = id_controller
         // A deleted or recreated Network concerns the claims made under its UID.
-        .watches(
-            networks,
-            watcher::Config::default(),
+        .watches_stream(
+            runtime::watch(networks, watcher::Config::default(), health, "Network")
+                .touched_objects(),
             move |changed: Network| claims_of(&id_store, &changed),
         )
-        .shutdown_on_signal()
+        .graceful_shutdown_on(runtime::shutdown())
         .run(reconcile_network_id, network_id_error_policy, ctx)
         .for_each(|result| async move {
             if let Err(err) = result {

@@ -8,12 +8,10 @@
 //!   [`acl_for_cluster`].
 //! - [`allocator`]: claiming and releasing IDs against the API (create-as-lock).
 //! - [`gc`]: collecting claims whose Network is gone, after a grace period.
-//! - [`backoff`]: per-object exponential requeue delays for the error policies.
 //! - [`reconciler`]: the Network and NetworkId reconcile functions and their [`Context`].
 //! - [`run`]: both controllers wired to watches, for the `kubetun-controller` binary.
 
 pub mod allocator;
-pub mod backoff;
 mod controller;
 pub mod gc;
 pub mod ids;

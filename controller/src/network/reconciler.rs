@@ -25,12 +25,12 @@ use kubetun_crds::{
 use rand_core::{OsRng, RngCore};
 
 use super::allocator::{AllocError, ClaimOutcome, IdAllocator, NETWORKS_RESOURCE, Release};
-use super::backoff::ErrorBackoff;
 use super::gc;
 use super::ids::{IdRange, parse_canonical};
 use super::peering::{NetworkKey, Peer, peering_statuses};
 use super::{Error, NetworkOptions};
 use crate::conditions;
+use crate::runtime::{ApiHealth, ErrorBackoff};
 
 /// Finalizer on every Network: its ID is released before the Network goes away.
 pub const FINALIZER: &str = "net.kubetun.io/network-id";
@@ -84,6 +84,7 @@ pub struct Context {
     namespace: Option<String>,
     recorder: Option<Recorder>,
     pub(super) backoff: ErrorBackoff,
+    health: ApiHealth,
 }
 
 impl std::fmt::Debug for Context {
@@ -109,7 +110,15 @@ impl Context {
             namespace: None,
             recorder: None,
             backoff: ErrorBackoff::default(),
+            health: ApiHealth::new(),
         })
+    }
+
+    /// Shares the process's view of the API server (quiet error policies while it is away).
+    #[must_use]
+    pub fn with_health(mut self, health: ApiHealth) -> Self {
+        self.health = health;
+        self
     }
 
     /// Replaces the clock.
@@ -192,7 +201,11 @@ pub async fn reconcile_network(network: Arc<Network>, ctx: Arc<Context>) -> Resu
 /// Requeue policy after a failed Network reconcile: per-object exponential backoff.
 pub fn network_error_policy(network: Arc<Network>, err: &Error, ctx: Arc<Context>) -> Action {
     let delay = ctx.backoff.failed(&backoff_key(&network));
-    tracing::warn!(network = %NetworkKey::of(&network), error = %err, kind = err.metric_label(), ?delay, "network reconcile failed");
+    if ctx.health.is_down() {
+        tracing::debug!(network = %NetworkKey::of(&network), error = %err, ?delay, "network reconcile failed");
+    } else {
+        tracing::warn!(network = %NetworkKey::of(&network), error = %err, kind = err.metric_label(), ?delay, "network reconcile failed");
+    }
     Action::requeue(delay)
 }
 
@@ -214,7 +227,11 @@ pub async fn reconcile_network_id(nid: Arc<NetworkId>, ctx: Arc<Context>) -> Res
 /// Requeue policy after a failed NetworkId sweep.
 pub fn network_id_error_policy(nid: Arc<NetworkId>, err: &Error, ctx: Arc<Context>) -> Action {
     let delay = ctx.backoff.failed(&format!("NetworkId/{}", nid.name_any()));
-    tracing::warn!(id = %nid.name_any(), error = %err, ?delay, "network ID sweep failed");
+    if ctx.health.is_down() {
+        tracing::debug!(id = %nid.name_any(), error = %err, ?delay, "network ID sweep failed");
+    } else {
+        tracing::warn!(id = %nid.name_any(), error = %err, ?delay, "network ID sweep failed");
+    }
     Action::requeue(delay)
 }
 

@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::api::{Api, ListParams};
+use kube::runtime::controller::Action;
 use kube::runtime::{PredicateConfig, WatchStreamExt as _, predicates, watcher};
 
 use kube::{Resource, ResourceExt as _};
@@ -31,6 +31,7 @@ use crate::conditions;
 use crate::context::Context;
 use crate::error::Error;
 use crate::planner;
+use crate::runtime;
 
 pub use gateway::{GatewaySync, GatewaySyncOutcome};
 
@@ -49,17 +50,7 @@ pub(crate) async fn apply_status<K>(
 where
     K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    let patch = serde_json::json!({
-        "apiVersion": K::api_version(&()),
-        "kind": K::kind(&()),
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await?;
+    runtime::apply_status(api, name, FIELD_MANAGER, status).await?;
     Ok(())
 }
 
@@ -169,7 +160,12 @@ pub async fn collect_garbage(ctx: &Context) -> Result<Vec<String>, Error> {
 fn error_policy(nc: Arc<NetworkConfig>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed("networkconfig", error);
     let delay = ctx.backoff.failed(&nc.name_any());
-    tracing::warn!(networkconfig = %nc.name_any(), %error, retry_in = ?delay, "reconcile failed");
+    if ctx.health.is_down() {
+        // Already said once by ApiHealth; each failed retry is not news.
+        tracing::debug!(networkconfig = %nc.name_any(), %error, retry_in = ?delay, "reconcile failed");
+    } else {
+        tracing::warn!(networkconfig = %nc.name_any(), %error, retry_in = ?delay, "reconcile failed");
+    }
     Action::requeue(delay)
 }
 
@@ -180,40 +176,45 @@ pub async fn run(ctx: Arc<Context>) {
     let configs: Api<NetworkConfig> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let endpoints: Api<TunnelEndpoint> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let networks: Api<Network> = Api::all(ctx.client.clone());
-    let network_changes = watcher(networks, watcher::Config::default())
-        .default_backoff()
+    let health = &ctx.health;
+    let network_changes = runtime::watch(networks, watcher::Config::default(), health, "Network")
         .touched_objects()
         .filter_map(|event| async move { event.ok().map(|_: Network| ()) });
 
     // Owned TunnelEndpoints trigger their NetworkConfig on spec changes only: the gateway
     // sync rewrites their status all the time. A TunnelEndpoint deleted by hand comes back
     // with the periodic requeue.
-    let endpoint_changes = watcher(endpoints, watcher::Config::default())
-        .default_backoff()
-        .touched_objects()
-        .predicate_filter(predicates::generation, PredicateConfig::default());
-    let controller = Controller::new(configs, watcher::Config::default())
-        .owns_stream(endpoint_changes)
-        .reconcile_all_on(network_changes)
-        .shutdown_on_signal()
-        .run(
-            |nc, ctx: Arc<Context>| async move {
-                let name = nc.name_any();
-                let result = network_config::reconcile(nc, ctx.clone()).await;
-                if result.is_ok() {
-                    ctx.backoff.succeeded(&name);
+    let endpoint_changes = runtime::watch(
+        endpoints,
+        watcher::Config::default(),
+        health,
+        "TunnelEndpoint",
+    )
+    .touched_objects()
+    .predicate_filter(predicates::generation, PredicateConfig::default());
+    let controller =
+        runtime::controller(configs, watcher::Config::default(), health, "NetworkConfig")
+            .owns_stream(endpoint_changes)
+            .reconcile_all_on(network_changes)
+            .graceful_shutdown_on(runtime::shutdown())
+            .run(
+                |nc, ctx: Arc<Context>| async move {
+                    let name = nc.name_any();
+                    let result = network_config::reconcile(nc, ctx.clone()).await;
+                    if result.is_ok() {
+                        ctx.backoff.succeeded(&name);
+                    }
+                    result
+                },
+                error_policy,
+                ctx.clone(),
+            )
+            .for_each(|result| async move {
+                match result {
+                    Ok((object, _)) => tracing::debug!(networkconfig = %object.name, "reconciled"),
+                    Err(error) => tracing::debug!(%error, "reconcile error"),
                 }
-                result
-            },
-            error_policy,
-            ctx.clone(),
-        )
-        .for_each(|result| async move {
-            match result {
-                Ok((object, _)) => tracing::debug!(networkconfig = %object.name, "reconciled"),
-                Err(error) => tracing::debug!(%error, "reconcile error"),
-            }
-        });
+            });
 
     let gc_ctx = ctx.clone();
     let gc = async move {

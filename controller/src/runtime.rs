@@ -1,0 +1,361 @@
+//! What every reconciler of the controller shares: how it watches, backs off, writes status
+//! and stops.
+//!
+//! - [`watch`]: a watch stream with a per-stream backoff ([`WatchBackoff`], 100 ms doubling
+//!   to 2 s) whose errors are reported to [`ApiHealth`] and kept out of the controller.
+//!   kube-runtime's default puts one client-go style backoff (0.8 s doubling to 30 s) on
+//!   the *merged* trigger streams of a controller, so after an API-server restart every
+//!   stream's error (connection refused, then `410 Gone` on resume) grows one shared delay
+//!   and the controller stayed blind for over a minute. Here each stream retries on its own,
+//!   a relist follows a `410` at once, and the controller never sees a watch error.
+//! - [`controller`]: a kube-runtime `Controller` fed by [`watch`], stopping on [`shutdown`].
+//! - [`ApiHealth`]: one info line when the API server becomes unreachable, one when it is
+//!   back (with the outage's length), nothing per retry above debug; a gauge for alerts.
+//! - [`ErrorBackoff`]: per-object exponential requeue delays for `error_policy`.
+//! - [`apply_status`]: server-side apply of a status subresource under one field manager.
+//! - [`shutdown`]: SIGINT/SIGTERM, shared by every controller of the process.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::atomic::AtomicI64;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt as _, future};
+use kube::Resource;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector;
+use kube::runtime::utils::Backoff;
+use kube::runtime::{WatchStreamExt as _, watcher};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// Field manager of everything the controller process writes.
+pub const FIELD_MANAGER: &str = "kubetun-controller";
+
+/// Delay of the first retry of a failed watch.
+const WATCH_RETRY_MIN: Duration = Duration::from_millis(100);
+/// Longest delay between retries of a failed watch: what a change made right after an
+/// API-server restart may wait at most, on top of the relist.
+const WATCH_RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// Exponential backoff with full jitter between [`WATCH_RETRY_MIN`] and
+/// [`WATCH_RETRY_MAX`], reset by the first event after an error.
+#[derive(Debug, Clone)]
+pub struct WatchBackoff {
+    next: Duration,
+    seed: u64,
+}
+
+impl Default for WatchBackoff {
+    fn default() -> Self {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            | 1;
+        Self {
+            next: WATCH_RETRY_MIN,
+            seed,
+        }
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        let ceiling = self.next;
+        self.next = (self.next * 2).min(WATCH_RETRY_MAX);
+        // xorshift: jitter only has to keep several watchers from retrying in lockstep.
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        let half = ceiling / 2;
+        let spread = u64::try_from(half.as_micros()).unwrap_or(u64::MAX).max(1);
+        Some(half + Duration::from_micros(self.seed % spread))
+    }
+}
+
+impl Backoff for WatchBackoff {
+    fn reset(&mut self) {
+        self.next = WATCH_RETRY_MIN;
+    }
+}
+
+/// Whether the API server answers the watches, logged once per change.
+#[derive(Debug, Clone, Default)]
+pub struct ApiHealth {
+    state: Arc<Mutex<HealthState>>,
+    /// 1 while reachable, 0 while not (`kubetun_controller_api_reachable`).
+    reachable_gauge: prometheus_client::metrics::gauge::Gauge<i64, AtomicI64>,
+}
+
+#[derive(Debug, Default)]
+struct HealthState {
+    /// Since when the watches fail; `None` while they work.
+    down_since: Option<Instant>,
+    failures: u64,
+}
+
+impl ApiHealth {
+    pub fn new() -> Self {
+        let health = Self::default();
+        health.reachable_gauge.set(1);
+        health
+    }
+
+    /// A watch delivered an event.
+    pub fn reachable(&self) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(since) = state.down_since.take() {
+            self.reachable_gauge.set(1);
+            tracing::info!(
+                outage = ?since.elapsed(),
+                failed_attempts = state.failures,
+                "API server reachable again; watches resumed"
+            );
+            state.failures = 0;
+        }
+    }
+
+    /// A watch failed; `what` names it.
+    pub fn failed(&self, what: &str, error: &watcher::Error) {
+        if is_expired(error) {
+            // Expected after a restart or a long disconnect: the watcher relists at once.
+            tracing::debug!(watch = what, %error, "resourceVersion expired; relisting");
+            return;
+        }
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.failures += 1;
+        if state.down_since.is_none() {
+            state.down_since = Some(Instant::now());
+            self.reachable_gauge.set(0);
+            tracing::info!(
+                watch = what,
+                %error,
+                retry_within = ?WATCH_RETRY_MAX,
+                "API server unreachable; reconciling paused until the watches resume"
+            );
+        } else {
+            tracing::debug!(watch = what, %error, "watch still failing");
+        }
+    }
+
+    /// True while the watches fail (reconcile errors are then expected, not news).
+    pub fn is_down(&self) -> bool {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .down_since
+            .is_some()
+    }
+
+    pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        registry.register(
+            "kubetun_controller_api_reachable",
+            "1 while the controller's watches reach the API server, 0 while they fail",
+            self.reachable_gauge.clone(),
+        );
+    }
+}
+
+fn is_expired(error: &watcher::Error) -> bool {
+    use watcher::Error as E;
+    match error {
+        E::InitialListFailed(kube::Error::Api(s))
+        | E::WatchStartFailed(kube::Error::Api(s))
+        | E::WatchFailed(kube::Error::Api(s)) => s.code == 410,
+        E::WatchError(s) => s.code == 410,
+        _ => false,
+    }
+}
+
+/// A watch of `api` that retries on its own ([`WatchBackoff`]), reports its errors to
+/// `health` and yields only events.
+pub fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    health: &ApiHealth,
+    what: &'static str,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let health = health.clone();
+    watcher(api, config)
+        .backoff(WatchBackoff::default())
+        .filter_map(move |event| {
+            future::ready(match event {
+                Ok(event) => {
+                    health.reachable();
+                    Some(Ok(event))
+                }
+                Err(error) => {
+                    health.failed(what, &error);
+                    None
+                }
+            })
+        })
+}
+
+/// A controller of `api`'s objects fed by [`watch`]; chain `owns_stream`/`watches_stream`
+/// with more [`watch`]es, then `.graceful_shutdown_on(shutdown())`.
+pub fn controller<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    health: &ApiHealth,
+    what: &'static str,
+) -> Controller<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let objects = watch(api, config, health, what)
+        .reflect(writer)
+        .applied_objects();
+    Controller::for_stream(objects, reader)
+}
+
+/// Resolves on SIGINT or SIGTERM (every controller of the process waits on its own copy).
+pub async fn shutdown() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Writes `status` with server-side apply on the status subresource.
+pub async fn apply_status<K>(
+    api: &Api<K>,
+    name: &str,
+    field_manager: &str,
+    status: &impl Serialize,
+) -> Result<K, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    let patch = serde_json::json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(field_manager).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+}
+
+/// Per-object exponential backoff for `error_policy`: each consecutive failure of the same
+/// object doubles its requeue delay up to a cap; a successful reconcile resets it.
+#[derive(Debug)]
+pub struct ErrorBackoff {
+    base: Duration,
+    max: Duration,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl ErrorBackoff {
+    /// Delays start at `base` and never exceed `max`.
+    pub fn new(base: Duration, max: Duration) -> Self {
+        Self {
+            base,
+            max,
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Records a failure of `key` and returns how long to wait before retrying it.
+    pub fn failed(&self, key: &str) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = failures.entry(key.to_owned()).or_insert(0);
+        let exponent = (*count).min(16);
+        *count = count.saturating_add(1);
+        self.base.saturating_mul(1u32 << exponent).min(self.max)
+    }
+
+    /// Forgets the failures of `key`.
+    pub fn succeeded(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+    }
+}
+
+impl Default for ErrorBackoff {
+    fn default() -> Self {
+        Self::new(Duration::from_secs(1), Duration::from_secs(300))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_backoff_doubles_to_two_seconds_with_jitter_and_resets() {
+        let mut backoff = WatchBackoff::default();
+        let delays: Vec<Duration> = (0..8).map(|_| backoff.next().expect("endless")).collect();
+        let ceilings = [100, 200, 400, 800, 1600, 2000, 2000, 2000];
+        for (delay, ceiling) in delays.iter().zip(ceilings) {
+            let ceiling = Duration::from_millis(ceiling);
+            assert!(
+                *delay >= ceiling / 2 && *delay <= ceiling,
+                "{delay:?} vs {ceiling:?}"
+            );
+        }
+        backoff.reset();
+        assert!(backoff.next().expect("endless") <= WATCH_RETRY_MIN);
+    }
+
+    #[test]
+    fn error_backoff_doubles_per_object_up_to_the_cap_and_resets_on_success() {
+        let backoff = ErrorBackoff::new(Duration::from_secs(1), Duration::from_secs(5));
+        let delays: Vec<u64> = (0..5).map(|_| backoff.failed("a").as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 5, 5]);
+        assert_eq!(
+            backoff.failed("b"),
+            Duration::from_secs(1),
+            "objects are independent"
+        );
+        backoff.succeeded("a");
+        assert_eq!(backoff.failed("a"), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn health_flips_once_per_outage_and_ignores_expired_versions() {
+        let health = ApiHealth::new();
+        let gone = watcher::Error::WatchError(
+            Box::new(kube::core::Status::failure("too old", "Expired").with_code(410)).into(),
+        );
+        health.failed("test", &gone);
+        assert!(!health.is_down(), "410 means relist, not an outage");
+        let refused =
+            watcher::Error::WatchStartFailed(kube::Error::Service("connection refused".into()));
+        health.failed("test", &refused);
+        health.failed("test", &refused);
+        assert!(health.is_down());
+        assert_eq!(health.reachable_gauge.get(), 0);
+        health.reachable();
+        assert!(!health.is_down());
+        assert_eq!(health.reachable_gauge.get(), 1);
+    }
+}
