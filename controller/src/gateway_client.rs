@@ -77,7 +77,11 @@ impl GatewayClient {
             }));
         Self {
             socket,
-            inner: RawClient::new(channel),
+            // Status replies and Apply requests grow with the peers; tonic's 4 MiB default
+            // stops at about 27 000.
+            inner: RawClient::new(channel)
+                .max_decoding_message_size(kubetun_gateway::grpc::MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(kubetun_gateway::grpc::MAX_MESSAGE_BYTES),
         }
     }
 
