@@ -55,6 +55,10 @@ impl GatewayClientError {
     }
 }
 
+/// Largest gRPC message the client sends or accepts, the gateway's own limit: tonic's 4 MiB
+/// default holds the state (or status) of only about 27 000 peers.
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
+
 /// A handle on one gateway's control API. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct GatewayClient {
@@ -80,8 +84,8 @@ impl GatewayClient {
             // Status replies and Apply requests grow with the peers; tonic's 4 MiB default
             // stops at about 27 000.
             inner: RawClient::new(channel)
-                .max_decoding_message_size(kubetun_gateway::grpc::MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(kubetun_gateway::grpc::MAX_MESSAGE_BYTES),
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
         }
     }
 

@@ -210,8 +210,8 @@ impl FakeGateway {
         let (running, running_rx) = watch::channel(true);
         self.service.running = running_rx;
         let service = GatewayServer::new(self.service.clone())
-            .max_decoding_message_size(kubetun_gateway::grpc::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(kubetun_gateway::grpc::MAX_MESSAGE_BYTES);
+            .max_decoding_message_size(crate::gateway_client::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(crate::gateway_client::MAX_MESSAGE_BYTES);
         self.server = Some(tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
                 .add_service(service)

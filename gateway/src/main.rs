@@ -290,10 +290,12 @@ async fn run(args: Args, notify: bool) -> anyhow::Result<()> {
     let mut terminate = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
     let mut failure = None;
+    let mut uapi_done = false;
     tokio::select! {
         _ = terminate.recv() => tracing::info!("SIGTERM received"),
         _ = interrupt.recv() => tracing::info!("SIGINT received"),
         reason = &mut uapi_task => {
+            uapi_done = true;
             let reason = reason.unwrap_or_else(|error| format!("the UAPI server failed: {error}"));
             tracing::info!(%reason, "shutting down");
         }
@@ -306,8 +308,10 @@ async fn run(args: Args, notify: bool) -> anyhow::Result<()> {
             failure = Some(reason);
         }
     }
-    uapi_task.abort();
-    let _ = uapi_task.await;
+    if !uapi_done {
+        uapi_task.abort();
+        let _ = uapi_task.await;
+    }
     for server in &servers {
         server.abort();
     }
