@@ -660,3 +660,70 @@ fn after_kill_9_and_restart_traffic_resumes_in_about_one_round_trip() {
         "traffic must resume in about one round trip, median {median:?}"
     );
 }
+
+#[test]
+fn an_unanswered_dns_name_fails_the_apply_fast_with_a_log_line() {
+    if !skip_unless_ready("an_unanswered_dns_name_fails_fast", &[]) {
+        return;
+    }
+    use kubetun_controller::gateway_api as api;
+    use kubetun_controller::gateway_client::GatewayClient;
+
+    // `ip netns exec` reads /etc/netns/<ns>/resolv.conf: a server whose packets vanish into a
+    // dummy interface, so lookups wait for the resolver's own timeouts (5 s per try).
+    let ns = Netns::new("kh-dns").expect("namespace");
+    let etc = PathBuf::from("/etc/netns/kh-dns");
+    std::fs::create_dir_all(&etc).expect("netns etc");
+    struct RemoveDir(PathBuf);
+    impl Drop for RemoveDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _etc = RemoveDir(etc.clone());
+    std::fs::write(etc.join("resolv.conf"), "nameserver 198.51.100.53\n").expect("resolv.conf");
+    for args in [
+        &["ip", "link", "add", "khdns0", "type", "dummy"][..],
+        &["ip", "link", "set", "khdns0", "up"],
+        &["ip", "address", "add", "203.0.113.1/24", "dev", "khdns0"],
+        &["ip", "route", "add", "default", "dev", "khdns0"],
+    ] {
+        ns.exec(args).expect("dummy underlay");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("gateway.log");
+    let _gateway = kubetun(&ns, "khdns", Some(&log), "info");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let client = {
+        let _context = runtime.enter();
+        GatewayClient::new("/var/run/kubetun/test-khdns.grpc.sock")
+    };
+    let state = api::DesiredState {
+        version: "dns".into(),
+        interface: Some(api::Interface::default()),
+        peers: vec![api::Peer {
+            public_key: base64_encode(&[7u8; 32]),
+            name: "far-away".into(),
+            endpoint: "gateway.unanswered.example:51820".into(),
+            ..Default::default()
+        }],
+    };
+    let started = Instant::now();
+    let rejected = runtime
+        .block_on(client.apply(state))
+        .expect_err("unresolvable");
+    let elapsed = started.elapsed();
+    assert!(rejected.is_rejection(), "{rejected}");
+    assert!(
+        elapsed < Duration::from_secs(4),
+        "the apply waited {elapsed:?} for a name"
+    );
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert!(
+        text.contains("cannot resolve endpoint") && text.contains("gateway.unanswered.example"),
+        "the failure must be logged:\n{text}"
+    );
+}
