@@ -468,8 +468,9 @@ fn hundred_thousand_allowed_ips_in_about_a_second_next_to_wireguard_go() {
         .split_whitespace()
         .count();
     assert_eq!(count, 100_001, "one key and 100 000 prefixes");
-    // 1 s in a release build; debug builds and a shared machine get some slack.
-    let limit = if cfg!(debug_assertions) { 5 } else { 1 };
+    // 1 s in a release build (0.96 s measured, wireguard-go 0.23 s); a debug build is about
+    // 8x slower, but still linear (the quadratic version took minutes here).
+    let limit = if cfg!(debug_assertions) { 20 } else { 1 };
     assert!(
         ours < Duration::from_secs(limit),
         "100 000 allowed IPs took {ours:?} (wireguard-go {theirs:?})"
@@ -507,7 +508,11 @@ fn fifty_thousand_peers_apply_through_grpc() {
         .expect("runtime");
     let client = {
         let _context = runtime.enter();
-        GatewayClient::new("/var/run/kubetun/test-khgrpc.grpc.sock")
+        // 0.8 s with a release build; a debug build takes tens of seconds.
+        GatewayClient::with_timeout(
+            "/var/run/kubetun/test-khgrpc.grpc.sock",
+            Duration::from_secs(120),
+        )
     };
     // No private key: the point is the message size (about 8 MB of state, as much status);
     // with a key each of the 50 000 sessions costs a Diffie-Hellman, which a debug build does
@@ -669,8 +674,8 @@ fn an_unanswered_dns_name_fails_the_apply_fast_with_a_log_line() {
     use kubetun_controller::gateway_api as api;
     use kubetun_controller::gateway_client::GatewayClient;
 
-    // `ip netns exec` reads /etc/netns/<ns>/resolv.conf: a server whose packets vanish into a
-    // dummy interface, so lookups wait for the resolver's own timeouts (5 s per try).
+    // `ip netns exec` reads /etc/netns/<ns>/resolv.conf: a server whose packets vanish, so
+    // lookups wait for the resolver's own timeouts (5 s per try).
     let ns = Netns::new("kh-dns").expect("namespace");
     let etc = PathBuf::from("/etc/netns/kh-dns");
     std::fs::create_dir_all(&etc).expect("netns etc");
@@ -682,13 +687,24 @@ fn an_unanswered_dns_name_fails_the_apply_fast_with_a_log_line() {
     }
     let _etc = RemoveDir(etc.clone());
     std::fs::write(etc.join("resolv.conf"), "nameserver 198.51.100.53\n").expect("resolv.conf");
+    // The far end of the veth has no address: queries leave and nothing ever answers.
+    let silent = Netns::new("kh-dns-void").expect("namespace");
+    veth(&ns, "veth-d", &silent, "veth-v").expect("veth");
     for args in [
-        &["ip", "link", "add", "khdns0", "type", "dummy"][..],
-        &["ip", "link", "set", "khdns0", "up"],
-        &["ip", "address", "add", "203.0.113.1/24", "dev", "khdns0"],
-        &["ip", "route", "add", "default", "dev", "khdns0"],
+        &["ip", "address", "add", "203.0.113.1/24", "dev", "veth-d"][..],
+        &[
+            "ip",
+            "neigh",
+            "add",
+            "203.0.113.2",
+            "lladdr",
+            "02:00:00:00:00:02",
+            "dev",
+            "veth-d",
+        ],
+        &["ip", "route", "add", "default", "via", "203.0.113.2"],
     ] {
-        ns.exec(args).expect("dummy underlay");
+        ns.exec(args).expect("silent underlay");
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("gateway.log");
