@@ -81,7 +81,7 @@ fn error_messages_never_repeat_key_material() {
         format!("private_key={secret_b64}"),
         format!("private_key {secret}"),
         format!("private_key:{secret}=x"),
-        format!("{secret}"),
+        secret.clone(),
         format!("{secret}={secret}"),
         format!("{peer}preshared_key={}", &secret[1..]),
         format!("{peer}preshared_key={secret_b64}"),
