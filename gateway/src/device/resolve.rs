@@ -49,18 +49,20 @@ pub async fn resolve_endpoints(
             }
         }
     });
-    futures::future::join_all(lookups).await.into_iter().collect()
+    futures::future::join_all(lookups)
+        .await
+        .into_iter()
+        .collect()
 }
 
 async fn lookup(host: &str, port: u16) -> Result<SocketAddr, String> {
     let started = std::time::Instant::now();
-    let result = match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port)))
-        .await
-    {
-        Err(_) => Err(format!("no answer within {RESOLVE_TIMEOUT:?}")),
-        Ok(Err(error)) => Err(error.to_string()),
-        Ok(Ok(mut addrs)) => addrs.next().ok_or_else(|| "no addresses".to_owned()),
-    };
+    let result =
+        match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port))).await {
+            Err(_) => Err(format!("no answer within {RESOLVE_TIMEOUT:?}")),
+            Ok(Err(error)) => Err(error.to_string()),
+            Ok(Ok(mut addrs)) => addrs.next().ok_or_else(|| "no addresses".to_owned()),
+        };
     tracing::debug!(%host, elapsed = ?started.elapsed(), ok = result.is_ok(), "endpoint name looked up");
     result
 }
