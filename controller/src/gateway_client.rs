@@ -55,6 +55,10 @@ impl GatewayClientError {
     }
 }
 
+/// Largest gRPC message the client sends or accepts, the gateway's own limit: tonic's 4 MiB
+/// default holds the state (or status) of only about 27 000 peers.
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
+
 /// A handle on one gateway's control API. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct GatewayClient {
@@ -65,19 +69,29 @@ pub struct GatewayClient {
 impl GatewayClient {
     /// A client for the gateway listening on `socket`. Connects on first use.
     pub fn new(socket: impl Into<PathBuf>) -> Self {
+        Self::with_timeout(socket, Duration::from_secs(10))
+    }
+
+    /// Like [`GatewayClient::new`], with a per-call deadline other than 10 s (a debug-built
+    /// gateway needs longer for tens of thousands of peers).
+    pub fn with_timeout(socket: impl Into<PathBuf>, timeout: Duration) -> Self {
         let socket = socket.into();
         let path = socket.clone();
         // The URI is required by tonic but unused: the connector always dials the socket.
         let channel = Endpoint::from_static("http://kubetun-gateway.local")
             .connect_timeout(Duration::from_secs(2))
-            .timeout(Duration::from_secs(10))
+            .timeout(timeout)
             .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
                 let path = path.clone();
                 async move { UnixStream::connect(path).await.map(TokioIo::new) }
             }));
         Self {
             socket,
-            inner: RawClient::new(channel),
+            // Status replies and Apply requests grow with the peers; tonic's 4 MiB default
+            // stops at about 27 000.
+            inner: RawClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
         }
     }
 

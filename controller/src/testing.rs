@@ -209,7 +209,9 @@ impl FakeGateway {
         let (shutdown, stopped) = oneshot::channel::<()>();
         let (running, running_rx) = watch::channel(true);
         self.service.running = running_rx;
-        let service = GatewayServer::new(self.service.clone());
+        let service = GatewayServer::new(self.service.clone())
+            .max_decoding_message_size(crate::gateway_client::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(crate::gateway_client::MAX_MESSAGE_BYTES);
         self.server = Some(tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
                 .add_service(service)

@@ -21,6 +21,9 @@ use crate::state::DesiredState;
 use crate::status::status_response;
 use crate::unix_socket::SocketFile;
 
+/// Largest gRPC message either side decodes. tonic's default of 4 MiB holds the state of about
+/// 27 000 peers; this holds well over a million. Only admitted local clients can send.
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 /// Default Watch interval when the request leaves it 0.
 const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_millis(1000);
 /// Smallest Watch interval honoured.
@@ -132,7 +135,11 @@ pub async fn serve(
     tracing::info!(path = %file.path().display(), "gRPC control API listening");
     let result = tonic::transport::Server::builder()
         .add_service(health_service)
-        .add_service(GatewayServer::new(GatewayService::new(device)))
+        .add_service(
+            GatewayServer::new(GatewayService::new(device))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
         .serve_with_incoming(policy.incoming(listener))
         .await;
     drop(file);

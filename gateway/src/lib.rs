@@ -25,3 +25,6 @@ pub mod unix_socket;
 pub mod proto {
     tonic::include_proto!("kubetun.gateway.v1");
 }
+
+#[cfg(test)]
+mod fuzz_run;

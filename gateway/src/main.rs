@@ -3,11 +3,14 @@
 //! `/var/run/kubetun/<ifname>.grpc.sock`, and optionally Prometheus metrics.
 //!
 //! Like wireguard-go, it detaches by default: the process re-executes itself with `-f` in a
-//! new process group (stdio on /dev/null, stderr kept if `RUST_LOG` is set) and exits once the
-//! child's UAPI socket accepts connections, or with an error if the child dies first. With
-//! `-f` it stays in the foreground. SIGTERM or SIGINT shut it down cleanly: the sockets are
-//! removed and the TUN device disappears.
+//! new process group (stdin on /dev/null, stderr kept if `RUST_LOG` is set, stdout a pipe back
+//! to the launcher) and exits 0 once the child reports on that pipe that its sockets are
+//! bound, or non-zero with the child's own error if the child fails first. With `-f` it stays
+//! in the foreground. SIGTERM or SIGINT shut it down cleanly (exit 0): the sockets are
+//! removed and the TUN device disappears; so does deleting the UAPI socket file, which is how
+//! wireguard-go is told to stop. If the TUN device is deleted or fails, it exits 1 and says so.
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -25,6 +28,10 @@ use tokio::signal::unix::{SignalKind, signal};
 
 /// How long the detaching parent waits for the child to come up.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Set by the launcher in the child's environment: report readiness or failure on stdout.
+const NOTIFY_ENV: &str = "KUBETUN_GATEWAY_NOTIFY_STDOUT";
+/// The line the child writes on stdout once it serves.
+const READY_LINE: &str = "ready";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -122,6 +129,16 @@ fn main() -> anyhow::Result<()> {
     if !args.foreground {
         return detach(&args);
     }
+    let notify = std::env::var_os(NOTIFY_ENV).is_some();
+    let result = foreground(args, notify);
+    if notify && let Err(error) = &result {
+        // The launcher relays this line as its own error; if it is gone, there is no one to tell.
+        let _ = writeln!(std::io::stdout(), "{error:#}");
+    }
+    result
+}
+
+fn foreground(args: Args, notify: bool) -> anyhow::Result<()> {
     init_tracing(args.log_json);
     // Before any thread exists: every thread inherits the reduced sets.
     let kept = caps::restrict_to(caps::RUNTIME).context("dropping capabilities")?;
@@ -136,14 +153,14 @@ fn main() -> anyhow::Result<()> {
             .context("starting the tokio runtime")?
             .block_on(async {
                 tokio::spawn(busy_poll());
-                run(args).await
+                run(args, notify).await
             });
     }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?
-        .block_on(run(args))
+        .block_on(run(args, notify))
 }
 
 /// Keeps the (single-threaded) runtime from ever parking: a yielded task makes the scheduler
@@ -168,8 +185,11 @@ fn init_tracing(json: bool) {
     }
 }
 
-/// Re-executes this binary with `-f` detached and waits for its UAPI socket.
+/// Re-executes this binary with `-f` detached and waits until it reports that it serves.
+/// The report comes over a pipe on the child's stdout rather than by probing the UAPI socket:
+/// a socket of another live gateway with the same interface name would look like success.
 fn detach(args: &Args) -> anyhow::Result<()> {
+    use std::io::BufRead as _;
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("locating the executable")?;
     let mut child_args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
@@ -179,31 +199,51 @@ fn detach(args: &Args) -> anyhow::Result<()> {
     } else {
         Stdio::null()
     };
+    let (report, report_writer) = std::io::pipe().context("creating the startup pipe")?;
     let mut child = Command::new(exe)
         .args(child_args)
+        .env(NOTIFY_ENV, "1")
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(report_writer)
         .stderr(stderr)
         .process_group(0)
         .spawn()
         .context("starting the gateway process")?;
-    let uapi = socket_path(&args.uapi_dir, &args.ifname);
+    // The read blocks, so it runs on its own thread and the wait has a deadline.
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(report).lines() {
+            let Ok(line) = line else { break };
+            let ready = line == READY_LINE;
+            if lines_tx.send(Some(line)).is_err() || ready {
+                return;
+            }
+        }
+        let _ = lines_tx.send(None);
+    });
     let deadline = Instant::now() + STARTUP_TIMEOUT;
+    let mut reason = Vec::new();
     loop {
-        if let Some(status) = child.try_wait()? {
-            bail!("the gateway exited during startup ({status}); run with -f to see why");
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines_rx.recv_timeout(left) {
+            Ok(Some(line)) if line == READY_LINE => return Ok(()),
+            Ok(Some(line)) => reason.push(line),
+            Ok(None) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                let status = child.wait().context("waiting for the gateway process")?;
+                if reason.is_empty() {
+                    bail!("the gateway exited during startup ({status}); run with -f to see why");
+                }
+                bail!("{} ({status})", reason.join("; "));
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                let uapi = socket_path(&args.uapi_dir, &args.ifname);
+                bail!("the gateway did not open {} in time", uapi.display());
+            }
         }
-        if std::os::unix::net::UnixStream::connect(&uapi).is_ok() {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("the gateway did not open {} in time", uapi.display());
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
-async fn run(args: Args) -> anyhow::Result<()> {
+async fn run(args: Args, notify: bool) -> anyhow::Result<()> {
     let device =
         Device::create_with(&args.ifname, args.io.options()).context("creating the device")?;
     let uapi_path = socket_path(&args.uapi_dir, &args.ifname);
@@ -224,18 +264,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "gateway started"
     );
 
+    if notify {
+        let _ = writeln!(std::io::stdout(), "{READY_LINE}");
+    }
+
     let policy = PeerPolicy::for_this_process().allowing(args.allow_uids.iter().copied());
-    let mut servers = vec![
-        tokio::spawn(uapi.serve(Arc::clone(&device), policy.clone())),
-        tokio::spawn({
-            let device = Arc::clone(&device);
-            async move {
-                if let Err(error) = grpc::serve(grpc_listener, grpc_file, device, policy).await {
-                    tracing::error!(%error, "gRPC server failed");
-                }
+    let mut uapi_task = tokio::spawn(uapi.serve(Arc::clone(&device), policy.clone()));
+    let mut servers = vec![tokio::spawn({
+        let device = Arc::clone(&device);
+        async move {
+            if let Err(error) = grpc::serve(grpc_listener, grpc_file, device, policy).await {
+                tracing::error!(%error, "gRPC server failed");
             }
-        }),
-    ];
+        }
+    })];
     if let Some(addr) = args.metrics_addr {
         let device = Arc::clone(&device);
         servers.push(tokio::spawn(async move {
@@ -247,10 +289,28 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     let mut terminate = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+    let mut failure = None;
+    let mut uapi_done = false;
     tokio::select! {
         _ = terminate.recv() => tracing::info!("SIGTERM received"),
         _ = interrupt.recv() => tracing::info!("SIGINT received"),
-        _ = device.stopped() => tracing::warn!("the TUN device went away"),
+        reason = &mut uapi_task => {
+            uapi_done = true;
+            let reason = reason.unwrap_or_else(|error| format!("the UAPI server failed: {error}"));
+            tracing::info!(%reason, "shutting down");
+        }
+        _ = device.stopped() => {
+            let reason = format!(
+                "the TUN device {} was deleted or failed; the gateway cannot carry traffic",
+                args.ifname
+            );
+            tracing::error!(%reason, "shutting down");
+            failure = Some(reason);
+        }
+    }
+    if !uapi_done {
+        uapi_task.abort();
+        let _ = uapi_task.await;
     }
     for server in &servers {
         server.abort();
@@ -261,5 +321,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     device.shutdown().await;
     drop(device);
     tracing::info!("gateway stopped");
-    Ok(())
+    match failure {
+        Some(reason) => bail!(reason),
+        None => Ok(()),
+    }
 }

@@ -347,7 +347,17 @@ impl DesiredState {
         };
         let mtu = match iface.mtu {
             0 => current.interface.mtu,
-            mtu => u16::try_from(mtu).unwrap_or(u16::MAX),
+            // Range-checked here, on the value as sent: saturating to u16 first made the
+            // message report 65535 for 70000.
+            mtu => u16::try_from(mtu)
+                .ok()
+                .filter(|mtu| (MIN_MTU..=MAX_MTU).contains(mtu))
+                .ok_or(StateError::OutOfRange {
+                    field: "interface mtu",
+                    value: u64::from(mtu),
+                    min: u64::from(MIN_MTU),
+                    max: u64::from(MAX_MTU),
+                })?,
         };
         let interface = InterfaceConfig {
             private_key,
@@ -618,6 +628,24 @@ mod tests {
         }
         let err = DesiredState::from_proto(req, &DesiredState::default()).expect_err("mtu");
         assert!(err.to_string().contains("mtu"));
+        for (mtu, shown) in [
+            (70_000u32, "70000"),
+            (9001, "9001"),
+            (u32::MAX, "4294967295"),
+        ] {
+            let mut req = request(vec![]);
+            if let Some(iface) = req.interface.as_mut() {
+                iface.mtu = mtu;
+            }
+            let message = DesiredState::from_proto(req, &DesiredState::default())
+                .expect_err("mtu above the limit")
+                .to_string();
+            assert!(
+                message.contains(shown) && message.contains(&format!("..={MAX_MTU}")),
+                "the message must give the value sent and the real limit: {message}"
+            );
+            assert!(!message.contains("65535"), "{message}");
+        }
     }
 
     #[test]

@@ -33,10 +33,13 @@ pub async fn sync_addresses(ifname: &str, current: &[IpNet], desired: &[IpNet]) 
 
 /// Makes the routes via `ifname` go from `current` to `desired`.
 pub async fn sync_routes(ifname: &str, current: &[IpNet], desired: &[IpNet]) -> io::Result<()> {
-    for prefix in current.iter().filter(|p| !desired.contains(p)) {
+    // Sets, not `contains` on the slices: the lists can hold 100 000 prefixes.
+    let current_set: std::collections::HashSet<&IpNet> = current.iter().collect();
+    let desired_set: std::collections::HashSet<&IpNet> = desired.iter().collect();
+    for prefix in current.iter().filter(|p| !desired_set.contains(p)) {
         ip(&["route", "del", &prefix.to_string(), "dev", ifname]).await?;
     }
-    for prefix in desired.iter().filter(|p| !current.contains(p)) {
+    for prefix in desired.iter().filter(|p| !current_set.contains(p)) {
         ip(&["route", "replace", &prefix.to_string(), "dev", ifname]).await?;
     }
     Ok(())

@@ -301,6 +301,11 @@ impl Device {
             table_reused,
             "applied desired state"
         );
+        // Off the control path: with many peers the initiations cost seconds of DH.
+        tokio::spawn(datapath::initiate_sessions(
+            Arc::clone(&self.shared),
+            self.shared.snapshot.load_full(),
+        ));
         self.sync_host(&mut control, &next).await;
         self.changes.send_replace(generation);
         Ok(ApplyOutcome {

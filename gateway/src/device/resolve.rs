@@ -1,4 +1,5 @@
-//! Endpoint names: resolved when a state is applied (an unresolvable name rejects the state),
+//! Endpoint names: resolved when a state is applied, all at once and each within a timeout
+//! (an unresolvable name rejects the state after at most that long, with a log line),
 //! and re-resolved periodically for peers without a recent handshake, so a peer whose DNS
 //! record moved is found again without a new apply.
 
@@ -17,34 +18,53 @@ const RERESOLVE_INTERVAL: Duration = Duration::from_secs(30);
 /// A peer that handshook more recently than this keeps its (possibly roamed) endpoint.
 const HEALTHY_HANDSHAKE_MS: u64 = 135_000;
 
+/// Longest wait for one name. The system resolver retries for 8–10 s on an unreachable DNS
+/// server; an apply waits for its names, so a bad one must fail fast.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The endpoint of every peer of `state` (same order), names resolved to their first address.
+/// All names are looked up at once, each bounded by [`RESOLVE_TIMEOUT`], so a state with
+/// unresolvable names is rejected after at most that long; each failure is logged.
 pub async fn resolve_endpoints(
     state: &DesiredState,
 ) -> Result<Vec<Option<SocketAddr>>, ApplyError> {
-    let mut resolved = Vec::with_capacity(state.peers.len());
-    for peer in &state.peers {
-        let addr = match &peer.endpoint {
-            None => None,
-            Some(Endpoint::Addr(addr)) => Some(*addr),
-            Some(Endpoint::Host { host, port }) => Some(lookup(host, *port).await.map_err(
-                |reason| ApplyError::Resolve {
-                    peer: peer.display_name(),
-                    endpoint: format!("{host}:{port}"),
-                    reason,
-                },
-            )?),
-        };
-        resolved.push(addr);
-    }
-    Ok(resolved)
+    let lookups = state.peers.iter().map(|peer| async move {
+        match &peer.endpoint {
+            None => Ok(None),
+            Some(Endpoint::Addr(addr)) => Ok(Some(*addr)),
+            Some(Endpoint::Host { host, port }) => {
+                lookup(host, *port).await.map(Some).map_err(|reason| {
+                    tracing::warn!(
+                        peer = %peer.display_name(),
+                        endpoint = %format!("{host}:{port}"),
+                        %reason,
+                        "cannot resolve endpoint"
+                    );
+                    ApplyError::Resolve {
+                        peer: peer.display_name(),
+                        endpoint: format!("{host}:{port}"),
+                        reason,
+                    }
+                })
+            }
+        }
+    });
+    futures::future::join_all(lookups)
+        .await
+        .into_iter()
+        .collect()
 }
 
 async fn lookup(host: &str, port: u16) -> Result<SocketAddr, String> {
-    tokio::net::lookup_host((host, port))
-        .await
-        .map_err(|e| e.to_string())?
-        .next()
-        .ok_or_else(|| "no addresses".to_owned())
+    let started = std::time::Instant::now();
+    let result =
+        match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host((host, port))).await {
+            Err(_) => Err(format!("no answer within {RESOLVE_TIMEOUT:?}")),
+            Ok(Err(error)) => Err(error.to_string()),
+            Ok(Ok(mut addrs)) => addrs.next().ok_or_else(|| "no addresses".to_owned()),
+        };
+    tracing::debug!(%host, elapsed = ?started.elapsed(), ok = result.is_ok(), "endpoint name looked up");
+    result
 }
 
 /// Every [`RERESOLVE_INTERVAL`], re-resolves the names of peers without a healthy session

@@ -209,7 +209,8 @@ impl TableBuilder {
             }
         };
         let mut unique: Vec<Route> = Vec::with_capacity(routes.len());
-        let mut by_real: HashMap<IpNet, IpNet> = HashMap::new();
+        let mut by_real: HashMap<IpNet, IpNet> = HashMap::with_capacity(routes.len());
+        let mut own_views: HashMap<IpNet, IpNet> = HashMap::with_capacity(routes.len());
         for route in routes {
             let same_family = matches!(
                 (route.real, route.view),
@@ -238,12 +239,12 @@ impl TableBuilder {
                     slot.insert(route.view);
                 }
             }
-            let duplicate = self.views.get(&route.view).copied().or_else(|| {
-                unique
-                    .iter()
-                    .find(|r| r.view == route.view)
-                    .map(|r| (id, r.real))
-            });
+            // A hash lookup, not a scan of `unique`: a peer may carry 100 000 routes.
+            let duplicate = self
+                .views
+                .get(&route.view)
+                .copied()
+                .or_else(|| own_views.get(&route.view).map(|real| (id, *real)));
             if let Some((first, first_real)) = duplicate {
                 return Err(RemapError::DuplicateView {
                     view: route.view,
@@ -253,6 +254,7 @@ impl TableBuilder {
                     second_real: route.real,
                 });
             }
+            own_views.insert(route.view, route.real);
             unique.push(*route);
         }
         if let Some(acl) = acl {

@@ -1,13 +1,19 @@
 //! The WireGuard cross-platform userspace API (UAPI): the `get=1` / `set=1` text protocol the
 //! stock `wg` tool speaks over `/var/run/wireguard/<ifname>.sock`.
 //!
-//! This module is the pure half: [`parse_request`] turns request text into a [`Request`],
-//! [`SetCommand::apply_to`] folds a `set` into a [`DesiredState`] (the same model the gRPC API
-//! feeds), and [`format_get`] renders a `get` reply. Errors carry the positive errno the
-//! protocol reports (`errno=N`). The socket server lives in [`server`].
+//! This module is the pure half: [`Operation::parse`] recognises the operation line,
+//! [`SetParser`] takes the lines of a `set` one at a time (as bytes: the protocol is not
+//! UTF-8), [`SetCommand::apply_to`] folds a `set` into a [`DesiredState`] (the same model the
+//! gRPC API feeds), and [`format_get`] renders a `get` reply. The socket server, which frames
+//! requests and bounds them, lives in [`server`].
+//!
+//! Errors follow wireguard-go: the reply is `errno=-N` with `N` the Linux errno (`wg` prints
+//! it with `strerror`). Error messages never repeat a value the client sent, and name a key
+//! only if it is one the protocol defines: a mistyped line may hold a private key.
 
 pub mod server;
 
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -17,22 +23,29 @@ use ipnet::IpNet;
 use crate::key::Key;
 use crate::state::{DesiredState, Endpoint, PeerConfig, RouteConfig};
 
+/// `EIO`: applying failed for a reason outside the request; also wireguard-go's answer to a
+/// line longer than its line scanner takes.
+pub const EIO: i32 = 5;
+/// `EAGAIN`: too many UAPI connections at once.
+pub const EAGAIN: i32 = 11;
 /// `EINVAL`: a key or value the protocol does not accept.
 pub const EINVAL: i32 = 22;
-/// `EPROTO`: the request is not well-formed UAPI.
+/// `EPROTO`: a `set` line is not `key=value`.
 pub const EPROTO: i32 = 71;
+/// `EMSGSIZE`: the request is larger than the server accepts.
+pub const EMSGSIZE: i32 = 90;
 /// `EADDRINUSE`: the listen port is taken.
 pub const EADDRINUSE: i32 = 98;
-/// `EIO`: applying failed for a reason outside the request.
-pub const EIO: i32 = 5;
+/// `ETIMEDOUT`: the request did not arrive in time.
+pub const ETIMEDOUT: i32 = 110;
 
 /// A rejected request, with the errno sent back to the client.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message} (errno {errno})")]
 pub struct UapiError {
-    /// Positive errno value, as written in the `errno=` reply line.
+    /// The Linux errno (positive); the reply line carries it negated, as wireguard-go does.
     pub errno: i32,
-    /// What was wrong, for the log.
+    /// What was wrong, for the log. Never contains a value the client sent.
     pub message: String,
 }
 
@@ -59,6 +72,27 @@ pub enum Request {
     Get,
     /// `set=1`: change the configuration.
     Set(SetCommand),
+}
+
+/// The operation line that starts a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// `get=1\n`.
+    Get,
+    /// `set=1\n`.
+    Set,
+}
+
+impl Operation {
+    /// Recognises an operation line, newline included. Like wireguard-go, only the exact lines
+    /// count (no `\r`, no spaces); the server closes the connection on anything else.
+    pub fn parse(line: &[u8]) -> Option<Operation> {
+        match line {
+            b"get=1\n" => Some(Operation::Get),
+            b"set=1\n" => Some(Operation::Set),
+            _ => None,
+        }
+    }
 }
 
 /// The interface-level part of a `set` plus its peer sections, in order.
@@ -112,121 +146,196 @@ impl PeerSet {
     }
 }
 
-/// Parses one request: the operation line, then (for `set`) `key=value` lines. The text ends
-/// at the first empty line or at its end.
-pub fn parse_request(text: &str) -> Result<Request, UapiError> {
-    let mut lines = text.split('\n');
-    match lines.next() {
-        Some("get=1") => {
-            // A get carries no arguments; anything but the terminating blank line is an error.
-            match lines.next() {
-                None | Some("") => Ok(Request::Get),
-                Some(line) => Err(UapiError::protocol(format!(
-                    "unexpected line after get=1: {line:?}"
-                ))),
+/// Parses a whole request held in memory: the operation line, then (for `set`) `key=value`
+/// lines up to the first empty line or the end. The server reads the same grammar off the
+/// socket line by line; this form serves tests and fuzzing. An unknown operation, which
+/// makes the server close the connection without a reply, is an `EPROTO` error here.
+pub fn parse_request(data: &[u8]) -> Result<Request, UapiError> {
+    let (op, rest) = match data.iter().position(|b| *b == b'\n') {
+        Some(end) => data.split_at(end + 1),
+        None => (data, &[][..]),
+    };
+    match Operation::parse(op) {
+        // The byte after `get=1\n` must end the request (wireguard-go checks exactly one).
+        Some(Operation::Get) => match rest.first() {
+            None | Some(b'\n') => Ok(Request::Get),
+            Some(_) => Err(UapiError::invalid("trailing characters after get=1")),
+        },
+        Some(Operation::Set) => {
+            let mut parser = SetParser::default();
+            for line in rest.split(|b| *b == b'\n') {
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                if line.is_empty() {
+                    break;
+                }
+                parser.line(line)?;
             }
+            Ok(Request::Set(parser.finish()))
         }
-        Some("set=1") => parse_set(lines).map(Request::Set),
-        Some(other) => Err(UapiError::protocol(format!("unknown operation {other:?}"))),
-        None => Err(UapiError::protocol("empty request")),
+        None => Err(UapiError::protocol(format!(
+            "unknown operation line ({} bytes)",
+            op.len()
+        ))),
     }
 }
 
-fn parse_set<'a>(lines: impl Iterator<Item = &'a str>) -> Result<SetCommand, UapiError> {
-    let mut cmd = SetCommand::default();
-    for line in lines {
-        if line.is_empty() {
-            break;
-        }
-        let (key, value) = line
-            .split_once('=')
-            .ok_or_else(|| UapiError::protocol(format!("line without '=': {line:?}")))?;
-        if key == "public_key" {
-            cmd.peers.push(PeerSet::new(parse_hex_key(key, value)?));
-            continue;
-        }
-        match cmd.peers.last_mut() {
-            None => parse_interface_line(&mut cmd, key, value)?,
-            Some(peer) => parse_peer_line(peer, key, value)?,
-        }
-    }
-    Ok(cmd)
+/// Parses the lines of a `set`, one at a time, into a [`SetCommand`].
+#[derive(Debug, Default)]
+pub struct SetParser {
+    command: SetCommand,
+    lines: usize,
 }
 
-fn parse_interface_line(cmd: &mut SetCommand, key: &str, value: &str) -> Result<(), UapiError> {
+impl SetParser {
+    /// Takes one line without its line ending. Empty lines end a request; the caller stops
+    /// before them.
+    pub fn line(&mut self, line: &[u8]) -> Result<(), UapiError> {
+        self.lines += 1;
+        let at = |e: UapiError| UapiError {
+            errno: e.errno,
+            message: format!("request line {}: {}", self.lines + 1, e.message),
+        };
+        let Some(eq) = line.iter().position(|b| *b == b'=') else {
+            return Err(at(UapiError::protocol(format!(
+                "not key=value ({} bytes)",
+                line.len()
+            ))));
+        };
+        let (key, value) = (&line[..eq], &line[eq + 1..]);
+        if key == b"public_key" {
+            let key = parse_hex_key("public_key", value).map_err(at)?;
+            self.command.peers.push(PeerSet::new(key));
+            return Ok(());
+        }
+        match self.command.peers.last_mut() {
+            None => parse_interface_line(&mut self.command, key, value),
+            Some(peer) => parse_peer_line(peer, key, value),
+        }
+        .map_err(at)
+    }
+
+    /// The command parsed so far.
+    pub fn finish(self) -> SetCommand {
+        self.command
+    }
+}
+
+/// The name of a key for messages: the protocol's own names are echoed, anything else is
+/// described by its length only (it may be a mistyped line holding key material).
+fn key_name(key: &[u8]) -> String {
+    const KNOWN: &[&str] = &[
+        "private_key",
+        "listen_port",
+        "fwmark",
+        "replace_peers",
+        "public_key",
+        "remove",
+        "update_only",
+        "preshared_key",
+        "endpoint",
+        "persistent_keepalive_interval",
+        "replace_allowed_ips",
+        "allowed_ip",
+        "protocol_version",
+    ];
+    match KNOWN.iter().find(|k| k.as_bytes() == key) {
+        Some(known) => (*known).to_owned(),
+        None => format!("an unknown key of {} bytes", key.len()),
+    }
+}
+
+/// A value as text; invalid UTF-8 cannot be a valid value of any key.
+fn text<'a>(name: &str, value: &'a [u8]) -> Result<&'a str, UapiError> {
+    std::str::from_utf8(value).map_err(|_| UapiError::invalid(format!("invalid {name} value")))
+}
+
+fn parse_interface_line(cmd: &mut SetCommand, key: &[u8], value: &[u8]) -> Result<(), UapiError> {
     match key {
-        "private_key" => {
-            let k = parse_hex_key(key, value)?;
+        b"private_key" => {
+            let k = parse_hex_key("private_key", value)?;
             cmd.private_key = Some((!k.is_zero()).then_some(k));
         }
-        "listen_port" => cmd.listen_port = Some(parse_number(key, value)?),
-        "fwmark" => {
+        b"listen_port" => cmd.listen_port = Some(parse_number("listen_port", value)?),
+        b"fwmark" => {
             cmd.fwmark = Some(if value.is_empty() {
                 0
             } else {
-                parse_number(key, value)?
+                parse_number("fwmark", value)?
             })
         }
-        "replace_peers" => cmd.replace_peers = parse_true(key, value)?,
-        _ => return Err(UapiError::invalid(format!("invalid interface key {key:?}"))),
+        b"replace_peers" => cmd.replace_peers = parse_true("replace_peers", value)?,
+        _ => {
+            return Err(UapiError::invalid(format!(
+                "invalid interface key: {}",
+                key_name(key)
+            )));
+        }
     }
     Ok(())
 }
 
-fn parse_peer_line(peer: &mut PeerSet, key: &str, value: &str) -> Result<(), UapiError> {
+fn parse_peer_line(peer: &mut PeerSet, key: &[u8], value: &[u8]) -> Result<(), UapiError> {
     match key {
-        "remove" => peer.remove = parse_true(key, value)?,
-        "update_only" => peer.update_only = parse_true(key, value)?,
-        "preshared_key" => {
-            let k = parse_hex_key(key, value)?;
+        b"remove" => peer.remove = parse_true("remove", value)?,
+        b"update_only" => peer.update_only = parse_true("update_only", value)?,
+        b"preshared_key" => {
+            let k = parse_hex_key("preshared_key", value)?;
             peer.preshared_key = Some((!k.is_zero()).then_some(k));
         }
-        "endpoint" => {
+        b"endpoint" => {
             peer.endpoint = Some(
-                value
+                text("endpoint", value)?
                     .parse()
-                    .map_err(|_| UapiError::invalid(format!("invalid endpoint {value:?}")))?,
+                    .map_err(|_| UapiError::invalid("invalid endpoint (expected ip:port)"))?,
             )
         }
-        "persistent_keepalive_interval" => {
-            peer.persistent_keepalive = Some(parse_number(key, value)?)
+        b"persistent_keepalive_interval" => {
+            peer.persistent_keepalive = Some(parse_number("persistent_keepalive_interval", value)?)
         }
-        "replace_allowed_ips" => peer.replace_allowed_ips = parse_true(key, value)?,
-        "allowed_ip" => {
-            let prefix: IpNet = value
+        b"replace_allowed_ips" => {
+            peer.replace_allowed_ips = parse_true("replace_allowed_ips", value)?
+        }
+        b"allowed_ip" => {
+            let prefix: IpNet = text("allowed_ip", value)?
                 .parse()
-                .map_err(|_| UapiError::invalid(format!("invalid allowed_ip {value:?}")))?;
+                .map_err(|_| UapiError::invalid("invalid allowed_ip (expected a CIDR)"))?;
             peer.allowed_ips.push(prefix.trunc());
         }
-        "protocol_version" => {
-            if value != "1" {
-                return Err(UapiError::invalid(format!(
-                    "unsupported protocol_version {value:?}"
-                )));
+        b"protocol_version" => {
+            if value != b"1" {
+                return Err(UapiError::invalid("unsupported protocol_version"));
             }
         }
-        _ => return Err(UapiError::invalid(format!("invalid peer key {key:?}"))),
+        _ => {
+            return Err(UapiError::invalid(format!(
+                "invalid peer key: {}",
+                key_name(key)
+            )));
+        }
     }
     Ok(())
 }
 
-fn parse_hex_key(key: &str, value: &str) -> Result<Key, UapiError> {
-    Key::from_hex(value).map_err(|_| UapiError::invalid(format!("invalid {key}")))
+fn parse_hex_key(name: &str, value: &[u8]) -> Result<Key, UapiError> {
+    // The value is not echoed, not even its length: it is (part of) a key.
+    let value = text(name, value)?;
+    Key::from_hex(value)
+        .map_err(|_| UapiError::invalid(format!("invalid {name} (expected 64 hex digits)")))
 }
 
-fn parse_number<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, UapiError> {
-    value
-        .parse()
-        .map_err(|_| UapiError::invalid(format!("invalid {key} {value:?}")))
+fn parse_number<T: std::str::FromStr>(name: &str, value: &[u8]) -> Result<T, UapiError> {
+    text(name, value)?.parse().map_err(|_| {
+        UapiError::invalid(format!(
+            "invalid {name} (out of range or not a decimal number)"
+        ))
+    })
 }
 
-fn parse_true(key: &str, value: &str) -> Result<bool, UapiError> {
-    if value == "true" {
+fn parse_true(name: &str, value: &[u8]) -> Result<bool, UapiError> {
+    if value == b"true" {
         Ok(true)
     } else {
-        Err(UapiError::invalid(format!(
-            "{key} only accepts \"true\", got {value:?}"
-        )))
+        Err(UapiError::invalid(format!("{name} only accepts \"true\"")))
     }
 }
 
@@ -237,8 +346,17 @@ impl SetCommand {
     ///
     /// With `replace_allowed_ips`, a prefix the peer already had keeps its view, so a
     /// `wg showconf | wg setconf` round trip leaves remapped routes intact.
+    ///
+    /// Runs in O(n) expected time over the peers, routes and lines involved (hash maps for
+    /// peers by key, views by owner, and a peer's routes by real prefix); routes taken away
+    /// from a peer are dropped in one pass at the end, so moving many prefixes is not
+    /// quadratic either.
     pub fn apply_to(&self, state: &DesiredState) -> DesiredState {
-        let mut next = state.clone();
+        let mut next = DesiredState {
+            version: state.version.clone(),
+            interface: state.interface.clone(),
+            peers: Vec::new(),
+        };
         if let Some(private_key) = self.private_key {
             next.interface.private_key = private_key;
         }
@@ -248,21 +366,38 @@ impl SetCommand {
         if let Some(fwmark) = self.fwmark {
             next.interface.fwmark = fwmark;
         }
-        if self.replace_peers {
-            next.peers.clear();
+        // Removed peers become `None` and are compacted at the end, so indices stay valid.
+        let mut peers: Vec<Option<PeerConfig>> = if self.replace_peers {
+            Vec::new()
+        } else {
+            state.peers.iter().cloned().map(Some).collect()
+        };
+        let mut by_key: HashMap<Key, usize> = peers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((p.as_ref()?.public_key, i)))
+            .collect();
+        // Which peer owns each view; routes whose owner moved are dropped at the end.
+        let mut owner: HashMap<IpNet, usize> = HashMap::new();
+        for (i, peer) in peers.iter().enumerate() {
+            for route in peer.iter().flat_map(|p| &p.routes) {
+                owner.entry(route.view).or_insert(i);
+            }
         }
+        let mut lost_routes: HashSet<usize> = HashSet::new();
+        // A touched peer's routes by real prefix, built on first use.
+        let mut reals: HashMap<usize, HashMap<IpNet, IpNet>> = HashMap::new();
         let own = next.public_key();
         for set in &self.peers {
             if Some(set.public_key) == own {
                 continue;
             }
-            let position = next
-                .peers
-                .iter()
-                .position(|p| p.public_key == set.public_key);
+            let position = by_key.get(&set.public_key).copied();
             if set.remove {
                 if let Some(i) = position {
-                    next.peers.remove(i);
+                    peers[i] = None;
+                    by_key.remove(&set.public_key);
+                    reals.remove(&i);
                 }
                 continue;
             }
@@ -270,11 +405,14 @@ impl SetCommand {
                 Some(i) => i,
                 None if set.update_only => continue,
                 None => {
-                    next.peers.push(PeerConfig::new(set.public_key));
-                    next.peers.len() - 1
+                    peers.push(Some(PeerConfig::new(set.public_key)));
+                    by_key.insert(set.public_key, peers.len() - 1);
+                    peers.len() - 1
                 }
             };
-            let peer = &mut next.peers[index];
+            let Some(peer) = peers[index].as_mut() else {
+                continue;
+            };
             if let Some(psk) = set.preshared_key {
                 peer.preshared_key = psk;
             }
@@ -284,29 +422,47 @@ impl SetCommand {
             if let Some(keepalive) = set.persistent_keepalive {
                 peer.persistent_keepalive = keepalive;
             }
-            let previous = if set.replace_allowed_ips {
+            let previous: HashMap<IpNet, IpNet> = if set.replace_allowed_ips {
+                reals.remove(&index);
                 std::mem::take(&mut peer.routes)
+                    .into_iter()
+                    .map(|r| (r.real, r.view))
+                    .collect()
             } else {
-                Vec::new()
+                HashMap::new()
             };
-            for prefix in &set.allowed_ips {
-                if peer.routes.iter().any(|r| r.real == *prefix) {
-                    continue;
-                }
-                let route = previous
-                    .iter()
-                    .find(|r| r.real == *prefix)
-                    .copied()
-                    .unwrap_or(RouteConfig::identity(*prefix));
-                peer.routes.push(route);
+            if set.allowed_ips.is_empty() {
+                continue;
             }
-            let claimed: Vec<IpNet> = peer.routes.iter().map(|r| r.view).collect();
-            for (i, other) in next.peers.iter_mut().enumerate() {
-                if i != index {
-                    other.routes.retain(|r| !claimed.contains(&r.view));
+            let mine = reals
+                .entry(index)
+                .or_insert_with(|| peer.routes.iter().map(|r| (r.real, r.view)).collect());
+            for prefix in &set.allowed_ips {
+                let view = match mine.get(prefix) {
+                    Some(view) => *view,
+                    None => {
+                        let view = previous.get(prefix).copied().unwrap_or(*prefix);
+                        mine.insert(*prefix, view);
+                        peer.routes.push(RouteConfig {
+                            real: *prefix,
+                            view,
+                        });
+                        view
+                    }
+                };
+                if let Some(before) = owner.insert(view, index)
+                    && before != index
+                {
+                    lost_routes.insert(before);
                 }
             }
         }
+        for i in lost_routes {
+            if let Some(peer) = peers[i].as_mut() {
+                peer.routes.retain(|r| owner.get(&r.view) == Some(&i));
+            }
+        }
+        next.peers = peers.into_iter().flatten().collect();
         next
     }
 }
@@ -385,28 +541,58 @@ pub fn format_get(view: &InterfaceView) -> String {
 }
 
 /// The oracle of the `uapi` fuzz target, also replayed over the committed corpus by the unit
-/// tests: parses arbitrary bytes as a request and, for a `set`, applies it to an empty and to a
-/// populated state. Panics if parsing or applying panics, or if the result breaks an invariant
-/// of the UAPI semantics (duplicate peers, one allowed IP on two peers, a peer with our key).
+/// tests: parses arbitrary bytes as a request. A `set` is applied to an empty and to a
+/// populated state; a `get` is answered for the populated one and the reply parsed back as a
+/// `set` (what `wg showconf | wg setconf` does). Panics if anything panics, if a result breaks
+/// an invariant of the UAPI semantics (duplicate peers, one allowed IP on two peers, a peer
+/// with our key), or if an error message repeats 12 or more characters of the request.
 pub fn fuzz_check(data: &[u8]) {
-    let Ok(text) = std::str::from_utf8(data) else {
-        return;
-    };
-    let Ok(Request::Set(command)) = parse_request(text) else {
-        return;
-    };
     let mut populated = DesiredState::default();
     populated.interface.private_key = Some(Key::from_bytes([1; 32]));
+    populated.interface.listen_port = 51820;
     let mut peer = PeerConfig::new(Key::from_bytes([2; 32]));
     peer.routes
         .push(RouteConfig::identity(IpNet::from(std::net::IpAddr::from(
             [10, 0, 0, 1],
         ))));
     populated.peers.push(peer);
+    let command = match parse_request(data) {
+        Ok(Request::Set(command)) => command,
+        Ok(Request::Get) => {
+            let reply = format_get(&view_of(&populated));
+            let body = reply
+                .strip_suffix("errno=0\n\n")
+                .expect("get reply ends in errno=0");
+            let mut setconf = b"set=1\nreplace_peers=true\n".to_vec();
+            // What `wg showconf` keeps: the configuration, not the counters.
+            for line in body.lines().filter(|l| {
+                !l.starts_with("last_handshake_time_")
+                    && !l.starts_with("tx_bytes=")
+                    && !l.starts_with("rx_bytes=")
+            }) {
+                setconf.extend_from_slice(line.as_bytes());
+                setconf.push(b'\n');
+            }
+            let Ok(Request::Set(command)) = parse_request(&setconf) else {
+                panic!("a get reply does not parse back as a set");
+            };
+            let again = command.apply_to(&DesiredState::default());
+            assert_eq!(
+                again.peers.len(),
+                populated.peers.len(),
+                "get/set round trip"
+            );
+            return;
+        }
+        Err(error) => {
+            assert_no_echo(&error.message, data);
+            return;
+        }
+    };
     for state in [DesiredState::default(), populated] {
         let next = command.apply_to(&state);
-        let mut keys = std::collections::HashSet::new();
-        let mut views = std::collections::HashSet::new();
+        let mut keys = HashSet::new();
+        let mut views = HashSet::new();
         let own = next.public_key();
         for peer in &next.peers {
             assert!(keys.insert(peer.public_key), "duplicate peer after set");
@@ -424,9 +610,46 @@ pub fn fuzz_check(data: &[u8]) {
     }
 }
 
-/// Renders the reply to a `set`.
+/// The `get` view of a configuration without a running device (no counters, no handshakes).
+fn view_of(state: &DesiredState) -> InterfaceView {
+    InterfaceView {
+        private_key: state.interface.private_key,
+        listen_port: Some(state.interface.listen_port),
+        fwmark: state.interface.fwmark,
+        peers: state
+            .peers
+            .iter()
+            .map(|p| PeerView {
+                public_key: p.public_key,
+                preshared_key: p.preshared_key,
+                endpoint: None,
+                last_handshake: None,
+                rx_bytes: 0,
+                tx_bytes: 0,
+                persistent_keepalive: p.persistent_keepalive,
+                allowed_ips: p.routes.iter().map(|r| r.real).collect(),
+            })
+            .collect(),
+    }
+}
+
+/// Panics if `message` carries a run of 12 or more key-alphabet characters (hex, base64) that
+/// also occurs in `request`: such a run could be part of a key the client sent.
+pub fn assert_no_echo(message: &str, request: &[u8]) {
+    let key_char = |c: char| c.is_ascii_alphanumeric() || c == '+' || c == '/' || c == '=';
+    for run in message.split(|c: char| !key_char(c)) {
+        if run.len() >= 12 {
+            assert!(
+                !request.windows(run.len()).any(|w| w == run.as_bytes()),
+                "error message repeats request text: {message:?}"
+            );
+        }
+    }
+}
+
+/// Renders a status reply: `errno=0`, or the negated errno as wireguard-go writes it.
 pub fn format_errno(errno: i32) -> String {
-    format!("errno={errno}\n\n")
+    format!("errno={}\n\n", -errno.abs())
 }
 
 #[cfg(test)]

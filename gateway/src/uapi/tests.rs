@@ -5,6 +5,10 @@ use std::time::Duration;
 use super::*;
 use crate::state::DesiredState;
 
+fn parse(text: &str) -> Result<Request, UapiError> {
+    parse_request(text.as_bytes())
+}
+
 fn key(n: u8) -> Key {
     Key::from_bytes([n; 32])
 }
@@ -14,28 +18,123 @@ fn net(text: &str) -> IpNet {
 }
 
 fn set(body: &str) -> SetCommand {
-    match parse_request(&format!("set=1\n{body}\n")) {
+    match parse(&format!("set=1\n{body}\n")) {
         Ok(Request::Set(command)) => command,
         other => panic!("not a set: {other:?}"),
     }
 }
 
 fn errno(body: &str) -> i32 {
-    parse_request(&format!("set=1\n{body}\n"))
+    parse(&format!("set=1\n{body}\n"))
         .expect_err("must be rejected")
         .errno
 }
 
 #[test]
 fn parses_get_and_rejects_unknown_operations() {
-    assert_eq!(parse_request("get=1\n\n"), Ok(Request::Get));
-    assert_eq!(parse_request("get=1\n"), Ok(Request::Get));
-    assert_eq!(parse_request("get=2\n\n").expect_err("op").errno, EPROTO);
-    assert_eq!(parse_request("").expect_err("empty").errno, EPROTO);
+    assert_eq!(parse("get=1\n\n"), Ok(Request::Get));
+    assert_eq!(parse("get=1\n"), Ok(Request::Get));
+    assert_eq!(parse("get=2\n\n").expect_err("op").errno, EPROTO);
+    assert_eq!(parse("").expect_err("empty").errno, EPROTO);
+    // wireguard-go checks the one byte after get=1 and answers EINVAL.
+    assert_eq!(parse("get=1\nx=1\n").expect_err("arg").errno, EINVAL);
+    // Only the exact operation lines count.
+    assert_eq!(parse("get=1\r\n\r\n").expect_err("crlf").errno, EPROTO);
+    assert_eq!(parse(" set=1\n\n").expect_err("space").errno, EPROTO);
+}
+
+#[test]
+fn set_lines_may_end_in_crlf_and_hold_invalid_utf8() {
+    assert!(
+        parse("set=1\r\nlisten_port=7\r\n\r\n").is_err(),
+        "the op line must be exact"
+    );
+    let Ok(Request::Set(command)) = parse_request(b"set=1\nlisten_port=7\r\n\r\nlisten_port=8\n")
+    else {
+        panic!("a CRLF set must parse");
+    };
     assert_eq!(
-        parse_request("get=1\nx=1\n").expect_err("arg").errno,
+        command.listen_port,
+        Some(7),
+        "the CRLF blank line ends the set"
+    );
+    for body in [&b"listen_port=\xff"[..], b"\xff=1", b"private_key=\xc3\x28"] {
+        let mut request = b"set=1\n".to_vec();
+        request.extend_from_slice(body);
+        request.push(b'\n');
+        assert_eq!(parse_request(&request).expect_err("utf-8").errno, EINVAL);
+    }
+    assert_eq!(
+        parse_request(b"set=1\n\xff\xfe\n").expect_err("no =").errno,
         EPROTO
     );
+}
+
+#[test]
+fn error_messages_never_repeat_key_material() {
+    let secret = key(0xab).to_hex();
+    let secret_b64 = key(0xab).to_base64();
+    let peer = format!("public_key={}\n", key(2).to_hex());
+    for body in [
+        format!("private_key={}", &secret[..63]),
+        format!("private_key={secret}0"),
+        format!("private_key={secret_b64}"),
+        format!("private_key {secret}"),
+        format!("private_key:{secret}=x"),
+        secret.clone(),
+        format!("{secret}={secret}"),
+        format!("{peer}preshared_key={}", &secret[1..]),
+        format!("{peer}preshared_key={secret_b64}"),
+        format!("{peer}preshared_key{secret}"),
+        format!("{peer}endpoint={secret}"),
+        format!("{peer}allowed_ip={secret}"),
+        format!("{peer}persistent_keepalive_interval={secret}"),
+        format!("listen_port={secret}"),
+        format!("fwmark={secret}"),
+        format!("replace_peers={secret}"),
+        format!("{peer}protocol_version={secret}"),
+        format!("public_key={secret}x"),
+    ] {
+        let request = format!("set=1\n{body}\n\n");
+        let error = parse(&request).expect_err("malformed");
+        for needle in [&secret[..16], &secret[20..36], &secret_b64[..16]] {
+            assert!(
+                !error.message.contains(needle) && !error.to_string().contains(needle),
+                "{body:?} leaks into {error}"
+            );
+        }
+        assert_no_echo(&error.message, request.as_bytes());
+    }
+}
+
+#[test]
+fn apply_is_linear_in_the_allowed_ips() {
+    // 100 000 /32s on one peer, then the same prefixes moved to a second peer: each must take
+    // well under a second (the quadratic version took tens of seconds).
+    let mut body = format!("public_key={}\n", key(2).to_hex());
+    for i in 0..100_000u32 {
+        let ip = std::net::Ipv4Addr::from(0x0a00_0000 + i);
+        body.push_str(&format!("allowed_ip={ip}/32\n"));
+    }
+    let command = set(&body);
+    let started = std::time::Instant::now();
+    let state = command.apply_to(&DesiredState::default());
+    let first = started.elapsed();
+    assert_eq!(state.peers[0].routes.len(), 100_000);
+    assert!(state.validate().is_ok());
+    let moved = set(&body.replace(&key(2).to_hex(), &key(3).to_hex()));
+    let started = std::time::Instant::now();
+    let state = moved.apply_to(&state);
+    let second = started.elapsed();
+    assert_eq!(state.peers[0].routes.len(), 0, "every prefix moved away");
+    assert_eq!(state.peers[1].routes.len(), 100_000);
+    // Generous for debug builds on a shared machine; quadratic needs minutes here.
+    for elapsed in [first, second] {
+        assert!(
+            elapsed < std::time::Duration::from_secs(5),
+            "took {elapsed:?}"
+        );
+    }
 }
 
 #[test]
@@ -240,7 +339,8 @@ fn get_reply_has_wireguard_go_layout() {
     );
     assert_eq!(format_get(&sample_view()), expected);
     assert_eq!(format_get(&InterfaceView::default()), "errno=0\n\n");
-    assert_eq!(format_errno(22), "errno=22\n\n");
+    assert_eq!(format_errno(22), "errno=-22\n\n");
+    assert_eq!(format_errno(0), "errno=0\n\n");
 }
 
 /// What `wg showconf | wg setconf` does: the configuration keys of a get reply, sent back as a
@@ -276,7 +376,7 @@ fn showconf_to_setconf(reply: &str) -> String {
 #[test]
 fn get_then_set_round_trips_the_configuration() {
     let view = sample_view();
-    let Ok(Request::Set(command)) = parse_request(&showconf_to_setconf(&format_get(&view))) else {
+    let Ok(Request::Set(command)) = parse(&showconf_to_setconf(&format_get(&view))) else {
         panic!("round trip must parse");
     };
     let state = command.apply_to(&DesiredState::default());
