@@ -187,8 +187,8 @@ pub struct TestCluster {
     etcd_port: u16,
     etcd_peer_port: u16,
     apiserver_port: u16,
-    etcd: Option<Child>,
-    apiserver: Option<Child>,
+    etcd: Option<Process>,
+    apiserver: Option<Process>,
     watchdog: Option<Child>,
     lifetime: Lifetime,
 }
@@ -203,6 +203,8 @@ impl Drop for TempDirGuard {
     }
 }
 
+/// Ports, binaries and PIDs of a cluster, for [`TestCluster::attach`].
+const LAYOUT_FILE: &str = "cluster.json";
 /// How long a start may take before it fails with the logs' tails.
 const START_TIMEOUT: Duration = Duration::from_secs(90);
 /// Admin identity of the generated kubeconfig (bypasses RBAC through `system:masters`).
@@ -261,6 +263,46 @@ impl TestCluster {
         Ok(cluster)
     }
 
+    /// The cluster a [`Lifetime::Detached`] start left in `dir` (the lab's), to drive its
+    /// API server from another process. Stays detached: dropping it stops nothing.
+    pub fn attach(dir: &Path) -> Result<Self, Error> {
+        let path = dir.join(LAYOUT_FILE);
+        let text = std::fs::read_to_string(&path)
+            .map_err(io(format!("cannot read {}", path.display())))?;
+        let layout: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Error::Kubeconfig(format!("{}: {e}", path.display())))?;
+        let port = |key: &str| {
+            layout[key]
+                .as_u64()
+                .and_then(|p| u16::try_from(p).ok())
+                .unwrap_or_default()
+        };
+        let pid = |key: &str| {
+            layout[key]
+                .as_u64()
+                .and_then(|p| u32::try_from(p).ok())
+                .map(|pid| Process { pid, child: None })
+        };
+        let binary = |key: &str| PathBuf::from(layout[key].as_str().unwrap_or_default());
+        Ok(Self {
+            name: layout["name"].as_str().unwrap_or_default().to_owned(),
+            dir: dir.to_owned(),
+            _tempdir: None,
+            assets: Assets {
+                etcd: binary("etcd"),
+                kube_apiserver: binary("kubeApiserver"),
+                kubectl: layout["kubectl"].as_str().map(PathBuf::from),
+            },
+            etcd_port: port("etcdPort"),
+            etcd_peer_port: port("etcdPeerPort"),
+            apiserver_port: port("apiserverPort"),
+            etcd: pid("etcdPid"),
+            apiserver: pid("apiserverPid"),
+            watchdog: None,
+            lifetime: Lifetime::Detached,
+        })
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -290,16 +332,14 @@ impl TestCluster {
 
     /// Stops the API server (SIGTERM, or SIGKILL to simulate a crash); etcd keeps running.
     pub async fn stop_apiserver(&mut self, kill: bool) {
-        if let Some(child) = self.apiserver.take() {
-            stop_child(
-                child,
-                if kill {
+        if let Some(process) = self.apiserver.take() {
+            process
+                .stop(if kill {
                     Signal::SIGKILL
                 } else {
                     Signal::SIGTERM
-                },
-            )
-            .await;
+                })
+                .await;
         }
         self.write_pids();
     }
@@ -322,14 +362,14 @@ impl TestCluster {
                 "cannot run {}",
                 self.assets.kube_apiserver.display()
             )))?;
-        self.apiserver = Some(child);
+        self.apiserver = Some(Process::spawned(child));
         self.write_pids();
         self.write_kubeconfig()?;
         let started = Instant::now();
         let client = self.client().await?;
         loop {
-            if let Some(child) = self.apiserver.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
+            if let Some(process) = self.apiserver.as_mut()
+                && let Some(status) = process.exited()
             {
                 self.apiserver = None;
                 return Err(Error::Exited {
@@ -457,7 +497,7 @@ impl TestCluster {
                 .stderr(stderr)
                 .spawn()
                 .map_err(io(format!("cannot run {}", self.assets.etcd.display())))?;
-            self.etcd = Some(child);
+            self.etcd = Some(Process::spawned(child));
             self.write_pids();
             match self.wait_etcd(&log).await {
                 Ok(()) => return Ok(()),
@@ -473,8 +513,8 @@ impl TestCluster {
     async fn wait_etcd(&mut self, log: &Path) -> Result<(), Error> {
         let started = Instant::now();
         loop {
-            if let Some(child) = self.etcd.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
+            if let Some(process) = self.etcd.as_mut()
+                && let Some(status) = process.exited()
             {
                 self.etcd = None;
                 return Err(Error::Exited {
@@ -563,10 +603,22 @@ impl TestCluster {
     /// `DIR/pids`: what [`stop_dir`] and the watchdog stop.
     fn write_pids(&self) {
         let mut pids = String::new();
-        for child in [&self.etcd, &self.apiserver].into_iter().flatten() {
-            let _ = writeln!(pids, "{}", child.id());
+        for process in [&self.etcd, &self.apiserver].into_iter().flatten() {
+            let _ = writeln!(pids, "{}", process.pid);
         }
         let _ = std::fs::write(self.dir.join("pids"), pids);
+        let layout = serde_json::json!({
+            "name": self.name,
+            "etcdPort": self.etcd_port,
+            "etcdPeerPort": self.etcd_peer_port,
+            "apiserverPort": self.apiserver_port,
+            "etcd": self.assets.etcd,
+            "kubeApiserver": self.assets.kube_apiserver,
+            "kubectl": self.assets.kubectl,
+            "etcdPid": self.etcd.as_ref().map(|p| p.pid),
+            "apiserverPid": self.apiserver.as_ref().map(|p| p.pid),
+        });
+        let _ = std::fs::write(self.dir.join(LAYOUT_FILE), layout.to_string());
     }
 
     /// A shell that waits for this process to end and then kills whatever `DIR/pids` names,
@@ -590,11 +642,11 @@ impl Drop for TestCluster {
         if self.lifetime == Lifetime::Detached {
             return;
         }
-        for child in [self.apiserver.take(), self.etcd.take()]
+        for process in [self.apiserver.take(), self.etcd.take()]
             .into_iter()
             .flatten()
         {
-            stop_child_blocking(child);
+            process.stop_blocking(Signal::SIGTERM);
         }
         if let Some(mut watchdog) = self.watchdog.take() {
             let _ = watchdog.kill();
@@ -603,16 +655,17 @@ impl Drop for TestCluster {
     }
 }
 
-/// Stops the processes a [`Lifetime::Detached`] cluster in `dir` left running.
+/// Stops the processes a [`Lifetime::Detached`] cluster in `dir` left running, waiting for
+/// them to exit (SIGTERM, then SIGKILL after 10 s).
 pub fn stop_dir(dir: &Path) {
     let Ok(pids) = std::fs::read_to_string(dir.join("pids")) else {
         return;
     };
-    for pid in pids.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+    for pid in pids.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
         // Only our own children's command lines mention the cluster directory.
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         if String::from_utf8_lossy(&cmdline).contains(&*dir.to_string_lossy()) {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+            Process { pid, child: None }.stop_blocking(Signal::SIGTERM);
         }
     }
     let _ = std::fs::remove_file(dir.join("pids"));
@@ -720,34 +773,68 @@ fn write_private(path: &Path, contents: &[u8]) -> Result<(), Error> {
         .map_err(io(format!("cannot write {}", path.display())))
 }
 
-fn signal(child: &Child, signal: Signal) {
-    if let Ok(pid) = i32::try_from(child.id()) {
-        let _ = kill(Pid::from_raw(pid), signal);
-    }
+/// A process of the cluster: spawned here (and reaped here), or found again by PID
+/// ([`TestCluster::attach`]).
+#[derive(Debug)]
+struct Process {
+    pid: u32,
+    child: Option<Child>,
 }
 
-async fn stop_child(mut child: Child, sig: Signal) {
-    signal(&child, sig);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
+impl Process {
+    fn spawned(child: Child) -> Self {
+        Self {
+            pid: child.id(),
+            child: Some(child),
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let _ = child.kill();
-    let _ = child.wait();
-}
 
-fn stop_child_blocking(mut child: Child) {
-    signal(&child, Signal::SIGTERM);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
-    let _ = child.kill();
-    let _ = child.wait();
+
+    fn gone(&mut self) -> bool {
+        match &mut self.child {
+            Some(child) => !matches!(child.try_wait(), Ok(None)),
+            None => {
+                // A zombie another parent has yet to reap is gone for our purposes.
+                let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid));
+                stat.map_or(true, |s| {
+                    s.rsplit(") ")
+                        .next()
+                        .is_some_and(|rest| rest.starts_with('Z'))
+                })
+            }
+        }
+    }
+
+    fn signal(&self, signal: Signal) {
+        if let Ok(pid) = i32::try_from(self.pid) {
+            let _ = kill(Pid::from_raw(pid), signal);
+        }
+    }
+
+    async fn stop(mut self, signal: Signal) {
+        self.signal(signal);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.gone() {
+            if Instant::now() > deadline {
+                self.signal(Signal::SIGKILL);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn stop_blocking(mut self, signal: Signal) {
+        self.signal(signal);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.gone() {
+            if Instant::now() > deadline {
+                self.signal(Signal::SIGKILL);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
