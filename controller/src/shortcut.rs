@@ -706,7 +706,7 @@ pub async fn run(client: kube::Client, namespace: Option<String>) -> Result<(), 
                     .collect::<Vec<_>>()
             },
         )
-        .shutdown_on_signal()
+        .graceful_shutdown_on(crate::shutdown::signal())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             match result {

@@ -2,7 +2,9 @@
 //! TunnelEndpoints, keeps the local gateway on the desired state, and runs the Network
 //! controllers. Configured by flags or the matching `KUBETUN_*` environment variables.
 //! `kubetun-controller agent` runs the per-node route agent instead (see `--help` there).
+//! Only the hub (`--hub`) runs the ShortcutConnection operator.
 
+use std::io::IsTerminal as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,7 +14,7 @@ use clap::Parser;
 use ipnet::IpNet;
 use kubetun_controller::cluster_info::{ClusterInfo, DEFAULT_NAMESPACE};
 use kubetun_controller::context::{Context, ControllerConfig};
-use kubetun_controller::gateway_client::{DEFAULT_SOCKET, GatewayClient};
+use kubetun_controller::gateway_client::{DEFAULT_INTERFACE, GatewayClient, grpc_socket_path};
 use kubetun_controller::ipam::{IpamConfig, rfc1918_pools};
 use kubetun_controller::keys::GatewayKey;
 use kubetun_controller::network::{self, NetworkOptions};
@@ -30,6 +32,12 @@ use tracing_subscriber::EnvFilter;
     about = "kubetun controller: IPAM, NetworkConfig/TunnelEndpoint reconcilers, gateway sync"
 )]
 struct Args {
+    /// Kubeconfig to use (default: in-cluster config, else $KUBECONFIG or ~/.kube/config).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// Context of the kubeconfig (default: its current context).
+    #[arg(long)]
+    context: Option<String>,
     /// Stable unique id of this cluster.
     #[arg(long, env = "KUBETUN_CLUSTER_ID")]
     cluster_id: String,
@@ -63,9 +71,18 @@ struct Args {
     /// UDP port the gateway listens on (default: the endpoint port).
     #[arg(long, env = "KUBETUN_LISTEN_PORT")]
     listen_port: Option<u16>,
-    /// The gateway's control socket.
-    #[arg(long, env = "KUBETUN_GATEWAY_SOCKET", default_value = DEFAULT_SOCKET)]
-    gateway_socket: PathBuf,
+    /// Interface name of the local gateway (`kubetun-gateway <name>`); its control socket is
+    /// derived from it the way the gateway derives it (`/var/run/kubetun/<name>.grpc.sock`).
+    #[arg(long, env = "KUBETUN_GATEWAY_INTERFACE", default_value = DEFAULT_INTERFACE)]
+    gateway_interface: String,
+    /// The gateway's control socket, only when the gateway runs with `--grpc-socket`
+    /// (default: derived from --gateway-interface).
+    #[arg(long, env = "KUBETUN_GATEWAY_SOCKET")]
+    gateway_socket: Option<PathBuf>,
+    /// This cluster is the hub: run the ShortcutConnection operator, which links leaf
+    /// clusters directly. Leaves leave it off.
+    #[arg(long, env = "KUBETUN_HUB")]
+    hub: bool,
     /// Run without a local gateway (TunnelEndpoints are still maintained).
     #[arg(long, env = "KUBETUN_NO_GATEWAY")]
     no_gateway: bool,
@@ -93,9 +110,10 @@ struct Args {
     /// Largest Network ID (VNI) handed out.
     #[arg(long, env = "KUBETUN_MAX_VNI", default_value_t = NetworkOptions::default().max_vni)]
     max_vni: u32,
-    /// Serve /metrics, /healthz and /readyz on this address.
-    #[arg(long, env = "KUBETUN_METRICS_ADDR", default_value = "0.0.0.0:9587")]
-    metrics_addr: SocketAddr,
+    /// Serve /metrics, /healthz and /readyz on this address (`:9587`, `127.0.0.1:9587`);
+    /// `0` (the default) serves nothing, so several controllers can share a host.
+    #[arg(long, alias = "metrics-bind-address", env = "KUBETUN_METRICS_ADDR", default_value = "0", value_parser = parse_metrics_addr)]
+    metrics_addr: MetricsAddr,
     /// Log as JSON lines.
     #[arg(long, env = "KUBETUN_LOG_JSON")]
     log_json: bool,
@@ -119,13 +137,38 @@ async fn main() -> anyhow::Result<()> {
             .with_env_filter(filter)
             .init();
     } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
+        let ansi = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(ansi)
+            .init();
     }
 
     kubetun_controller::cli::install_tls_provider();
-    let client = kube::Client::try_default()
-        .await
-        .context("cannot build a Kubernetes client (in-cluster config or kubeconfig)")?;
+    let client = match (&args.kubeconfig, &args.context) {
+        (None, None) => kube::Client::try_default()
+            .await
+            .context("cannot build a Kubernetes client (in-cluster config or kubeconfig)")?,
+        (path, context) => {
+            kubetun_controller::cli::KubeconfigSource {
+                path: path.clone(),
+                context: context.clone(),
+            }
+            .client("local")
+            .await?
+        }
+    };
+    // Bound before anything else, so a taken port fails the start instead of later.
+    let metrics_listener = match args.metrics_addr {
+        MetricsAddr::Disabled => None,
+        MetricsAddr::Listen(addr) => {
+            Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                format!(
+                    "cannot listen on {addr} (--metrics-addr / KUBETUN_METRICS_ADDR; 0 disables it)"
+                )
+            })?)
+        }
+    };
     let key = GatewayKey::load_or_create(client.clone(), &args.namespace).await?;
     let info = ClusterInfo {
         cluster: ClusterRef {
@@ -183,7 +226,11 @@ async fn main() -> anyhow::Result<()> {
         },
         gateway: settings,
     };
-    let gateway = (!args.no_gateway).then(|| GatewayClient::new(&args.gateway_socket));
+    let socket = args
+        .gateway_socket
+        .clone()
+        .unwrap_or_else(|| grpc_socket_path(&args.gateway_interface));
+    let gateway = (!args.no_gateway).then(|| GatewayClient::new(&socket));
     let ctx = Context::new(client.clone(), config, gateway).await?;
 
     let mut registry = Registry::default();
@@ -194,25 +241,64 @@ async fn main() -> anyhow::Result<()> {
         ..NetworkOptions::default()
     };
 
+    let shortcuts = async {
+        if args.hub {
+            tracing::info!("hub: running the ShortcutConnection operator");
+            shortcut::run(client.clone(), Some(args.namespace.clone())).await
+        } else {
+            std::future::pending().await
+        }
+    };
+    let http = async {
+        match metrics_listener {
+            Some(listener) => serve_http(listener, Arc::new(registry), ctx.clone()).await,
+            None => std::future::pending().await,
+        }
+    };
+    tracing::info!("running; SIGTERM or ctrl+c stops gracefully");
     tokio::select! {
         () = reconcile::run(ctx.clone()) => tracing::info!("controller stopped"),
-        result = shortcut::run(client.clone(), Some(args.namespace.clone())) => {
+        result = shortcuts => {
             result.context("the ShortcutConnection operator failed")?;
         }
-        result = network::run(client, None, network_options) => {
+        result = network::run(client.clone(), None, network_options) => {
             result.context("the Network controllers failed")?;
         }
-        result = serve_http(args.metrics_addr, Arc::new(registry), ctx.clone()) => {
-            result.with_context(|| format!("cannot serve metrics on {}", args.metrics_addr))?;
+        result = http => {
+            result.context("cannot serve metrics (--metrics-addr)")?;
         }
     }
     Ok(())
 }
 
+/// Where `/metrics` is served: kubebuilder's `--metrics-bind-address` convention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MetricsAddr {
+    /// `0`: not served.
+    Disabled,
+    /// An address to listen on.
+    Listen(SocketAddr),
+}
+
+/// `0` (off), `:PORT` (every address) or `HOST:PORT`.
+fn parse_metrics_addr(text: &str) -> Result<MetricsAddr, String> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(MetricsAddr::Disabled);
+    }
+    let full = match text.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => text.to_owned(),
+    };
+    full.parse().map(MetricsAddr::Listen).map_err(|_| {
+        format!("{text:?} is not a listen address (0 disables; examples: :9587, 127.0.0.1:9587)")
+    })
+}
+
 /// `/metrics` (OpenMetrics text), `/healthz` (the process runs) and `/readyz` (the gateway,
 /// if any, answered the last sync).
 async fn serve_http(
-    addr: SocketAddr,
+    listener: tokio::net::TcpListener,
     registry: Arc<Registry>,
     ctx: Arc<Context>,
 ) -> std::io::Result<()> {
@@ -256,6 +342,5 @@ async fn serve_http(
                 }
             }),
         );
-    let listener = tokio::net::TcpListener::bind(addr).await?;
     axum::serve(listener, app).await
 }

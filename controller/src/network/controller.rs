@@ -44,7 +44,7 @@ pub async fn run(
     }
     if let Err(source) = network_ids.list(&probe).await {
         return Err(Error::CrdNotInstalled {
-            kind: "NetworkId",
+            kind: "NetworkID",
             source: Box::new(source),
         });
     }
@@ -78,7 +78,7 @@ pub async fn run(
                 Some(ObjectRef::<Network>::new(&claim.name).within(&claim.namespace))
             },
         )
-        .shutdown_on_signal()
+        .graceful_shutdown_on(crate::shutdown::signal())
         .run(reconcile_network, network_error_policy, ctx.clone())
         .for_each(|result| async move {
             if let Err(err) = result {
@@ -93,7 +93,7 @@ pub async fn run(
             watcher::Config::default(),
             move |changed: Network| claims_of(&id_store, &changed),
         )
-        .shutdown_on_signal()
+        .graceful_shutdown_on(crate::shutdown::signal())
         .run(reconcile_network_id, network_id_error_policy, ctx)
         .for_each(|result| async move {
             if let Err(err) = result {

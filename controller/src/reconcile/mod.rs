@@ -195,7 +195,7 @@ pub async fn run(ctx: Arc<Context>) {
     let controller = Controller::new(configs, watcher::Config::default())
         .owns_stream(endpoint_changes)
         .reconcile_all_on(network_changes)
-        .shutdown_on_signal()
+        .graceful_shutdown_on(crate::shutdown::signal())
         .run(
             |nc, ctx: Arc<Context>| async move {
                 let name = nc.name_any();
