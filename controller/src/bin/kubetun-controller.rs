@@ -51,17 +51,17 @@ struct Args {
     #[arg(long, env = "KUBETUN_POD_CIDR", value_delimiter = ',', required = true)]
     pod_cidr: Vec<IpNet>,
     /// Service CIDRs of this cluster (never announced, never used as a view).
-    #[arg(long, env = "KUBETUN_SERVICE_CIDR", value_delimiter = ',')]
-    service_cidr: Vec<IpNet>,
+    #[arg(long, env = "KUBETUN_SERVICE_CIDR", value_parser = parse_cidr_list)]
+    service_cidr: Vec<CidrList>,
     /// External CIDRs of this cluster (non-pod addresses reachable through it).
-    #[arg(long, env = "KUBETUN_EXTERNAL_CIDR", value_delimiter = ',')]
-    external_cidr: Vec<IpNet>,
+    #[arg(long, env = "KUBETUN_EXTERNAL_CIDR", value_parser = parse_cidr_list)]
+    external_cidr: Vec<CidrList>,
     /// Further local ranges IPAM must never hand out (node subnets, ...).
-    #[arg(long, env = "KUBETUN_RESERVED", value_delimiter = ',')]
-    reserved: Vec<IpNet>,
+    #[arg(long, env = "KUBETUN_RESERVED", value_parser = parse_cidr_list)]
+    reserved: Vec<CidrList>,
     /// Pools remapped views are taken from (default: the RFC 1918 ranges).
-    #[arg(long, env = "KUBETUN_POOLS", value_delimiter = ',')]
-    pools: Vec<IpNet>,
+    #[arg(long, env = "KUBETUN_POOLS", value_parser = parse_cidr_list)]
+    pools: Vec<CidrList>,
     /// Address (IP or DNS name) peers reach this cluster's gateway at.
     #[arg(long, env = "KUBETUN_ENDPOINT_ADDRESS")]
     endpoint_address: String,
@@ -87,8 +87,8 @@ struct Args {
     #[arg(long, env = "KUBETUN_NO_GATEWAY")]
     no_gateway: bool,
     /// Addresses (CIDR) of the gateway's TUN device.
-    #[arg(long, env = "KUBETUN_TUNNEL_ADDRESS", value_delimiter = ',')]
-    tunnel_address: Vec<IpNet>,
+    #[arg(long, env = "KUBETUN_TUNNEL_ADDRESS", value_parser = parse_cidr_list)]
+    tunnel_address: Vec<CidrList>,
     /// Let the gateway install a route to the TUN device for every view.
     #[arg(long, env = "KUBETUN_MANAGE_ROUTES")]
     manage_routes: bool,
@@ -179,8 +179,8 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|| args.cluster_id.clone()),
         },
         pod_cidrs: args.pod_cidr.clone(),
-        external_cidrs: args.external_cidr.clone(),
-        service_cidrs: args.service_cidr.clone(),
+        external_cidrs: flatten(&args.external_cidr),
+        service_cidrs: flatten(&args.service_cidr),
         endpoint: Endpoint {
             address: args.endpoint_address.clone(),
             port: args.endpoint_port,
@@ -198,8 +198,7 @@ async fn main() -> anyhow::Result<()> {
         public_key: key.public_base64().to_owned(),
         listen_port: u32::from(args.listen_port.unwrap_or(args.endpoint_port)),
         mtu: args.mtu,
-        addresses: args
-            .tunnel_address
+        addresses: flatten(&args.tunnel_address)
             .iter()
             .map(ToString::to_string)
             .collect(),
@@ -217,12 +216,12 @@ async fn main() -> anyhow::Result<()> {
         namespace: args.namespace.clone(),
         cluster: info,
         ipam: IpamConfig {
-            pools: if args.pools.is_empty() {
+            pools: if flatten(&args.pools).is_empty() {
                 rfc1918_pools()
             } else {
-                args.pools.clone()
+                flatten(&args.pools)
             },
-            reserved: args.reserved.clone(),
+            reserved: flatten(&args.reserved),
         },
         gateway: settings,
     };
@@ -269,6 +268,27 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// CIDRs of one comma-separated flag or variable; empty means none, so a ConfigMap can
+/// list a setting without a value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct CidrList(Vec<IpNet>);
+
+fn parse_cidr_list(text: &str) -> Result<CidrList, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            part.parse()
+                .map_err(|_| format!("{part:?} is not a CIDR (example: 10.0.0.0/16)"))
+        })
+        .collect::<Result<_, _>>()
+        .map(CidrList)
+}
+
+fn flatten(lists: &[CidrList]) -> Vec<IpNet> {
+    lists.iter().flat_map(|l| l.0.iter().copied()).collect()
 }
 
 /// Where `/metrics` is served: kubebuilder's `--metrics-bind-address` convention.
