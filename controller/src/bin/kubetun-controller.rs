@@ -4,7 +4,6 @@
 //! `kubetun-controller agent` runs the per-node route agent instead (see `--help` there).
 //! Only the hub (`--hub`) runs the ShortcutConnection operator.
 
-use std::io::IsTerminal as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -137,7 +136,7 @@ async fn main() -> anyhow::Result<()> {
             .with_env_filter(filter)
             .init();
     } else {
-        let ansi = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        let ansi = kubetun_controller::cli::colour(&std::io::stdout());
         tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_ansi(ansi)
