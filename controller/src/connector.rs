@@ -951,6 +951,7 @@ pub async fn link_owner(
             shortcut: annotations.get(SHORTCUT_ANNOTATION)?.clone(),
             hub: annotations
                 .get(HUB_ANNOTATION)
+                .filter(|hub| !hub.is_empty())
                 .cloned()
                 .unwrap_or_else(|| "(unknown)".to_owned()),
         })

@@ -242,7 +242,12 @@ async fn main() -> anyhow::Result<()> {
     let shortcuts = async {
         if args.hub {
             tracing::info!("hub: running the ShortcutConnection operator");
-            shortcut::run(client.clone(), Some(args.namespace.clone())).await
+            shortcut::run(
+                client.clone(),
+                Some(args.namespace.clone()),
+                args.cluster_id.clone(),
+            )
+            .await
         } else {
             std::future::pending().await
         }
