@@ -290,7 +290,15 @@ impl TestCluster {
     /// Stops the API server (SIGTERM, or SIGKILL to simulate a crash); etcd keeps running.
     pub async fn stop_apiserver(&mut self, kill: bool) {
         if let Some(child) = self.apiserver.take() {
-            stop_child(child, if kill { Signal::SIGKILL } else { Signal::SIGTERM }).await;
+            stop_child(
+                child,
+                if kill {
+                    Signal::SIGKILL
+                } else {
+                    Signal::SIGTERM
+                },
+            )
+            .await;
         }
         self.write_pids();
     }
@@ -383,11 +391,12 @@ impl TestCluster {
         use k8s_openapi::api::core::v1::ServiceAccount;
         let accounts: Api<ServiceAccount> = Api::namespaced(self.client().await?, namespace);
         let request = TokenRequest {
-            spec: TokenRequestSpec {
-                audiences: Vec::new(),
+            spec: Some(TokenRequestSpec {
+                // None: the API server's own audiences.
+                audiences: None,
                 expiration_seconds: Some(24 * 3600),
                 ..TokenRequestSpec::default()
-            },
+            }),
             ..TokenRequest::default()
         };
         let issued = accounts
@@ -397,9 +406,7 @@ impl TestCluster {
             .status
             .map(|s| s.token)
             .ok_or_else(|| Error::Kubeconfig("TokenRequest returned no token".into()))?;
-        let path = self
-            .dir
-            .join(format!("kubeconfig-sa-{namespace}-{name}"));
+        let path = self.dir.join(format!("kubeconfig-sa-{namespace}-{name}"));
         let user = serde_json::json!({ "token": token });
         write_private(
             &path,
@@ -658,7 +665,10 @@ fn etcd_lacks_watch_list(etcd: &Path) -> bool {
         .lines()
         .find_map(|l| l.strip_prefix("etcd Version: "))
         .unwrap_or("0.0.0");
-    let mut parts = version.trim().split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let mut parts = version
+        .trim()
+        .split('.')
+        .map(|p| p.parse::<u32>().unwrap_or(0));
     let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     (major, minor) < (3, 5)
 }
