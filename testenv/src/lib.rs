@@ -512,7 +512,7 @@ impl TestCluster {
             format!("--etcd-servers=http://127.0.0.1:{}", self.etcd_port),
             "--authorization-mode=RBAC".to_owned(),
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
-            format!("--service-account-key-file={}", p("sa.key")),
+            format!("--service-account-key-file={}", p("sa.pub")),
             format!("--service-account-signing-key-file={}", p("sa.key")),
             format!("--service-cluster-ip-range={SERVICE_CIDR}"),
             "--allow-privileged=true".to_owned(),

@@ -42,8 +42,7 @@ impl Pki {
         let ca = ca_params.self_signed(&ca_key)?;
 
         let server_key = KeyPair::generate()?;
-        let mut server_params =
-            CertificateParams::new(SERVER_NAMES.map(str::to_owned).to_vec())?;
+        let mut server_params = CertificateParams::new(SERVER_NAMES.map(str::to_owned).to_vec())?;
         server_params
             .distinguished_name
             .push(DnType::CommonName, "kube-apiserver");
@@ -62,6 +61,9 @@ impl Pki {
                 ("admin.crt", admin.pem()),
                 ("admin.key", admin_key.serialize_pem()),
                 ("sa.key", sa_key.serialize_pem()),
+                // The verifying side wants a public key: kube-apiserver finds none in a
+                // PKCS#8 private key PEM.
+                ("sa.pub", sa_key.public_key_pem()),
             ],
         })
     }
