@@ -310,8 +310,11 @@ impl Backoff {
 #[derive(Debug, Default)]
 pub struct LeafWatches {
     trigger: Mutex<Option<tokio::sync::mpsc::UnboundedSender<ObjectRef<ShortcutConnection>>>>,
-    running: Mutex<HashMap<String, (Option<i64>, Vec<tokio::task::JoinHandle<()>>)>>,
+    running: Mutex<HashMap<String, WatchTasks>>,
 }
+
+/// The spec generation a shortcut's leaf watches were started for, and their tasks.
+type WatchTasks = (Option<i64>, Vec<tokio::task::JoinHandle<()>>);
 
 impl LeafWatches {
     /// Watches that send the shortcuts to reconcile into the returned stream.
@@ -330,10 +333,7 @@ impl LeafWatches {
         )
     }
 
-    fn running(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<String, (Option<i64>, Vec<tokio::task::JoinHandle<()>>)>>
-    {
+    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<String, WatchTasks>> {
         self.running
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
