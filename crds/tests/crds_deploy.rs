@@ -300,16 +300,17 @@ fn the_pod_is_wired_as_documented() {
         "KUBETUN_GATEWAY_INTERFACE".to_owned(),
     ));
     assert_eq!(interface_ref(gateway), config_ref);
-    let from_config_map = controller
-        .env_from
-        .iter()
-        .flatten()
-        .any(|e| e.config_map_ref.as_ref().map(|r| r.name.as_str()) == Some("kubetun-controller-config"));
+    let from_config_map = controller.env_from.iter().flatten().any(|e| {
+        e.config_map_ref.as_ref().map(|r| r.name.as_str()) == Some("kubetun-controller-config")
+    });
     assert!(from_config_map);
 
     // Probes on the gateway's HTTP port.
     let args = gateway.args.as_ref().unwrap().join(" ");
-    assert!(args.starts_with("-f $(KUBETUN_GATEWAY_INTERFACE) "), "{args}");
+    assert!(
+        args.starts_with("-f $(KUBETUN_GATEWAY_INTERFACE) "),
+        "{args}"
+    );
     assert!(args.contains("--metrics-addr 0.0.0.0:9586"), "{args}");
     for (probe, path) in [
         (gateway.readiness_probe.as_ref(), "/readyz"),
