@@ -39,6 +39,20 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_CONNECTOR: &str = "kubetun-connector";
 /// Field manager of the connector's writes.
 pub const FIELD_MANAGER: &str = "kubetun-connector";
+/// Annotation on the NetworkConfigs of a link a hub manages: `namespace/name` of the
+/// ShortcutConnection on the hub.
+pub const SHORTCUT_ANNOTATION: &str = "net.kubetun.io/shortcut";
+/// Annotation naming the hub (its cluster id) next to [`SHORTCUT_ANNOTATION`].
+pub const HUB_ANNOTATION: &str = "net.kubetun.io/hub";
+
+/// Who manages a link besides whoever runs the connector: the hub's ShortcutConnection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkOwner {
+    /// `namespace/name` of the ShortcutConnection on the hub.
+    pub shortcut: String,
+    /// The hub's cluster id.
+    pub hub: String,
+}
 
 /// A connector failure. Every message names the cluster (its role and, once known, its id),
 /// the object involved and what to do about it.
@@ -133,6 +147,41 @@ pub enum Error {
     /// `reset` could not clean any of the two clusters.
     #[error("nothing was reset: {0}")]
     NothingReset(String),
+    /// Deleted objects are still there after the wait, held by finalizers.
+    #[error(
+        "({cluster}, cluster {cluster_id}) still terminating after {timeout:?}: {objects}; \
+         deletion completes once kubetun-controller in that cluster runs and releases them \
+         (run the command again to wait longer)"
+    )]
+    StillTerminating {
+        /// Role of the cluster.
+        cluster: String,
+        /// Id of the cluster.
+        cluster_id: String,
+        /// Each object with the finalizers holding it.
+        objects: String,
+        /// How long was waited.
+        timeout: Duration,
+    },
+    /// A link a hub's ShortcutConnection manages would be broken by a direct disconnect.
+    #[error(
+        "({cluster}, cluster {cluster_id}) the link to {peer_id} belongs to ShortcutConnection \
+         {shortcut} on hub {hub}: disconnecting here breaks that shortcut (its tunnels go down \
+         and the hub's operator re-creates the link). Delete it on the hub (`kubetun shortcut \
+         delete`), or pass --force to disconnect anyway"
+    )]
+    OwnedByShortcut {
+        /// Role of the cluster where the link was found.
+        cluster: String,
+        /// Id of that cluster.
+        cluster_id: String,
+        /// The peer.
+        peer_id: String,
+        /// `namespace/name` of the ShortcutConnection on the hub.
+        shortcut: String,
+        /// The hub's cluster id.
+        hub: String,
+    },
 }
 
 /// `error` and its sources as one line, `: `-separated, skipping a source whose text the line
@@ -375,6 +424,8 @@ impl Default for WaitOptions {
 pub struct Removed {
     /// `Kind namespace/name` of every deleted object.
     pub objects: Vec<String>,
+    /// The same objects as kind and name, for [`wait_removed`].
+    pub deleted: Vec<(&'static str, String)>,
 }
 
 /// Links two clusters. `local` and `remote` are only names: the link is symmetric.
@@ -383,6 +434,7 @@ pub struct Connector {
     local: ClusterHandle,
     remote: ClusterHandle,
     mtu: Option<u32>,
+    owner: Option<LinkOwner>,
 }
 
 impl Connector {
@@ -392,7 +444,16 @@ impl Connector {
             local,
             remote,
             mtu: None,
+            owner: None,
         }
+    }
+
+    /// Marks the link's NetworkConfigs as managed by a hub's ShortcutConnection, so a direct
+    /// `disconnect` on a leaf refuses to break it.
+    #[must_use]
+    pub fn with_owner(mut self, owner: Option<LinkOwner>) -> Self {
+        self.owner = owner;
+        self
     }
 
     /// Announces `mtu` on both sides instead of each cluster's own.
@@ -451,6 +512,7 @@ impl Connector {
         ] {
             let spec = from_info.network_config_for(&to_info.cluster);
             let outgoing = ConfigTarget {
+                owner: self.owner.as_ref(),
                 handle: from,
                 cluster_id: &from_info.cluster.id,
                 name: local_config_name(&to_info.cluster.id),
@@ -459,6 +521,7 @@ impl Connector {
             };
             writes += apply_config(outgoing, &spec, progress, report_unchanged).await?;
             let incoming = ConfigTarget {
+                owner: self.owner.as_ref(),
                 handle: to,
                 cluster_id: &to_info.cluster.id,
                 name: remote_config_name(&from_info.cluster.id),
@@ -772,8 +835,9 @@ pub async fn forget(
             .await
             .map_err(handle.api_error::<TunnelEndpoint>(cluster_id, "delete", peer_id))?;
         let object = handle.object::<TunnelEndpoint>(peer_id);
-        progress.done(&handle.label, &format!("deleted {object}"));
+        progress.done(&handle.label, &format!("deletion of {object} requested"));
         removed.objects.push(object);
+        removed.deleted.push(("TunnelEndpoint", peer_id.to_owned()));
     }
     Ok(removed)
 }
@@ -810,12 +874,18 @@ pub async fn reset(
             .ok()
             .or(fallback_peer.map(str::to_owned))
         else {
+            // The flag of `kubetun network reset` that supplies this side's peer id.
+            let flag = if std::ptr::eq(handle, local) {
+                "--remote-cluster-id"
+            } else {
+                "--local-cluster-id"
+            };
             let message = format!(
-                "({}) skipped: the peer's cluster id is unknown; pass it explicitly",
-                handle.label
+                "skipped: the peer's cluster id is unknown (its cluster info cannot be read); \
+                 pass it with {flag}"
             );
             progress.failed(&handle.label, &message);
-            problems.push(message);
+            problems.push(format!("({}) {message}", handle.label));
             continue;
         };
         match forget(handle, &own_id, &peer_id, progress).await {
@@ -849,6 +919,115 @@ fn desired_config(
     }
 }
 
+fn owner_annotations(owner: Option<&LinkOwner>) -> BTreeMap<String, String> {
+    owner.map_or_else(BTreeMap::new, |owner| {
+        BTreeMap::from([
+            (SHORTCUT_ANNOTATION.to_owned(), owner.shortcut.clone()),
+            (HUB_ANNOTATION.to_owned(), owner.hub.clone()),
+        ])
+    })
+}
+
+/// The hub's ShortcutConnection that manages the link of `handle` to `peer_id`, if any (read
+/// from the annotations of the connector's NetworkConfigs).
+pub async fn link_owner(
+    handle: &ClusterHandle,
+    cluster_id: &str,
+    peer_id: &str,
+) -> Result<Option<LinkOwner>, Error> {
+    let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_CONNECTOR},{PEER_LABEL}={peer_id}");
+    let configs = handle
+        .configs()
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(handle.api_error::<NetworkConfig>(
+            cluster_id,
+            "list",
+            &format!("-l {selector}"),
+        ))?;
+    Ok(configs.items.iter().find_map(|nc| {
+        let annotations = nc.annotations();
+        Some(LinkOwner {
+            shortcut: annotations.get(SHORTCUT_ANNOTATION)?.clone(),
+            hub: annotations
+                .get(HUB_ANNOTATION)
+                .filter(|hub| !hub.is_empty())
+                .cloned()
+                .unwrap_or_else(|| "(unknown)".to_owned()),
+        })
+    }))
+}
+
+/// Waits until every object `removed` lists is gone from `handle` (finalizers done), or
+/// fails after `timeout` naming what is left and the finalizers holding it.
+pub async fn wait_removed(
+    handle: &ClusterHandle,
+    cluster_id: &str,
+    removed: &Removed,
+    options: WaitOptions,
+    progress: &dyn Progress,
+) -> Result<(), Error> {
+    if removed.deleted.is_empty() {
+        return Ok(());
+    }
+    let deadline = Instant::now() + options.timeout;
+    progress.waiting(
+        &handle.label,
+        &format!(
+            "waiting for {} object(s) to be removed",
+            removed.deleted.len()
+        ),
+    );
+    loop {
+        let mut left = Vec::new();
+        for (kind, name) in &removed.deleted {
+            let finalizers = match *kind {
+                "TunnelEndpoint" => handle
+                    .tunnels()
+                    .get_opt(name)
+                    .await
+                    .map_err(handle.api_error::<TunnelEndpoint>(cluster_id, "get", name))?
+                    .map(|o| o.finalizers().to_vec()),
+                _ => handle
+                    .configs()
+                    .get_opt(name)
+                    .await
+                    .map_err(handle.api_error::<NetworkConfig>(cluster_id, "get", name))?
+                    .map(|o| o.finalizers().to_vec()),
+            };
+            if let Some(finalizers) = finalizers {
+                let held = if finalizers.is_empty() {
+                    "being deleted".to_owned()
+                } else {
+                    format!("finalizer {}", finalizers.join(", "))
+                };
+                left.push(format!("{kind} {}/{name} ({held})", handle.namespace));
+            }
+        }
+        if left.is_empty() {
+            progress.waited(
+                &handle.label,
+                &format!("removed {}", removed.objects.join(", ")),
+            );
+            return Ok(());
+        }
+        if Instant::now() + options.poll_interval > deadline {
+            let error = Error::StillTerminating {
+                cluster: handle.label.clone(),
+                cluster_id: cluster_id.to_owned(),
+                objects: left.join(", "),
+                timeout: options.timeout,
+            };
+            progress.failed(
+                &handle.label,
+                &format!("still terminating: {}", left.join(", ")),
+            );
+            return Err(error);
+        }
+        tokio::time::sleep(options.poll_interval).await;
+    }
+}
+
 fn connector_labels(role: &str, peer_id: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_CONNECTOR.to_owned()),
@@ -859,6 +1038,7 @@ fn connector_labels(role: &str, peer_id: &str) -> BTreeMap<String, String> {
 
 /// Where one NetworkConfig goes and who it is about.
 struct ConfigTarget<'a> {
+    owner: Option<&'a LinkOwner>,
     handle: &'a ClusterHandle,
     cluster_id: &'a str,
     name: String,
@@ -875,6 +1055,7 @@ async fn apply_config(
     report_unchanged: bool,
 ) -> Result<usize, Error> {
     let ConfigTarget {
+        owner,
         handle,
         cluster_id,
         name,
@@ -901,14 +1082,20 @@ async fn apply_config(
         let labelled = labels
             .iter()
             .all(|(k, v)| existing.labels().get(k) == Some(v));
-        if labelled && existing.spec == *spec {
+        let annotated = owner_annotations(owner)
+            .iter()
+            .all(|(k, v)| existing.annotations().get(k) == Some(v));
+        if labelled && annotated && existing.spec == *spec {
             if report_unchanged {
                 progress.done(&handle.label, &format!("{object} up to date"));
             }
             return Ok(0);
         }
     }
-    let desired = desired_config(name, &handle.namespace, role, peer_id, spec);
+    let mut desired = desired_config(name, &handle.namespace, role, peer_id, spec);
+    if owner.is_some() {
+        desired.metadata.annotations = Some(owner_annotations(owner));
+    }
     api.patch(
         name,
         &PatchParams::apply(FIELD_MANAGER).force(),
@@ -1005,8 +1192,9 @@ async fn remove_configs(
             .await
             .map_err(handle.api_error::<NetworkConfig>(cluster_id, "delete", &name))?;
         let object = handle.object::<NetworkConfig>(&name);
-        progress.done(&handle.label, &format!("deleted {object}"));
+        progress.done(&handle.label, &format!("deletion of {object} requested"));
         removed.objects.push(object);
+        removed.deleted.push(("NetworkConfig", name));
     }
     if removed.objects.is_empty() {
         progress.done(

@@ -16,8 +16,7 @@ use crate::gateway_api::{
     ApplyRequest, ApplyResponse, DesiredState, StatusRequest, StatusResponse, WatchRequest,
 };
 
-/// Default path of the gateway's control socket: what `kubetun-gateway kubetun0` listens on.
-pub const DEFAULT_SOCKET: &str = "/var/run/kubetun/kubetun0.grpc.sock";
+pub use crate::socket_paths::{DEFAULT_INTERFACE, grpc_socket_path};
 
 /// A call to the gateway failed.
 #[derive(Debug, thiserror::Error)]

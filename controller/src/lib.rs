@@ -8,13 +8,13 @@
 //! IO shell:
 //! - [`reconcile`]: NetworkConfig and TunnelEndpoint reconcilers and the gateway sync
 //!   ([`gateway_client::GatewayClient`] over the Unix socket).
-//! - [`network`]: the Network / NetworkId allocator and peerings (the gateway ACL).
+//! - [`network`]: the Network / NetworkID allocator and peerings (the gateway ACL).
 //! - [`connector`] and [`shortcut`]: linking two clusters, from the CLI or the hub's operator.
 //! - [`agent`]: the per-node route agent.
 //! - [`runtime`]: what the reconcilers share: watches with their own backoff, the API
 //!   server's reachability ([`runtime::ApiHealth`]), status patches, requeue backoff, shutdown.
 //! - [`cli`]: the `kubetun` subcommands; [`cluster_info`], [`keys`], [`conditions`],
-//!   [`context`] and [`error`] are shared plumbing.
+//!   [`context`], [`error`], [`shutdown`] and [`socket_paths`] are shared plumbing.
 
 /// Gateway control API client types, generated from `gateway/proto/gateway.proto`.
 #[allow(missing_docs, clippy::all)]
@@ -37,5 +37,9 @@ pub mod planner;
 pub mod reconcile;
 pub mod runtime;
 pub mod shortcut;
+pub mod shutdown;
+/// The gateway's socket paths: the same source file the gateway compiles.
+#[path = "../../gateway/src/socket_paths.rs"]
+pub mod socket_paths;
 #[doc(hidden)]
 pub mod testing;

@@ -8,12 +8,11 @@
 //!   stream's error (connection refused, then `410 Gone` on resume) grows one shared delay
 //!   and the controller stayed blind for over a minute. Here each stream retries on its own,
 //!   a relist follows a `410` at once, and the controller never sees a watch error.
-//! - [`controller`]: a kube-runtime `Controller` fed by [`watch`], stopping on [`shutdown`].
+//! - [`controller`]: a kube-runtime `Controller` fed by [`watch`].
 //! - [`ApiHealth`]: one info line when the API server becomes unreachable, one when it is
 //!   back (with the outage's length), nothing per retry above debug; a gauge for alerts.
 //! - [`ErrorBackoff`]: per-object exponential requeue delays for `error_policy`.
 //! - [`apply_status`]: server-side apply of a status subresource under one field manager.
-//! - [`shutdown`]: SIGINT/SIGTERM, shared by every controller of the process.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -200,7 +199,7 @@ where
 }
 
 /// A controller of `api`'s objects fed by [`watch`]; chain `owns_stream`/`watches_stream`
-/// with more [`watch`]es, then `.graceful_shutdown_on(shutdown())`.
+/// with more [`watch`]es, then `.graceful_shutdown_on(crate::shutdown::signal())`.
 pub fn controller<K>(
     api: Api<K>,
     config: watcher::Config,
@@ -215,29 +214,6 @@ where
         .reflect(writer)
         .applied_objects();
     Controller::for_stream(objects, reader)
-}
-
-/// Resolves on SIGINT or SIGTERM (every controller of the process waits on its own copy).
-pub async fn shutdown() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
 
 /// Writes `status` with server-side apply on the status subresource.

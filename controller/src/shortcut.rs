@@ -5,9 +5,16 @@
 //! Secrets the spec names; injectable through [`LeafClients`]), runs one non-blocking
 //! [`Connector::sync`] pass and writes, with server-side apply on the status, how each leaf
 //! sees the other (every CIDR and its remapped CIDR) and each tunnel's state. A finalizer
-//! tears the link down on both leaves when the ShortcutConnection is deleted. A leaf that
-//! cannot be reached shows up as a `LeafReachable=False` condition and is retried with
-//! exponential backoff.
+//! tears the link down on both leaves when the ShortcutConnection is deleted, then deletes
+//! the kubeconfig Secrets `kubetun shortcut create` made for it (their owner reference only
+//! helps where a garbage collector runs). A leaf that cannot be reached shows up as a
+//! `LeafReachable=False` condition and is retried with exponential backoff.
+//!
+//! The operator reacts to events, not a timer: besides its own objects and the labelled
+//! kubeconfig Secrets, it watches, through each shortcut's leaf clients, the leaves'
+//! NetworkConfigs and TunnelEndpoints ([`LeafWatches`]) and reconciles the shortcut when one
+//! changes in a way that can change the outcome (processed, rejected, connection state).
+//! The requeue intervals are only a safety net.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -33,7 +40,7 @@ use kubetun_crds::{
 use crate::cluster_info::DEFAULT_NAMESPACE;
 use crate::conditions;
 use crate::connector::{
-    self, ClusterHandle, Connector, Direction, LinkState, TracingProgress, WaitOptions,
+    self, ClusterHandle, Connector, Direction, LinkOwner, LinkState, TracingProgress, WaitOptions,
 };
 use crate::runtime::{self, ApiHealth};
 
@@ -258,8 +265,9 @@ pub struct Intervals {
 
 impl Default for Intervals {
     fn default() -> Self {
+        // Events drive the operator (see the module docs); these catch what a watch missed.
         Self {
-            pending: Duration::from_secs(5),
+            pending: Duration::from_secs(30),
             connected: Duration::from_secs(60),
             backoff_base: Duration::from_secs(5),
             backoff_max: Duration::from_secs(300),
@@ -296,16 +304,209 @@ impl Backoff {
     }
 }
 
+/// Watches of each shortcut's leaves (NetworkConfigs and TunnelEndpoints in kubetun's
+/// namespace there) that ask for a reconcile of the shortcut when something that decides its
+/// outcome changes. One set of watch tasks per shortcut, started by its first successful
+/// connection to both leaves and stopped when it is deleted or a kubeconfig Secret changes.
+#[derive(Debug, Default)]
+pub struct LeafWatches {
+    trigger: Mutex<Option<tokio::sync::mpsc::UnboundedSender<ObjectRef<ShortcutConnection>>>>,
+    running: Mutex<HashMap<String, WatchTasks>>,
+}
+
+/// The spec generation a shortcut's leaf watches were started for, and their tasks.
+type WatchTasks = (Option<i64>, Vec<tokio::task::JoinHandle<()>>);
+
+impl LeafWatches {
+    /// Watches that send the shortcuts to reconcile into the returned stream.
+    pub fn new() -> (
+        Self,
+        tokio_stream::wrappers::UnboundedReceiverStream<ObjectRef<ShortcutConnection>>,
+    ) {
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let watches = Self {
+            trigger: Mutex::new(Some(sender)),
+            running: Mutex::default(),
+        };
+        (
+            watches,
+            tokio_stream::wrappers::UnboundedReceiverStream::new(receiver),
+        )
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<String, WatchTasks>> {
+        self.running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Number of shortcuts whose leaves are watched.
+    pub fn len(&self) -> usize {
+        self.running().len()
+    }
+
+    /// Whether no leaves are watched.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Starts watching the leaves of `shortcut` through `connector`'s clients, unless they
+    /// are watched already for this generation of its spec. Without a trigger (tests that
+    /// call [`reconcile`] directly) this does nothing.
+    fn ensure(&self, shortcut: &ShortcutConnection, connector: &Connector) {
+        let Some(trigger) = self
+            .trigger
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+        else {
+            return;
+        };
+        let key = key_of(shortcut);
+        let generation = shortcut.metadata.generation;
+        let mut running = self.running();
+        if running
+            .get(&key)
+            .is_some_and(|(g, tasks)| *g == generation && tasks.iter().all(|t| !t.is_finished()))
+        {
+            return;
+        }
+        if let Some((_, old)) = running.remove(&key) {
+            old.iter().for_each(tokio::task::JoinHandle::abort);
+        }
+        let target = ObjectRef::from_obj(shortcut);
+        let mut tasks = Vec::new();
+        for handle in [connector.local(), connector.remote()] {
+            let configs: Api<kubetun_crds::NetworkConfig> =
+                Api::namespaced(handle.client.clone(), &handle.namespace);
+            let config = watcher::Config::default().labels(&format!(
+                "{}={}",
+                connector::MANAGED_BY_LABEL,
+                connector::MANAGED_BY_CONNECTOR
+            ));
+            tasks.push(tokio::spawn(forward_changes(
+                watcher(configs, config),
+                config_fingerprint,
+                trigger.clone(),
+                target.clone(),
+            )));
+            let tunnels: Api<kubetun_crds::TunnelEndpoint> =
+                Api::namespaced(handle.client.clone(), &handle.namespace);
+            tasks.push(tokio::spawn(forward_changes(
+                watcher(tunnels, watcher::Config::default()),
+                tunnel_fingerprint,
+                trigger.clone(),
+                target.clone(),
+            )));
+        }
+        running.insert(key, (generation, tasks));
+    }
+
+    /// Stops watching the leaves of shortcut `key` (`namespace/name`).
+    pub fn stop(&self, key: &str) {
+        if let Some((_, tasks)) = self.running().remove(key) {
+            tasks.iter().for_each(tokio::task::JoinHandle::abort);
+        }
+    }
+}
+
+impl Drop for LeafWatches {
+    fn drop(&mut self) {
+        for (_, tasks) in self.running().values() {
+            tasks.iter().for_each(tokio::task::JoinHandle::abort);
+        }
+    }
+}
+
+/// What of a leaf's NetworkConfig can change a shortcut's outcome.
+fn config_fingerprint(nc: &kubetun_crds::NetworkConfig) -> String {
+    let status = nc.status.as_ref();
+    format!(
+        "{:?} {:?} {:?} {:?}",
+        nc.metadata.generation,
+        status.map(|s| s.processed),
+        status.and_then(|s| s.observed_generation),
+        status.map(|s| {
+            s.conditions
+                .iter()
+                .map(|c| (c.type_.as_str(), c.status.as_str(), c.reason.as_str()))
+                .collect::<Vec<_>>()
+        }),
+    )
+}
+
+/// What of a leaf's TunnelEndpoint can change a shortcut's outcome: not the counters and
+/// latency the gateway sync refreshes all the time.
+fn tunnel_fingerprint(te: &kubetun_crds::TunnelEndpoint) -> String {
+    let status = te.status.as_ref();
+    format!(
+        "{:?} {:?} {:?}",
+        te.metadata.generation,
+        status.and_then(|s| s.observed_generation),
+        status.and_then(|s| s.connection.as_ref().map(|c| c.status)),
+    )
+}
+
+/// Sends `target` whenever an object of `events` appears, goes, or changes its fingerprint
+/// (and once per complete (re)list, which also covers what a broken watch missed).
+async fn forward_changes<K>(
+    events: impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+    fingerprint: fn(&K) -> String,
+    trigger: tokio::sync::mpsc::UnboundedSender<ObjectRef<ShortcutConnection>>,
+    target: ObjectRef<ShortcutConnection>,
+) where
+    K: kube::Resource + Send,
+{
+    use kube::runtime::WatchStreamExt as _;
+    let mut seen: HashMap<String, String> = HashMap::new();
+    let mut listing: HashMap<String, String> = HashMap::new();
+    let events = events.default_backoff();
+    futures::pin_mut!(events);
+    while let Some(event) = events.next().await {
+        let changed = match event {
+            Ok(watcher::Event::Apply(obj)) => {
+                let print = fingerprint(&obj);
+                seen.insert(obj.name_any(), print.clone()) != Some(print)
+            }
+            Ok(watcher::Event::Delete(obj)) => seen.remove(&obj.name_any()).is_some(),
+            Ok(watcher::Event::Init) => {
+                listing.clear();
+                false
+            }
+            Ok(watcher::Event::InitApply(obj)) => {
+                listing.insert(obj.name_any(), fingerprint(&obj));
+                false
+            }
+            Ok(watcher::Event::InitDone) => {
+                let changed = listing != seen;
+                seen = std::mem::take(&mut listing);
+                changed
+            }
+            // Backed off and retried by the stream; the leaf's reachability shows up in the
+            // shortcut's status through its reconciles.
+            Err(_) => false,
+        };
+        if changed && trigger.send(target.clone()).is_err() {
+            return;
+        }
+    }
+}
+
 /// What the reconciler needs.
 pub struct Context {
     /// Client of the hub.
     pub hub: kube::Client,
+    /// The hub's cluster id, recorded on the leaves' NetworkConfigs so a leaf can tell whose
+    /// link it is.
+    pub hub_id: String,
     /// Builds leaf clients.
     pub leaves: Arc<dyn LeafClients>,
     /// Requeue and backoff intervals.
     pub intervals: Intervals,
     /// Consecutive failures per shortcut (`namespace/name`).
     pub backoff: Backoff,
+    /// Watches of the leaves that trigger reconciles.
+    pub leaf_watches: LeafWatches,
 }
 
 impl fmt::Debug for Context {
@@ -318,14 +519,30 @@ impl fmt::Debug for Context {
 }
 
 impl Context {
-    /// A context with default intervals.
+    /// A context with default intervals, no leaf watches and no hub id.
     pub fn new(hub: kube::Client, leaves: Arc<dyn LeafClients>) -> Self {
         Self {
             hub,
+            hub_id: String::new(),
             leaves,
             intervals: Intervals::default(),
             backoff: Backoff::default(),
+            leaf_watches: LeafWatches::default(),
         }
+    }
+
+    /// Sets the hub's cluster id.
+    #[must_use]
+    pub fn with_hub_id(mut self, hub_id: impl Into<String>) -> Self {
+        self.hub_id = hub_id.into();
+        self
+    }
+
+    /// Uses `watches` to trigger reconciles on leaf changes.
+    #[must_use]
+    pub fn with_leaf_watches(mut self, watches: LeafWatches) -> Self {
+        self.leaf_watches = watches;
+        self
     }
 }
 
@@ -423,7 +640,15 @@ async fn connector_for(
     };
     let left = ctx.leaves.client(namespace, &spec.left).await?;
     let right = ctx.leaves.client(namespace, &spec.right).await?;
-    Ok(Connector::new(handle(&spec.left, left), handle(&spec.right, right)).with_mtu(spec.mtu))
+    let owner = LinkOwner {
+        shortcut: key_of(shortcut),
+        hub: ctx.hub_id.clone(),
+    };
+    Ok(
+        Connector::new(handle(&spec.left, left), handle(&spec.right, right))
+            .with_mtu(spec.mtu)
+            .with_owner(Some(owner)),
+    )
 }
 
 async fn apply(
@@ -433,7 +658,10 @@ async fn apply(
 ) -> Result<Action, Error> {
     let namespace = shortcut.namespace().unwrap_or_default();
     let outcome = match connector_for(shortcut, &namespace, ctx).await {
-        Ok(connector) => connector.sync(&TracingProgress).await.map_err(Error::from),
+        Ok(connector) => {
+            ctx.leaf_watches.ensure(shortcut, &connector);
+            connector.sync(&TracingProgress).await.map_err(Error::from)
+        }
         Err(error) => Err(error),
     };
     let current = shortcut.status.clone().unwrap_or_default();
@@ -479,7 +707,11 @@ async fn cleanup(
         Err(error) => Err(error),
     };
     match outcome {
-        Ok(_) => Ok(Action::await_change()),
+        Ok(_) => {
+            ctx.leaf_watches.stop(&key_of(shortcut));
+            delete_kubeconfig_secrets(ctx, shortcut, &namespace).await?;
+            Ok(Action::await_change())
+        }
         Err(error) => {
             record_error(&mut status.conditions, &error, generation, now);
             let ready = conditions::find(&status.conditions, READY).map(|c| c.message.clone());
@@ -488,6 +720,43 @@ async fn cleanup(
             Err(error)
         }
     }
+}
+
+/// Deletes the kubeconfig Secrets `kubetun shortcut create` made for `shortcut` (labelled
+/// with its name and named in its spec). Their owner reference would let a garbage collector
+/// do it, but not every API server has one, and kubeconfigs must not linger.
+async fn delete_kubeconfig_secrets(
+    ctx: &Context,
+    shortcut: &ShortcutConnection,
+    namespace: &str,
+) -> Result<(), Error> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.hub.clone(), namespace);
+    let name = shortcut.name_any();
+    for leaf in [&shortcut.spec.left, &shortcut.spec.right] {
+        let secret_name = &leaf.kubeconfig_secret.name;
+        let hub_error = |source| Error::Hub {
+            action: format!("delete the kubeconfig Secret {namespace}/{secret_name} of {name}"),
+            source,
+        };
+        let Some(secret) = secrets.get_opt(secret_name).await.map_err(hub_error)? else {
+            continue;
+        };
+        // A Secret the user made and referenced is theirs to keep.
+        if secret.labels().get(SHORTCUT_LABEL) != Some(&name) {
+            continue;
+        }
+        match secrets
+            .delete(secret_name, &kube::api::DeleteParams::default())
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(shortcut = %key_of(shortcut), secret = %secret_name, "kubeconfig Secret deleted")
+            }
+            Err(kube::Error::Api(status)) if status.is_not_found() => {}
+            Err(source) => return Err(hub_error(source)),
+        }
+    }
+    Ok(())
 }
 
 /// Records `error` in the condition it belongs to (`LeafReachable` or `Ready`), and marks
@@ -664,13 +933,16 @@ async fn write_status(
 }
 
 /// Runs the operator until the process is signalled: watches ShortcutConnections (in
-/// `namespace`, or all) and the labelled kubeconfig Secrets, reading leaf kubeconfigs from
-/// Secrets. Fails at once when the CRD is not installed.
+/// `namespace`, or all), the labelled kubeconfig Secrets and each shortcut's leaves, reading
+/// leaf kubeconfigs from Secrets. `hub_id` is this (the hub) cluster's id. Fails at once when
+/// the CRD is not installed.
 pub async fn run(
     client: kube::Client,
     namespace: Option<String>,
-    health: &ApiHealth,
+    hub_id: String,
+    health: ApiHealth,
 ) -> Result<(), Error> {
+    let health = &health;
     let (shortcuts, secrets): (Api<ShortcutConnection>, Api<Secret>) = match &namespace {
         Some(ns) => (
             Api::namespaced(client.clone(), ns),
@@ -685,10 +957,12 @@ pub async fn run(
             action: "list ShortcutConnections (is the CRD installed?)".to_owned(),
             source,
         })?;
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        Arc::new(SecretKubeconfigs::new(client)),
-    ));
+    let (leaf_watches, leaf_changes) = LeafWatches::new();
+    let ctx = Arc::new(
+        Context::new(client.clone(), Arc::new(SecretKubeconfigs::new(client)))
+            .with_hub_id(hub_id)
+            .with_leaf_watches(leaf_watches),
+    );
     let controller = runtime::controller(
         shortcuts,
         watcher::Config::default(),
@@ -696,6 +970,7 @@ pub async fn run(
         "ShortcutConnection",
     );
     let store = controller.store();
+    let secrets_ctx = ctx.clone();
     let secret_changes = runtime::watch(
         secrets,
         watcher::Config::default().labels(SHORTCUT_LABEL),
@@ -707,7 +982,7 @@ pub async fn run(
         .watches_stream(secret_changes, move |secret: Secret| {
             let secret_name = secret.name_any();
             let secret_namespace = secret.namespace();
-            store
+            let affected: Vec<_> = store
                 .state()
                 .into_iter()
                 .filter(|sc| {
@@ -716,10 +991,18 @@ pub async fn run(
                             .iter()
                             .any(|leaf| leaf.kubeconfig_secret.name == secret_name)
                 })
-                .map(|sc| ObjectRef::from_obj(&*sc))
+                .collect();
+            // New credentials: the leaf watches restart with them on the next reconcile.
+            for sc in &affected {
+                secrets_ctx.leaf_watches.stop(&key_of(sc));
+            }
+            affected
+                .iter()
+                .map(|sc| ObjectRef::from_obj(&**sc))
                 .collect::<Vec<_>>()
         })
-        .graceful_shutdown_on(runtime::shutdown())
+        .reconcile_on(leaf_changes)
+        .graceful_shutdown_on(crate::shutdown::signal())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             match result {

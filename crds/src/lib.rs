@@ -4,7 +4,7 @@
 //!   receiver writes how it sees the sender into the status.
 //! - [`TunnelEndpoint`]: one per peer, merged from both NetworkConfigs; what the gateway gets.
 //! - [`ShortcutConnection`]: a leaf-to-leaf link managed from a hub.
-//! - [`Network`] / [`NetworkId`]: isolated networks with a cluster-unique ID (VNI) claimed by
+//! - [`Network`] / [`NetworkId`] (kind `NetworkID`): isolated networks with a cluster-unique ID (VNI) claimed by
 //!   create-as-lock, and peerings whose prefixes become the gateway ACL.
 //!
 //! [`all_crds`] lists every definition; the `crdgen` binary prints them as YAML.

@@ -1,4 +1,4 @@
-//! `Network` and `NetworkId`: isolated networks with a unique ID and mutual peerings.
+//! `Network` and `NetworkID`: isolated networks with a unique ID and mutual peerings.
 
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -146,7 +146,9 @@ pub struct NetworkStatus {
     group = "net.kubetun.io",
     version = "v1alpha1",
     derive = "Default",
-    kind = "NetworkId",
+    kind = "NetworkID",
+    // The Rust type keeps Rust casing; the kind follows Kubernetes (`UID`, `ClusterID`).
+    root = "NetworkId",
     plural = "networkids",
     shortname = "nid",
     category = "kubetun",

@@ -16,7 +16,8 @@ use crate::{CidrMapping, Condition, ConnectionState, Endpoint};
     kind = "ShortcutConnection",
     namespaced,
     status = "ShortcutConnectionStatus",
-    shortname = "sc",
+    // Not `sc`: that is StorageClass (a test checks every short name against discovery).
+    shortname = "ksc",
     category = "kubetun",
     printcolumn = r#"{"name":"Left","type":"string","jsonPath":".spec.left.name"}"#,
     printcolumn = r#"{"name":"Right","type":"string","jsonPath":".spec.right.name"}"#,

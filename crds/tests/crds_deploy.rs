@@ -157,7 +157,7 @@ fn rbac_covers_what_the_controller_does_and_binds_the_service_account() {
     // The shortcut operator watches its kubeconfig Secrets by label.
     assert_eq!(
         granted(&rules, "", "secrets"),
-        verbs(&["get", "list", "watch", "create"])
+        verbs(&["get", "list", "watch", "create", "delete"])
     );
     assert_eq!(
         granted(&rules, "", "configmaps"),
@@ -281,14 +281,36 @@ fn the_pod_is_wired_as_documented() {
         .flatten()
         .map(|e| (e.name.as_str(), e.value.as_deref()))
         .collect();
-    assert_eq!(
-        env["KUBETUN_GATEWAY_SOCKET"],
-        Some("/var/run/kubetun/kubetun0.grpc.sock")
-    );
+    // The socket path is derived from the interface name on both sides; one ConfigMap key
+    // names the interface for both containers.
+    assert!(!env.contains_key("KUBETUN_GATEWAY_SOCKET"));
     assert!(env.contains_key("KUBETUN_NAMESPACE"));
+    assert_eq!(env["KUBETUN_METRICS_ADDR"], Some("0.0.0.0:9587"));
+    let interface_ref = |c: &Container| {
+        c.env
+            .iter()
+            .flatten()
+            .find(|e| e.name == "KUBETUN_GATEWAY_INTERFACE")
+            .and_then(|e| e.value_from.as_ref())
+            .and_then(|v| v.config_map_key_ref.as_ref())
+            .map(|r| (r.name.clone(), r.key.clone()))
+    };
+    let config_ref = Some((
+        "kubetun-controller-config".to_owned(),
+        "KUBETUN_GATEWAY_INTERFACE".to_owned(),
+    ));
+    assert_eq!(interface_ref(gateway), config_ref);
+    let from_config_map = controller.env_from.iter().flatten().any(|e| {
+        e.config_map_ref.as_ref().map(|r| r.name.as_str()) == Some("kubetun-controller-config")
+    });
+    assert!(from_config_map);
 
     // Probes on the gateway's HTTP port.
     let args = gateway.args.as_ref().unwrap().join(" ");
+    assert!(
+        args.starts_with("-f $(KUBETUN_GATEWAY_INTERFACE) "),
+        "{args}"
+    );
     assert!(args.contains("--metrics-addr 0.0.0.0:9586"), "{args}");
     for (probe, path) in [
         (gateway.readiness_probe.as_ref(), "/readyz"),
@@ -329,6 +351,9 @@ fn controller_config_has_the_required_settings() {
         "KUBETUN_CLUSTER_ID",
         "KUBETUN_POD_CIDR",
         "KUBETUN_ENDPOINT_ADDRESS",
+        "KUBETUN_GATEWAY_INTERFACE",
+        "KUBETUN_MANAGE_ROUTES",
+        "KUBETUN_HUB",
     ] {
         assert!(data.get(key).is_some_and(|v| !v.is_empty()), "{key}");
     }
@@ -342,6 +367,8 @@ fn controller_config_has_the_required_settings() {
             assert!(cidr.is_match(value), "{key}={value}");
         }
     }
+    // Off unless this cluster is the hub.
+    assert_eq!(data["KUBETUN_HUB"], "false");
     let min: u32 = data["KUBETUN_MIN_VNI"].parse().unwrap();
     let max: u32 = data["KUBETUN_MAX_VNI"].parse().unwrap();
     assert!(0 < min && min <= max && max < 1 << 24);

@@ -248,7 +248,7 @@ fn requested_network_id_must_be_canonical_decimal() {
 fn immutability_and_name_rules_are_declared() {
     let network = serde_json::to_string(&schema("Network")).unwrap();
     assert!(network.contains("spec.id cannot change once set"));
-    let nid = serde_json::to_string(&schema("NetworkId")).unwrap();
+    let nid = serde_json::to_string(&schema("NetworkID")).unwrap();
     assert!(nid.contains("claimRef is immutable"));
     assert!(nid.contains(r"self.metadata.name.matches('^[1-9][0-9]{0,7}$')"));
 }
@@ -292,7 +292,7 @@ fn kubectl_surface_is_complete() {
         (
             "ShortcutConnection",
             "Namespaced",
-            "sc",
+            "ksc",
             &["Left", "Right", "Phase", "Age"],
         ),
         (
@@ -302,7 +302,7 @@ fn kubectl_surface_is_complete() {
             &["ID", "Cluster", "Phase", "Age"],
         ),
         (
-            "NetworkId",
+            "NetworkID",
             "Cluster",
             "nid",
             &["Network", "Namespace", "Age"],
@@ -339,7 +339,7 @@ fn kubectl_surface_is_complete() {
             .is_some_and(|s| s.status.is_some());
         assert_eq!(
             has_status,
-            *kind != "NetworkId",
+            *kind != "NetworkID",
             "{kind} status subresource"
         );
     }
@@ -420,7 +420,7 @@ fn examples_parse_into_their_types_and_pass_the_schema() {
                     serde_json::from_value::<ShortcutConnection>(value.clone()).map(drop)
                 }
                 "Network" => serde_json::from_value::<Network>(value.clone()).map(drop),
-                "NetworkId" => serde_json::from_value::<NetworkId>(value.clone()).map(drop),
+                "NetworkID" => serde_json::from_value::<NetworkId>(value.clone()).map(drop),
                 other => panic!("{name}: unexpected kind {other}"),
             };
             parsed.unwrap_or_else(|e| panic!("{name}: {e}"));

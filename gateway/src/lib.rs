@@ -15,6 +15,7 @@ pub mod key;
 pub mod metrics;
 pub mod peercred;
 pub mod remap;
+pub mod socket_paths;
 pub mod state;
 pub mod status;
 pub mod uapi;

@@ -250,7 +250,7 @@ async fn run(args: Args, notify: bool) -> anyhow::Result<()> {
     let grpc_path = args
         .grpc_socket
         .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("/var/run/kubetun/{}.grpc.sock", args.ifname)));
+        .unwrap_or_else(|| kubetun_gateway::socket_paths::grpc_socket_path(&args.ifname));
     let (grpc_listener, grpc_file) = grpc::bind(&grpc_path)
         .await
         .with_context(|| format!("binding {}", grpc_path.display()))?;

@@ -127,7 +127,11 @@ pub fn uapi_view(report: &DeviceReport) -> InterfaceView {
                 rx_bytes: peer.rx_bytes,
                 tx_bytes: peer.tx_bytes,
                 persistent_keepalive: peer.config.persistent_keepalive,
-                allowed_ips: peer.config.routes.iter().map(|r| r.real).collect(),
+                // The local views: unique per device (the remap table is keyed by them), and
+                // what this side routes to the peer. Real prefixes may repeat across peers
+                // (Rome and Milan both 10.70.0.0/16), which `wg show` would print as two
+                // peers owning one prefix. Without remapping, view == real.
+                allowed_ips: peer.config.routes.iter().map(|r| r.view).collect(),
             })
             .collect(),
     }
@@ -257,23 +261,54 @@ mod tests {
     }
 
     #[test]
-    fn uapi_view_reports_real_prefixes() {
+    fn uapi_view_reports_local_views() {
         let mut r = report();
-        r.config.routes = vec![crate::state::RouteConfig {
-            real: "10.70.0.0/16".parse().expect("cidr"),
-            view: "10.201.0.0/16".parse().expect("cidr"),
-        }];
+        r.config.routes = vec![
+            crate::state::RouteConfig {
+                real: "10.70.0.0/16".parse().expect("cidr"),
+                view: "10.201.0.0/16".parse().expect("cidr"),
+            },
+            crate::state::RouteConfig {
+                real: "10.203.0.0/16".parse().expect("cidr"),
+                view: "10.203.0.0/16".parse().expect("cidr"),
+            },
+        ];
         r.last_handshake_ms = 1_500;
         let device = device(r, 1);
         let view = uapi_view(&device);
         assert_eq!(view.listen_port, Some(51820));
         assert_eq!(
             view.peers[0].allowed_ips,
-            vec!["10.70.0.0/16".parse().expect("cidr")]
+            vec![
+                "10.201.0.0/16".parse().expect("cidr"),
+                "10.203.0.0/16".parse().expect("cidr")
+            ]
         );
         assert_eq!(
             view.peers[0].last_handshake,
             Some(Duration::from_millis(1_500))
         );
+    }
+
+    #[test]
+    fn uapi_get_shows_no_prefix_on_two_peers_when_real_cidrs_overlap() {
+        // Rome and Milan both have 10.70.0.0/16; this gateway sees them as two views.
+        let peer = |key: u8, view: &str| {
+            let mut r = report();
+            r.config = PeerConfig::new(Key::from_bytes([key; 32]));
+            r.config.routes = vec![crate::state::RouteConfig {
+                real: "10.70.0.0/16".parse().expect("cidr"),
+                view: view.parse().expect("cidr"),
+            }];
+            r
+        };
+        let mut device = device(peer(3, "10.201.0.0/16"), 2);
+        device.peers.push(peer(4, "10.202.0.0/16"));
+        let text = crate::uapi::format_get(&uapi_view(&device));
+        let allowed: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("allowed_ip="))
+            .collect();
+        assert_eq!(allowed, ["10.201.0.0/16", "10.202.0.0/16"], "{text}");
     }
 }

@@ -2,6 +2,7 @@
 //! TunnelEndpoints, keeps the local gateway on the desired state, and runs the Network
 //! controllers. Configured by flags or the matching `KUBETUN_*` environment variables.
 //! `kubetun-controller agent` runs the per-node route agent instead (see `--help` there).
+//! Only the hub (`--hub`) runs the ShortcutConnection operator.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -12,7 +13,7 @@ use clap::Parser;
 use ipnet::IpNet;
 use kubetun_controller::cluster_info::{ClusterInfo, DEFAULT_NAMESPACE};
 use kubetun_controller::context::{Context, ControllerConfig};
-use kubetun_controller::gateway_client::{DEFAULT_SOCKET, GatewayClient};
+use kubetun_controller::gateway_client::{DEFAULT_INTERFACE, GatewayClient, grpc_socket_path};
 use kubetun_controller::ipam::{IpamConfig, rfc1918_pools};
 use kubetun_controller::keys::GatewayKey;
 use kubetun_controller::network::{self, NetworkOptions};
@@ -30,6 +31,12 @@ use tracing_subscriber::EnvFilter;
     about = "kubetun controller: IPAM, NetworkConfig/TunnelEndpoint reconcilers, gateway sync"
 )]
 struct Args {
+    /// Kubeconfig to use (default: in-cluster config, else $KUBECONFIG or ~/.kube/config).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// Context of the kubeconfig (default: its current context).
+    #[arg(long)]
+    context: Option<String>,
     /// Stable unique id of this cluster.
     #[arg(long, env = "KUBETUN_CLUSTER_ID")]
     cluster_id: String,
@@ -43,17 +50,17 @@ struct Args {
     #[arg(long, env = "KUBETUN_POD_CIDR", value_delimiter = ',', required = true)]
     pod_cidr: Vec<IpNet>,
     /// Service CIDRs of this cluster (never announced, never used as a view).
-    #[arg(long, env = "KUBETUN_SERVICE_CIDR", value_delimiter = ',')]
-    service_cidr: Vec<IpNet>,
+    #[arg(long, env = "KUBETUN_SERVICE_CIDR", value_parser = parse_cidr_list)]
+    service_cidr: Vec<CidrList>,
     /// External CIDRs of this cluster (non-pod addresses reachable through it).
-    #[arg(long, env = "KUBETUN_EXTERNAL_CIDR", value_delimiter = ',')]
-    external_cidr: Vec<IpNet>,
+    #[arg(long, env = "KUBETUN_EXTERNAL_CIDR", value_parser = parse_cidr_list)]
+    external_cidr: Vec<CidrList>,
     /// Further local ranges IPAM must never hand out (node subnets, ...).
-    #[arg(long, env = "KUBETUN_RESERVED", value_delimiter = ',')]
-    reserved: Vec<IpNet>,
+    #[arg(long, env = "KUBETUN_RESERVED", value_parser = parse_cidr_list)]
+    reserved: Vec<CidrList>,
     /// Pools remapped views are taken from (default: the RFC 1918 ranges).
-    #[arg(long, env = "KUBETUN_POOLS", value_delimiter = ',')]
-    pools: Vec<IpNet>,
+    #[arg(long, env = "KUBETUN_POOLS", value_parser = parse_cidr_list)]
+    pools: Vec<CidrList>,
     /// Address (IP or DNS name) peers reach this cluster's gateway at.
     #[arg(long, env = "KUBETUN_ENDPOINT_ADDRESS")]
     endpoint_address: String,
@@ -63,15 +70,24 @@ struct Args {
     /// UDP port the gateway listens on (default: the endpoint port).
     #[arg(long, env = "KUBETUN_LISTEN_PORT")]
     listen_port: Option<u16>,
-    /// The gateway's control socket.
-    #[arg(long, env = "KUBETUN_GATEWAY_SOCKET", default_value = DEFAULT_SOCKET)]
-    gateway_socket: PathBuf,
+    /// Interface name of the local gateway (`kubetun-gateway <name>`); its control socket is
+    /// derived from it the way the gateway derives it (`/var/run/kubetun/<name>.grpc.sock`).
+    #[arg(long, env = "KUBETUN_GATEWAY_INTERFACE", default_value = DEFAULT_INTERFACE)]
+    gateway_interface: String,
+    /// The gateway's control socket, only when the gateway runs with `--grpc-socket`
+    /// (default: derived from --gateway-interface).
+    #[arg(long, env = "KUBETUN_GATEWAY_SOCKET")]
+    gateway_socket: Option<PathBuf>,
+    /// This cluster is the hub: run the ShortcutConnection operator, which links leaf
+    /// clusters directly. Leaves leave it off.
+    #[arg(long, env = "KUBETUN_HUB")]
+    hub: bool,
     /// Run without a local gateway (TunnelEndpoints are still maintained).
     #[arg(long, env = "KUBETUN_NO_GATEWAY")]
     no_gateway: bool,
     /// Addresses (CIDR) of the gateway's TUN device.
-    #[arg(long, env = "KUBETUN_TUNNEL_ADDRESS", value_delimiter = ',')]
-    tunnel_address: Vec<IpNet>,
+    #[arg(long, env = "KUBETUN_TUNNEL_ADDRESS", value_parser = parse_cidr_list)]
+    tunnel_address: Vec<CidrList>,
     /// Let the gateway install a route to the TUN device for every view.
     #[arg(long, env = "KUBETUN_MANAGE_ROUTES")]
     manage_routes: bool,
@@ -93,9 +109,10 @@ struct Args {
     /// Largest Network ID (VNI) handed out.
     #[arg(long, env = "KUBETUN_MAX_VNI", default_value_t = NetworkOptions::default().max_vni)]
     max_vni: u32,
-    /// Serve /metrics, /healthz and /readyz on this address.
-    #[arg(long, env = "KUBETUN_METRICS_ADDR", default_value = "0.0.0.0:9587")]
-    metrics_addr: SocketAddr,
+    /// Serve /metrics, /healthz and /readyz on this address (`:9587`, `127.0.0.1:9587`);
+    /// `0` (the default) serves nothing, so several controllers can share a host.
+    #[arg(long, alias = "metrics-bind-address", env = "KUBETUN_METRICS_ADDR", default_value = "0", value_parser = parse_metrics_addr)]
+    metrics_addr: MetricsAddr,
     /// Log as JSON lines.
     #[arg(long, env = "KUBETUN_LOG_JSON")]
     log_json: bool,
@@ -119,13 +136,38 @@ async fn main() -> anyhow::Result<()> {
             .with_env_filter(filter)
             .init();
     } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
+        let ansi = kubetun_controller::cli::colour(&std::io::stdout());
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(ansi)
+            .init();
     }
 
     kubetun_controller::cli::install_tls_provider();
-    let client = kube::Client::try_default()
-        .await
-        .context("cannot build a Kubernetes client (in-cluster config or kubeconfig)")?;
+    let client = match (&args.kubeconfig, &args.context) {
+        (None, None) => kube::Client::try_default()
+            .await
+            .context("cannot build a Kubernetes client (in-cluster config or kubeconfig)")?,
+        (path, context) => {
+            kubetun_controller::cli::KubeconfigSource {
+                path: path.clone(),
+                context: context.clone(),
+            }
+            .client("local")
+            .await?
+        }
+    };
+    // Bound before anything else, so a taken port fails the start instead of later.
+    let metrics_listener = match args.metrics_addr {
+        MetricsAddr::Disabled => None,
+        MetricsAddr::Listen(addr) => {
+            Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                format!(
+                    "cannot listen on {addr} (--metrics-addr / KUBETUN_METRICS_ADDR; 0 disables it)"
+                )
+            })?)
+        }
+    };
     let key = GatewayKey::load_or_create(client.clone(), &args.namespace).await?;
     let info = ClusterInfo {
         cluster: ClusterRef {
@@ -136,8 +178,8 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|| args.cluster_id.clone()),
         },
         pod_cidrs: args.pod_cidr.clone(),
-        external_cidrs: args.external_cidr.clone(),
-        service_cidrs: args.service_cidr.clone(),
+        external_cidrs: flatten(&args.external_cidr),
+        service_cidrs: flatten(&args.service_cidr),
         endpoint: Endpoint {
             address: args.endpoint_address.clone(),
             port: args.endpoint_port,
@@ -155,8 +197,7 @@ async fn main() -> anyhow::Result<()> {
         public_key: key.public_base64().to_owned(),
         listen_port: u32::from(args.listen_port.unwrap_or(args.endpoint_port)),
         mtu: args.mtu,
-        addresses: args
-            .tunnel_address
+        addresses: flatten(&args.tunnel_address)
             .iter()
             .map(ToString::to_string)
             .collect(),
@@ -174,16 +215,20 @@ async fn main() -> anyhow::Result<()> {
         namespace: args.namespace.clone(),
         cluster: info,
         ipam: IpamConfig {
-            pools: if args.pools.is_empty() {
+            pools: if flatten(&args.pools).is_empty() {
                 rfc1918_pools()
             } else {
-                args.pools.clone()
+                flatten(&args.pools)
             },
-            reserved: args.reserved.clone(),
+            reserved: flatten(&args.reserved),
         },
         gateway: settings,
     };
-    let gateway = (!args.no_gateway).then(|| GatewayClient::new(&args.gateway_socket));
+    let socket = args
+        .gateway_socket
+        .clone()
+        .unwrap_or_else(|| grpc_socket_path(&args.gateway_interface));
+    let gateway = (!args.no_gateway).then(|| GatewayClient::new(&socket));
     let ctx = Context::new(client.clone(), config, gateway).await?;
 
     let mut registry = Registry::default();
@@ -195,25 +240,91 @@ async fn main() -> anyhow::Result<()> {
         ..NetworkOptions::default()
     };
 
+    let shortcuts = async {
+        if args.hub {
+            tracing::info!("hub: running the ShortcutConnection operator");
+            shortcut::run(
+                client.clone(),
+                Some(args.namespace.clone()),
+                args.cluster_id.clone(),
+                ctx.health.clone(),
+            )
+            .await
+        } else {
+            std::future::pending().await
+        }
+    };
+    let http = async {
+        match metrics_listener {
+            Some(listener) => serve_http(listener, Arc::new(registry), ctx.clone()).await,
+            None => std::future::pending().await,
+        }
+    };
+    tracing::info!("running; SIGTERM or ctrl+c stops gracefully");
     tokio::select! {
         () = reconcile::run(ctx.clone()) => tracing::info!("controller stopped"),
-        result = shortcut::run(client.clone(), Some(args.namespace.clone()), &ctx.health) => {
+        result = shortcuts => {
             result.context("the ShortcutConnection operator failed")?;
         }
-        result = network::run(client, None, network_options, &ctx.health) => {
+        result = network::run(client.clone(), None, network_options, ctx.health.clone()) => {
             result.context("the Network controllers failed")?;
         }
-        result = serve_http(args.metrics_addr, Arc::new(registry), ctx.clone()) => {
-            result.with_context(|| format!("cannot serve metrics on {}", args.metrics_addr))?;
+        result = http => {
+            result.context("cannot serve metrics (--metrics-addr)")?;
         }
     }
     Ok(())
 }
 
+/// CIDRs of one comma-separated flag or variable; empty means none, so a ConfigMap can
+/// list a setting without a value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct CidrList(Vec<IpNet>);
+
+fn parse_cidr_list(text: &str) -> Result<CidrList, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            part.parse()
+                .map_err(|_| format!("{part:?} is not a CIDR (example: 10.0.0.0/16)"))
+        })
+        .collect::<Result<_, _>>()
+        .map(CidrList)
+}
+
+fn flatten(lists: &[CidrList]) -> Vec<IpNet> {
+    lists.iter().flat_map(|l| l.0.iter().copied()).collect()
+}
+
+/// Where `/metrics` is served: kubebuilder's `--metrics-bind-address` convention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MetricsAddr {
+    /// `0`: not served.
+    Disabled,
+    /// An address to listen on.
+    Listen(SocketAddr),
+}
+
+/// `0` (off), `:PORT` (every address) or `HOST:PORT`.
+fn parse_metrics_addr(text: &str) -> Result<MetricsAddr, String> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(MetricsAddr::Disabled);
+    }
+    let full = match text.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => text.to_owned(),
+    };
+    full.parse().map(MetricsAddr::Listen).map_err(|_| {
+        format!("{text:?} is not a listen address (0 disables; examples: :9587, 127.0.0.1:9587)")
+    })
+}
+
 /// `/metrics` (OpenMetrics text), `/healthz` (the process runs) and `/readyz` (the gateway,
 /// if any, answered the last sync).
 async fn serve_http(
-    addr: SocketAddr,
+    listener: tokio::net::TcpListener,
     registry: Arc<Registry>,
     ctx: Arc<Context>,
 ) -> std::io::Result<()> {
@@ -257,6 +368,5 @@ async fn serve_http(
                 }
             }),
         );
-    let listener = tokio::net::TcpListener::bind(addr).await?;
     axum::serve(listener, app).await
 }

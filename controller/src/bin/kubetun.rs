@@ -31,9 +31,12 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let filter = EnvFilter::try_from_env("KUBETUN_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    // Failures reach the user as one `error: ...` line; the libraries' own log lines (a
+    // client's connection errors, say) only with KUBETUN_LOG set.
+    let filter = EnvFilter::try_from_env("KUBETUN_LOG").unwrap_or_else(|_| EnvFilter::new("off"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(cli::colour(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
 

@@ -8,7 +8,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use clap::{Args, Subcommand, ValueEnum};
 
 use crate::gateway_api::{ConnectionState, DesiredState, PeerStatus, StatusResponse};
-use crate::gateway_client::{DEFAULT_SOCKET, GatewayClient, GatewayClientError};
+use crate::gateway_client::{
+    DEFAULT_INTERFACE, GatewayClient, GatewayClientError, grpc_socket_path,
+};
 use crate::planner;
 
 /// A failure of `kubetun gateway`.
@@ -42,9 +44,13 @@ pub enum GatewayCliError {
 /// `kubetun gateway`.
 #[derive(Debug, Args)]
 pub struct GatewayArgs {
-    /// The gateway's control socket.
-    #[arg(long, global = true, env = "KUBETUN_GATEWAY_SOCKET", default_value = DEFAULT_SOCKET)]
-    pub socket: PathBuf,
+    /// The gateway's interface name; its control socket is derived from it the way the
+    /// gateway derives it (`/var/run/kubetun/<interface>.grpc.sock`).
+    #[arg(long, global = true, env = "KUBETUN_GATEWAY_INTERFACE", default_value = DEFAULT_INTERFACE)]
+    pub interface: String,
+    /// The gateway's control socket, when it was started with `--grpc-socket`.
+    #[arg(long, global = true, env = "KUBETUN_GATEWAY_SOCKET")]
+    pub socket: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: GatewayCommand,
@@ -88,7 +94,10 @@ pub struct ShowArgs {
 
 /// Runs a `gateway` subcommand, printing to standard output.
 pub async fn run(args: GatewayArgs) -> Result<(), GatewayCliError> {
-    let client = GatewayClient::new(args.socket);
+    let socket = args
+        .socket
+        .unwrap_or_else(|| grpc_socket_path(&args.interface));
+    let client = GatewayClient::new(socket);
     match args.command {
         GatewayCommand::Apply(apply) => {
             let state = read_state(&apply.file)?;

@@ -6,7 +6,6 @@ pub mod gateway;
 pub mod network;
 pub mod shortcut;
 
-use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -69,6 +68,12 @@ impl From<connector::Error> for Error {
 pub fn install_tls_provider() {
     // Err means a provider is already installed, which is all this needs.
     let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Whether to write colour (ANSI escapes) to `stream`: only to a terminal, and never with
+/// `NO_COLOR` set (<https://no-color.org>).
+pub fn colour(stream: &impl std::io::IsTerminal) -> bool {
+    stream.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
 /// Where to find one cluster's kubeconfig.
@@ -149,7 +154,7 @@ impl ConsoleProgress {
     /// Spinner when stdout is a terminal, plain lines otherwise.
     pub fn stdout() -> Self {
         Self {
-            interactive: std::io::stdout().is_terminal(),
+            interactive: colour(&std::io::stdout()),
             spinner: Mutex::new(None),
         }
     }

@@ -121,6 +121,10 @@ pub struct DisconnectArgs {
     remote: RemoteClusterArgs,
     #[command(flatten)]
     wait: WaitArgs,
+    /// Disconnect even when the link belongs to a hub's ShortcutConnection (the hub's
+    /// operator re-creates it unless the ShortcutConnection is deleted).
+    #[arg(long)]
+    force: bool,
 }
 
 /// `network reset`.
@@ -136,6 +140,20 @@ pub struct ResetArgs {
     /// The local cluster's id, to clean the remote cluster when the local one is unreachable.
     #[arg(long)]
     local_cluster_id: Option<String>,
+    /// How long to wait for the deleted objects to be gone (a finalizer holds a peer's
+    /// NetworkConfig until its controller releases the views).
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    timeout: Duration,
+}
+
+impl ResetArgs {
+    fn wait(&self) -> WaitOptions {
+        WaitOptions {
+            wait: true,
+            timeout: self.timeout,
+            ..WaitOptions::default()
+        }
+    }
 }
 
 /// `network status`.
@@ -205,9 +223,12 @@ pub async fn run(args: NetworkArgs) -> Result<(), Error> {
         NetworkCommand::Disconnect(args) => {
             let local = local_handle(&args.local).await?;
             let remote = remote_handle(&args.local, &args.remote).await?;
-            let [on_local, on_remote] = Connector::new(local, remote)
-                .disconnect(args.wait.options(), &progress)
-                .await?;
+            let connector = Connector::new(local, remote);
+            if !args.force {
+                refuse_shortcut_links(&connector).await?;
+            }
+            let [on_local, on_remote] =
+                connector.disconnect(args.wait.options(), &progress).await?;
             println!(
                 "disconnected: {} object(s) deleted locally, {} remotely",
                 on_local.objects.len(),
@@ -221,10 +242,14 @@ pub async fn run(args: NetworkArgs) -> Result<(), Error> {
             let (local, remote) = match (local, remote) {
                 (Ok(local), Ok(remote)) => (local, remote),
                 (Ok(local), Err(error)) => {
-                    return reset_one_side(&local, args.remote_cluster_id, error, &progress).await;
+                    let wait = args.wait();
+                    return reset_one_side(&local, args.remote_cluster_id, error, wait, &progress)
+                        .await;
                 }
                 (Err(error), Ok(remote)) => {
-                    return reset_one_side(&remote, args.local_cluster_id, error, &progress).await;
+                    let wait = args.wait();
+                    return reset_one_side(&remote, args.local_cluster_id, error, wait, &progress)
+                        .await;
                 }
                 (Err(error), Err(_)) => return Err(error),
             };
@@ -233,6 +258,23 @@ pub async fn run(args: NetworkArgs) -> Result<(), Error> {
                 args.local_cluster_id.as_deref(),
             ];
             let removed = connector::reset(&local, &remote, peer_ids, &progress).await?;
+            // Deleted is not gone: a finalizer may hold an object until its controller runs.
+            let mut left = Vec::new();
+            for (handle, removed) in [(&local, &removed[0]), (&remote, &removed[1])] {
+                let Some(removed) = removed else { continue };
+                let id = handle
+                    .load_info()
+                    .await
+                    .map_or_else(|_| handle.label.clone(), |info| info.cluster.id);
+                if let Err(error) =
+                    connector::wait_removed(handle, &id, removed, args.wait(), &progress).await
+                {
+                    left.push(error);
+                }
+            }
+            if let Some(error) = left.into_iter().next() {
+                return Err(error.into());
+            }
             let count = |r: &Option<connector::Removed>| {
                 r.as_ref()
                     .map_or("skipped".to_owned(), |r| r.objects.len().to_string())
@@ -267,6 +309,7 @@ async fn reset_one_side(
     handle: &ClusterHandle,
     peer_id: Option<String>,
     unreachable: Error,
+    wait: WaitOptions,
     progress: &ConsoleProgress,
 ) -> Result<(), Error> {
     let other = if handle.label == "local" {
@@ -285,11 +328,36 @@ async fn reset_one_side(
         .await
         .map_or_else(|_| handle.label.clone(), |info| info.cluster.id);
     let removed = connector::forget(handle, &own_id, &peer_id, progress).await?;
+    connector::wait_removed(handle, &own_id, &removed, wait, progress).await?;
     println!(
         "reset: {} {}, {other} skipped ({unreachable})",
         handle.label,
         removed.objects.len()
     );
+    Ok(())
+}
+
+/// Fails when a hub's ShortcutConnection manages the link (its NetworkConfigs carry the
+/// hub's annotations on either side): a direct disconnect would silently break the shortcut.
+async fn refuse_shortcut_links(connector: &Connector) -> Result<(), Error> {
+    let (local, remote) = connector.load_infos().await?;
+    for (handle, own, peer) in [
+        (connector.local(), &local, &remote),
+        (connector.remote(), &remote, &local),
+    ] {
+        if let Some(owner) =
+            connector::link_owner(handle, &own.cluster.id, &peer.cluster.id).await?
+        {
+            return Err(connector::Error::OwnedByShortcut {
+                cluster: handle.label.clone(),
+                cluster_id: own.cluster.id.clone(),
+                peer_id: peer.cluster.id.clone(),
+                shortcut: owner.shortcut,
+                hub: owner.hub,
+            }
+            .into());
+        }
+    }
     Ok(())
 }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams};
 use kube::{Resource as _, ResourceExt as _};
 use kubetun_crds::{
@@ -248,9 +249,12 @@ impl ShortcutRequest {
     }
 }
 
-/// Applies the ShortcutConnection and the two kubeconfig Secrets (owned by it, so they go
-/// with it), writing only what differs. Refuses to overwrite a Secret of the same name that
-/// belongs to something else.
+/// Applies the two kubeconfig Secrets, then the ShortcutConnection, then makes it the
+/// Secrets' owner (so a garbage collector, where one runs, removes them with it; the hub's
+/// operator deletes them itself too). Secrets first: the operator starts on the
+/// ShortcutConnection at once and would otherwise find its Secrets missing. Writes only what
+/// differs, and refuses to overwrite a Secret of the same name that belongs to something
+/// else before writing anything.
 pub async fn apply_shortcut(
     hub: &kube::Client,
     request: &ShortcutRequest,
@@ -273,6 +277,38 @@ pub async fn apply_shortcut(
         .get_opt(&request.name)
         .await
         .map_err(hub_error(format!("get {object}")))?;
+    let owner_before = existing
+        .as_ref()
+        .and_then(|sc| sc.controller_owner_ref(&()));
+
+    let mut current_secrets = Vec::new();
+    for leaf in [&request.left, &request.right] {
+        let name = secret_name(&request.name, &leaf.name);
+        let current = secrets
+            .get_opt(&name)
+            .await
+            .map_err(hub_error(format!("get Secret {namespace}/{name}")))?;
+        if let Some(current) = &current
+            && current.labels().get(SHORTCUT_LABEL) != Some(&request.name)
+        {
+            return Err(Error::Usage(format!(
+                "Secret {namespace}/{name} exists but does not belong to shortcut {} (label \
+                 {SHORTCUT_LABEL} missing): delete or rename it",
+                request.name
+            )));
+        }
+        current_secrets.push(current);
+    }
+    let current_secrets = write_secrets(
+        &secrets,
+        request,
+        current_secrets,
+        owner_before.as_ref(),
+        progress,
+        true,
+    )
+    .await?;
+
     let shortcut = match existing {
         Some(current) if current.spec == spec => {
             progress.done("hub", &format!("{object} up to date"));
@@ -295,8 +331,34 @@ pub async fn apply_shortcut(
         }
     };
     let owner = shortcut.controller_owner_ref(&());
+    if owner != owner_before {
+        write_secrets(
+            &secrets,
+            request,
+            current_secrets,
+            owner.as_ref(),
+            progress,
+            false,
+        )
+        .await?;
+    }
+    Ok(shortcut)
+}
 
-    for leaf in [&request.left, &request.right] {
+/// Applies both leaves' kubeconfig Secrets (owned by `owner`) where they differ from
+/// `current`; returns them as written. `report` prints a line per Secret.
+async fn write_secrets(
+    secrets: &Api<Secret>,
+    request: &ShortcutRequest,
+    current: Vec<Option<Secret>>,
+    owner: Option<&OwnerReference>,
+    progress: &dyn Progress,
+    report: bool,
+) -> Result<Vec<Option<Secret>>, Error> {
+    let namespace = &request.namespace;
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    let mut written = Vec::new();
+    for (leaf, current) in [&request.left, &request.right].into_iter().zip(current) {
         let name = secret_name(&request.name, &leaf.name);
         let secret_object = format!("Secret {namespace}/{name}");
         let desired = Secret {
@@ -307,7 +369,7 @@ pub async fn apply_shortcut(
                     SHORTCUT_LABEL.to_owned(),
                     request.name.clone(),
                 )])),
-                owner_references: owner.clone().map(|o| vec![o]),
+                owner_references: owner.map(|o| vec![o.clone()]),
                 ..ObjectMeta::default()
             },
             type_: Some("Opaque".to_owned()),
@@ -317,38 +379,32 @@ pub async fn apply_shortcut(
             )])),
             ..Secret::default()
         };
-        let current = secrets
-            .get_opt(&name)
-            .await
-            .map_err(hub_error(format!("get {secret_object}")))?;
-        if let Some(current) = &current {
-            if current.labels().get(SHORTCUT_LABEL) != Some(&request.name) {
-                return Err(Error::Usage(format!(
-                    "{secret_object} exists but does not belong to shortcut {} (label \
-                     {SHORTCUT_LABEL} missing): delete or rename it",
-                    request.name
-                )));
-            }
-            if current.data == desired.data
-                && current.metadata.owner_references == desired.metadata.owner_references
-            {
+        if let Some(current) = &current
+            && current.data == desired.data
+            && current.metadata.owner_references == desired.metadata.owner_references
+        {
+            if report {
                 progress.done(
                     "hub",
                     &format!("kubeconfig of {} in {secret_object} up to date", leaf.name),
                 );
-                continue;
             }
+            written.push(Some(current.clone()));
+            continue;
         }
-        secrets
+        let applied = secrets
             .patch(&name, &apply, &Patch::Apply(&desired))
             .await
             .map_err(hub_error(format!("apply {secret_object}")))?;
-        progress.done(
-            "hub",
-            &format!("stored the kubeconfig of {} in {secret_object}", leaf.name),
-        );
+        if report {
+            progress.done(
+                "hub",
+                &format!("stored the kubeconfig of {} in {secret_object}", leaf.name),
+            );
+        }
+        written.push(Some(applied));
     }
-    Ok(shortcut)
+    Ok(written)
 }
 
 async fn create(args: CreateArgs) -> Result<(), Error> {
@@ -393,14 +449,23 @@ async fn create(args: CreateArgs) -> Result<(), Error> {
     let what = format!("shortcut {} to connect", args.name);
     progress.waiting("hub", &format!("waiting for {what}"));
     let deadline = Instant::now() + args.timeout;
+    // A watch of this one object: the answer arrives when the operator writes it.
+    let changes = kube::runtime::watcher(
+        shortcuts.clone(),
+        kube::runtime::watcher::Config::default().fields(&format!("metadata.name={}", args.name)),
+    );
+    let changes = kube::runtime::WatchStreamExt::applied_objects(
+        kube::runtime::WatchStreamExt::default_backoff(changes),
+    );
+    futures::pin_mut!(changes);
+    let mut current = shortcuts
+        .get_opt(&args.name)
+        .await
+        .map_err(hub_error(format!(
+            "get ShortcutConnection {namespace}/{}",
+            args.name
+        )))?;
     loop {
-        let current = shortcuts
-            .get_opt(&args.name)
-            .await
-            .map_err(hub_error(format!(
-                "get ShortcutConnection {namespace}/{}",
-                args.name
-            )))?;
         let status = current.as_ref().and_then(|s| s.status.as_ref());
         let ready = status.and_then(|s| conditions::find(&s.conditions, READY));
         match (status.map(|s| s.phase), ready) {
@@ -420,18 +485,23 @@ async fn create(args: CreateArgs) -> Result<(), Error> {
             }
             _ => {}
         }
-        if Instant::now() >= deadline {
-            let last = ready.map_or_else(
-                || "no status yet: is the operator running on the hub?".to_owned(),
-                |c| c.message.clone(),
-            );
-            progress.failed("hub", &format!("timed out; last state: {last}"));
-            return Err(Error::Timeout {
-                what,
-                timeout: args.timeout,
-            });
+        let next = tokio::time::timeout_at(deadline, futures::StreamExt::next(&mut changes)).await;
+        match next {
+            Ok(Some(Ok(object))) => current = Some(object),
+            // Watch errors are retried with backoff inside the stream.
+            Ok(Some(Err(_))) => {}
+            Ok(None) | Err(_) => {
+                let last = ready.map_or_else(
+                    || "no status yet: is the operator running on the hub (--hub)?".to_owned(),
+                    |c| c.message.clone(),
+                );
+                progress.failed("hub", &format!("timed out; last state: {last}"));
+                return Err(Error::Timeout {
+                    what,
+                    timeout: args.timeout,
+                });
+            }
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
     }
 }
 

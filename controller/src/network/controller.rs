@@ -29,8 +29,9 @@ pub async fn run(
     client: Client,
     namespace: Option<String>,
     opts: NetworkOptions,
-    health: &ApiHealth,
+    health: ApiHealth,
 ) -> Result<(), Error> {
+    let health = &health;
     let networks: Api<Network> = match &namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -45,7 +46,7 @@ pub async fn run(
     }
     if let Err(source) = network_ids.list(&probe).await {
         return Err(Error::CrdNotInstalled {
-            kind: "NetworkId",
+            kind: "NetworkID",
             source: Box::new(source),
         });
     }
@@ -100,7 +101,7 @@ pub async fn run(
                 Some(ObjectRef::<Network>::new(&claim.name).within(&claim.namespace))
             },
         )
-        .graceful_shutdown_on(runtime::shutdown())
+        .graceful_shutdown_on(crate::shutdown::signal())
         .run(reconcile_network, network_error_policy, ctx.clone())
         .for_each(|result| async move {
             if let Err(err) = result {
@@ -115,7 +116,7 @@ pub async fn run(
                 .touched_objects(),
             move |changed: Network| claims_of(&id_store, &changed),
         )
-        .graceful_shutdown_on(runtime::shutdown())
+        .graceful_shutdown_on(crate::shutdown::signal())
         .run(reconcile_network_id, network_id_error_policy, ctx)
         .for_each(|result| async move {
             if let Err(err) = result {

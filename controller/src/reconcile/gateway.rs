@@ -258,11 +258,27 @@ impl GatewaySync {
 
     async fn on_status(&mut self, status: StatusResponse) {
         if self.desired_version.as_deref() != Some(status.version.as_str()) {
-            tracing::info!(
-                gateway_version = status.version,
-                desired_version = self.desired_version.as_deref().unwrap_or(""),
-                "gateway runs another state; applying"
-            );
+            // News only when the gateway had confirmed the desired state and lost it (a
+            // restart); before the first confirmation this is the normal start.
+            let lost = self.ctx.gateway_status().is_some_and(|previous| {
+                self.desired_version.as_deref() == Some(previous.version.as_str())
+            });
+            let desired_version = self.desired_version.as_deref().unwrap_or("");
+            if lost {
+                tracing::info!(
+                    gateway_version = status.version,
+                    desired_version,
+                    generation = status.generation,
+                    "the gateway no longer runs the desired state (restarted?); applying it again"
+                );
+            } else {
+                tracing::debug!(
+                    gateway_version = status.version,
+                    desired_version,
+                    generation = status.generation,
+                    "applying desired state to gateway"
+                );
+            }
             self.sync_logged().await;
             return;
         }

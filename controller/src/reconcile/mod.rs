@@ -196,7 +196,7 @@ pub async fn run(ctx: Arc<Context>) {
         runtime::controller(configs, watcher::Config::default(), health, "NetworkConfig")
             .owns_stream(endpoint_changes)
             .reconcile_all_on(network_changes)
-            .graceful_shutdown_on(runtime::shutdown())
+            .graceful_shutdown_on(crate::shutdown::signal())
             .run(
                 |nc, ctx: Arc<Context>| async move {
                     let name = nc.name_any();

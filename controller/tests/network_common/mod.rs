@@ -55,7 +55,7 @@ fn network_id_interceptors(faults: Faults) -> interceptor::Funcs {
     } = faults;
     interceptor::Funcs::new()
         .create(move |ctx| {
-            if ctx.object.get("kind").and_then(|k| k.as_str()) != Some("NetworkId") {
+            if ctx.object.get("kind").and_then(|k| k.as_str()) != Some("NetworkID") {
                 return Ok(None);
             }
             let mut nid: NetworkId = serde_json::from_value(ctx.object.clone())?;

@@ -497,7 +497,7 @@ pub struct PeerView {
     pub tx_bytes: u64,
     /// Keepalive interval in seconds.
     pub persistent_keepalive: u16,
-    /// The peer's real prefixes.
+    /// The peer's prefixes as this side sees them (local views; unique per device).
     pub allowed_ips: Vec<IpNet>,
 }
 

@@ -69,11 +69,12 @@ pub struct ControlPlaneState {
 }
 
 /// Starts an API server per cluster (in parallel), installs the manifests and starts the
-/// controllers. `state` is saved by the caller after every cluster so `down` finds every PID.
+/// controllers (`hubs` run the ShortcutConnection operator). `state` is saved by the caller after every cluster so `down` finds every PID.
 pub fn start(
     runtime: &tokio::runtime::Runtime,
     clusters: &mut [ClusterState],
     underlay: Ipv4Net,
+    hubs: &[String],
     state_dir: &Path,
     mut save: impl FnMut(&[ClusterState]) -> Result<(), LabError>,
 ) -> Result<(), LabError> {
@@ -103,7 +104,11 @@ pub fn start(
             controller_kubeconfig: dir.join("kubeconfig-controller"),
             controller_log: state_dir.join(format!("{}-controller.log", cluster.id)),
             controller_pid: None,
-            controller_args: controller_args(cluster, underlay),
+            controller_args: controller_args(
+                cluster,
+                underlay,
+                hubs.iter().any(|h| h.eq_ignore_ascii_case(&cluster.name)),
+            ),
             dir,
             kubeconfig,
         });
@@ -254,7 +259,7 @@ async fn service_account_kubeconfig(
 
 /// The controller's flags for a lab cluster: its CIDRs, the underlay reserved from IPAM, the
 /// gateway's endpoint and socket.
-fn controller_args(cluster: &ClusterState, underlay: Ipv4Net) -> Vec<String> {
+fn controller_args(cluster: &ClusterState, underlay: Ipv4Net, hub: bool) -> Vec<String> {
     let mut args = vec![
         format!("--cluster-id={}", cluster.id),
         format!("--cluster-name={}", cluster.name),
@@ -267,11 +272,12 @@ fn controller_args(cluster: &ClusterState, underlay: Ipv4Net) -> Vec<String> {
         "--manage-routes".to_owned(),
         format!("--persistent-keepalive={}", super::plan::KEEPALIVE_SECONDS),
         format!("--mtu={}", cluster.mtu),
-        // Several controllers share the host: each metrics listener on its own port.
-        "--metrics-addr=127.0.0.1:0".to_owned(),
     ];
     if let Some(external) = cluster.external_cidr {
         args.push(format!("--external-cidr={external}"));
+    }
+    if hub {
+        args.push("--hub".to_owned());
     }
     args
 }
@@ -295,7 +301,8 @@ pub fn start_controller(plane: &ControlPlaneState) -> Result<u32, LabError> {
     use std::os::unix::process::CommandExt as _;
     let child = Command::new(&binary)
         .args(&plane.controller_args)
-        .env("KUBECONFIG", &plane.controller_kubeconfig)
+        .arg("--kubeconfig")
+        .arg(&plane.controller_kubeconfig)
         .env(
             "RUST_LOG",
             std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),

@@ -389,11 +389,17 @@ impl RunningLab<'_> {
         let topology = self.topology;
         let state_dir = self.options.state_dir.clone();
         let started = Instant::now();
+        let hubs: Vec<String> = topology
+            .shortcuts
+            .iter()
+            .filter_map(|l| topology.hub_of(&l.0, &l.1))
+            .collect();
         let state = &mut *self.state;
         apiserver::start(
             self.runtime,
             &mut state.clusters,
             topology.underlay,
+            &hubs,
             &state_dir,
             |_| Ok(()),
         )?;
