@@ -171,6 +171,7 @@ impl Context {
                 ),
             }
         }
+        let health = ApiHealth::new(client.clone());
         Ok(Arc::new(Self {
             client,
             namespace: config.namespace,
@@ -179,7 +180,7 @@ impl Context {
             gateway,
             metrics: Metrics::default(),
             backoff: ErrorBackoff::default(),
-            health: ApiHealth::new(),
+            health,
             ipam: Mutex::new(ipam),
             gateway_status: Mutex::new(None),
             gateway_wakeup: Notify::new(),

@@ -2,7 +2,7 @@
 //! and stops.
 //!
 //! - [`watch`]: a watch stream with a per-stream backoff ([`WatchBackoff`], 100 ms doubling
-//!   to 2 s) whose errors are reported to [`ApiHealth`] and kept out of the controller.
+//!   to 1 s) whose errors are reported to [`ApiHealth`] and kept out of the controller.
 //!   kube-runtime's default puts one client-go style backoff (0.8 s doubling to 30 s) on
 //!   the *merged* trigger streams of a controller, so after an API-server restart every
 //!   stream's error (connection refused, then `410 Gone` on resume) grows one shared delay
@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{Stream, StreamExt as _, future};
 use kube::Resource;
@@ -37,7 +37,7 @@ pub const FIELD_MANAGER: &str = "kubetun-controller";
 const WATCH_RETRY_MIN: Duration = Duration::from_millis(100);
 /// Longest delay between retries of a failed watch: what a change made right after an
 /// API-server restart may wait at most, on top of the relist.
-const WATCH_RETRY_MAX: Duration = Duration::from_secs(2);
+const WATCH_RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// Exponential backoff with full jitter between [`WATCH_RETRY_MIN`] and
 /// [`WATCH_RETRY_MAX`], reset by the first event after an error.
@@ -82,80 +82,141 @@ impl Backoff for WatchBackoff {
     }
 }
 
-/// Whether the API server answers the watches, logged once per change.
-#[derive(Debug, Clone, Default)]
+/// How long no watch may have failed before the outage is declared over: longer than the
+/// longest retry delay, so a watch still failing has had the chance to say so. An API server
+/// shutting down still answers some requests; one outage should read as one.
+const SETTLE: Duration = Duration::from_millis(1500);
+/// How often the API server is probed during an outage.
+const PROBE_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Answers whether the API server responds (`GET /version` in the controller).
+pub type Probe = Arc<dyn Fn() -> futures::future::BoxFuture<'static, bool> + Send + Sync>;
+
+/// Whether the API server answers, logged once per outage: when the first watch fails, and
+/// when the API server answers again and no watch has failed for [`SETTLE`]. A resumed watch
+/// of a quiet resource delivers no event, so the end of an outage is probed, not inferred.
+#[derive(Clone)]
 pub struct ApiHealth {
     state: Arc<Mutex<HealthState>>,
+    probe: Probe,
     /// 1 while reachable, 0 while not (`kubetun_controller_api_reachable`).
     reachable_gauge: prometheus_client::metrics::gauge::Gauge<i64, AtomicI64>,
 }
 
+impl Debug for ApiHealth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiHealth")
+            .field("down", &self.is_down())
+            .finish_non_exhaustive()
+    }
+}
+
 #[derive(Debug, Default)]
 struct HealthState {
-    /// Since when the watches fail; `None` while they work.
-    down_since: Option<Instant>,
+    /// Since when the API server is considered unreachable; `None` while it is not.
+    down_since: Option<tokio::time::Instant>,
+    last_failure: Option<tokio::time::Instant>,
     failures: u64,
 }
 
 impl ApiHealth {
-    pub fn new() -> Self {
-        let health = Self::default();
+    /// Probes the end of an outage with `GET /version` through `client`.
+    pub fn new(client: kube::Client) -> Self {
+        Self::with_probe(Arc::new(move || {
+            let client = client.clone();
+            Box::pin(async move { client.apiserver_version().await.is_ok() })
+        }))
+    }
+
+    pub fn with_probe(probe: Probe) -> Self {
+        let health = Self {
+            state: Arc::default(),
+            probe,
+            reachable_gauge: Default::default(),
+        };
         health.reachable_gauge.set(1);
         health
     }
 
-    /// A watch delivered an event.
-    pub fn reachable(&self) {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(since) = state.down_since.take() {
-            self.reachable_gauge.set(1);
-            tracing::info!(
-                outage = ?since.elapsed(),
-                failed_attempts = state.failures,
-                "API server reachable again; watches resumed"
-            );
-            state.failures = 0;
-        }
+    fn lock(&self) -> std::sync::MutexGuard<'_, HealthState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A watch failed; `what` names it.
-    pub fn failed(&self, what: &str, error: &watcher::Error) {
+    /// Watch `what` failed.
+    pub fn failed(&self, what: &'static str, error: &watcher::Error) {
         if is_expired(error) {
             // Expected after a restart or a long disconnect: the watcher relists at once.
             tracing::debug!(watch = what, %error, "resourceVersion expired; relisting");
             return;
         }
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.lock();
         state.failures += 1;
-        if state.down_since.is_none() {
-            state.down_since = Some(Instant::now());
-            self.reachable_gauge.set(0);
-            tracing::info!(
-                watch = what,
-                %error,
-                retry_within = ?WATCH_RETRY_MAX,
-                "API server unreachable; reconciling paused until the watches resume"
-            );
-        } else {
+        state.last_failure = Some(tokio::time::Instant::now());
+        if state.down_since.is_some() {
             tracing::debug!(watch = what, %error, "watch still failing");
+            return;
+        }
+        state.down_since = Some(tokio::time::Instant::now());
+        drop(state);
+        self.reachable_gauge.set(0);
+        tracing::info!(
+            watch = what,
+            %error,
+            retry_within = ?WATCH_RETRY_MAX,
+            "API server unreachable or refusing the watches; reconciling paused until they resume"
+        );
+        let health = self.clone();
+        tokio::spawn(async move { health.await_recovery().await });
+    }
+
+    async fn await_recovery(&self) {
+        loop {
+            tokio::time::sleep(PROBE_INTERVAL).await;
+            let quiet = self
+                .lock()
+                .last_failure
+                .is_none_or(|at| at.elapsed() >= SETTLE);
+            if !quiet || !(self.probe)().await {
+                continue;
+            }
+            let mut state = self.lock();
+            if state.last_failure.is_some_and(|at| at.elapsed() < SETTLE) {
+                continue;
+            }
+            if let Some(since) = state.down_since.take() {
+                self.reachable_gauge.set(1);
+                tracing::info!(
+                    outage = ?since.elapsed(),
+                    failed_attempts = state.failures,
+                    "API server reachable again; watches resumed"
+                );
+                state.failures = 0;
+            }
+            return;
         }
     }
 
-    /// True while the watches fail (reconcile errors are then expected, not news).
+    /// True during an outage (reconcile errors are then expected, not news).
     pub fn is_down(&self) -> bool {
-        self.state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .down_since
-            .is_some()
+        self.lock().down_since.is_some()
     }
 
     pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
         registry.register(
             "kubetun_controller_api_reachable",
-            "1 while the controller's watches reach the API server, 0 while they fail",
+            "1 while the controller's watches reach the API server, 0 during an outage",
             self.reachable_gauge.clone(),
         );
+    }
+}
+
+/// Whether a failed API request says the API server is away or starting (transport errors,
+/// 5xx, 429) rather than that the request was wrong: such failures are retried quietly.
+pub fn is_transient(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => status.code >= 500 || status.code == 429,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
+        _ => false,
     }
 }
 
@@ -186,10 +247,7 @@ where
         .backoff(WatchBackoff::default())
         .filter_map(move |event| {
             future::ready(match event {
-                Ok(event) => {
-                    health.reachable();
-                    Some(Ok(event))
-                }
+                Ok(event) => Some(Ok(event)),
                 Err(error) => {
                     health.failed(what, &error);
                     None
@@ -287,10 +345,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn watch_backoff_doubles_to_two_seconds_with_jitter_and_resets() {
+    fn watch_backoff_doubles_to_one_second_with_jitter_and_resets() {
         let mut backoff = WatchBackoff::default();
         let delays: Vec<Duration> = (0..8).map(|_| backoff.next().expect("endless")).collect();
-        let ceilings = [100, 200, 400, 800, 1600, 2000, 2000, 2000];
+        let ceilings = [100, 200, 400, 800, 1000, 1000, 1000, 1000];
         for (delay, ceiling) in delays.iter().zip(ceilings) {
             let ceiling = Duration::from_millis(ceiling);
             assert!(
@@ -316,21 +374,32 @@ mod tests {
         assert_eq!(backoff.failed("a"), Duration::from_secs(1));
     }
 
-    #[test]
-    fn health_flips_once_per_outage_and_ignores_expired_versions() {
-        let health = ApiHealth::new();
-        let gone = watcher::Error::WatchError(
-            Box::new(kube::core::Status::failure("too old", "Expired").with_code(410)).into(),
-        );
-        health.failed("test", &gone);
+    #[tokio::test(start_paused = true)]
+    async fn health_announces_one_outage_until_the_server_answers_and_watches_settle() {
+        let answering = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let probe_answering = answering.clone();
+        let health = ApiHealth::with_probe(Arc::new(move || {
+            let up = probe_answering.load(std::sync::atomic::Ordering::SeqCst);
+            Box::pin(async move { up })
+        }));
+        let gone = watcher::Error::WatchError(Box::new(
+            kube::core::Status::failure("too old", "Expired").with_code(410),
+        ));
+        health.failed("a", &gone);
         assert!(!health.is_down(), "410 means relist, not an outage");
         let refused =
             watcher::Error::WatchStartFailed(kube::Error::Service("connection refused".into()));
-        health.failed("test", &refused);
-        health.failed("test", &refused);
+        health.failed("a", &refused);
+        health.failed("b", &refused);
         assert!(health.is_down());
         assert_eq!(health.reachable_gauge.get(), 0);
-        health.reachable();
+        tokio::time::sleep(SETTLE * 2).await;
+        assert!(health.is_down(), "the server does not answer yet");
+        answering.store(true, std::sync::atomic::Ordering::SeqCst);
+        health.failed("a", &refused);
+        tokio::time::sleep(SETTLE / 2).await;
+        assert!(health.is_down(), "a watch failed less than SETTLE ago");
+        tokio::time::sleep(SETTLE).await;
         assert!(!health.is_down());
         assert_eq!(health.reachable_gauge.get(), 1);
     }

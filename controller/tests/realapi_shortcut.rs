@@ -59,7 +59,7 @@ async fn shortcut_is_event_driven_guarded_and_cleaned_up() {
         hub_client.clone(),
         Some(NAMESPACE.to_owned()),
         "europe".to_owned(),
-        kubetun_controller::runtime::ApiHealth::new(),
+        kubetun_controller::runtime::ApiHealth::new(hub_client.clone()),
     ));
 
     let creations = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));

@@ -349,6 +349,22 @@ impl TestCluster {
         if self.apiserver.is_some() {
             return Ok(());
         }
+        // Right after a kill the kernel may still hold the old listener's port for a moment.
+        let mut attempts = 0;
+        loop {
+            match self.start_apiserver_once().await {
+                Err(Error::Exited { log_tail, .. })
+                    if attempts < 20 && log_tail.contains("address already in use") =>
+                {
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    async fn start_apiserver_once(&mut self) -> Result<(), Error> {
         let log = self.apiserver_log();
         let stdout = append(&log)?;
         let stderr = stdout.try_clone().map_err(io("cannot dup a log file"))?;
@@ -671,8 +687,15 @@ pub fn stop_dir(dir: &Path) {
     let _ = std::fs::remove_file(dir.join("pids"));
 }
 
+/// Selects ring as the process's rustls provider unless one is set: with more than one
+/// provider compiled in, rustls refuses to guess.
+pub fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// A client for the kubeconfig at `path`, with the generous timeouts a test wants.
 pub async fn client_for(path: &Path) -> Result<kube::Client, Error> {
+    install_tls_provider();
     let kubeconfig = Kubeconfig::read_from(path).map_err(|e| Error::Kubeconfig(e.to_string()))?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
@@ -725,14 +748,31 @@ fn etcd_lacks_watch_list(etcd: &Path) -> bool {
     (major, minor) < (3, 5)
 }
 
-/// A port nobody listens on now. Racy by nature; the starts retry on a clash.
+/// A free loopback port below Linux' ephemeral range (32768-60999): a port from that range
+/// could be taken as the local port of some client connection while the API server is down,
+/// and its restart on the same port would fail. Racy by nature; the starts retry on a clash.
 fn free_port() -> Result<u16, Error> {
-    let listener = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
-        .map_err(io("cannot bind a loopback port"))?;
-    Ok(listener
-        .local_addr()
-        .map_err(io("cannot read a bound port"))?
-        .port())
+    const PORTS: std::ops::Range<u32> = 20_000..32_000;
+    let mut seed = u32::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos()),
+    )
+    .unwrap_or_default()
+        ^ std::process::id().wrapping_mul(2_654_435_761);
+    for _ in 0..200 {
+        seed ^= seed << 13;
+        seed ^= seed >> 17;
+        seed ^= seed << 5;
+        let port = u16::try_from(PORTS.start + seed % (PORTS.end - PORTS.start)).unwrap_or(20_000);
+        if TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(Error::Io {
+        what: "no free loopback port in 20000-32000".into(),
+        source: std::io::Error::from(std::io::ErrorKind::AddrInUse),
+    })
 }
 
 fn unique_suffix() -> u64 {

@@ -24,6 +24,13 @@ use kubetun_crds::{ClusterRef, Endpoint};
 use prometheus_client::registry::Registry;
 use tracing_subscriber::EnvFilter;
 
+/// kube-client logs every failed HTTP request at ERROR and kube-runtime's watcher every 403
+/// at WARN (a restarting API server answers 403 until its RBAC caches are filled); the
+/// controller reports what matters itself (one line per outage with the error, reconcile
+/// failures), so those stay quiet by default.
+const DEFAULT_LOG_FILTER: &str =
+    "info,kube_client::client::builder=off,kube_runtime::watcher=error";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "kubetun-controller",
@@ -122,14 +129,16 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     if std::env::args_os().nth(1).is_some_and(|arg| arg == "agent") {
         let args = kubetun_controller::agent::AgentArgs::parse_from(std::env::args_os().skip(1));
-        let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+        let filter = EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
         tracing_subscriber::fmt().with_env_filter(filter).init();
         return kubetun_controller::agent::run(args)
             .await
             .context("route agent failed");
     }
     let args = Args::parse();
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
     if args.log_json {
         tracing_subscriber::fmt()
             .json()

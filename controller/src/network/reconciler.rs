@@ -101,6 +101,7 @@ impl Context {
     /// A context with the system clock and the default GC grace period.
     pub fn new(client: Client, opts: &NetworkOptions) -> Result<Self, Error> {
         let range = IdRange::new(opts.min_vni, opts.max_vni)?;
+        let health = ApiHealth::new(client.clone());
         Ok(Self {
             allocator: IdAllocator::new(client.clone(), range, opts.max_attempts),
             client,
@@ -110,7 +111,7 @@ impl Context {
             namespace: None,
             recorder: None,
             backoff: ErrorBackoff::default(),
-            health: ApiHealth::new(),
+            health,
         })
     }
 

@@ -23,6 +23,10 @@ use crate::reconcile::tunnel_endpoint::{self, GatewayReport};
 
 /// How often the gateway pushes its status on the watch stream.
 const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+/// How long one sync (API reads, Apply, status writes) may take before it starts over.
+const SYNC_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long opening the gateway's status watch may take.
+const WATCH_OPEN_TIMEOUT: Duration = Duration::from_secs(2);
 /// Full resync even without any trigger.
 const RESYNC: Duration = Duration::from_secs(30);
 /// First and largest delay between attempts to reach a gateway that is down.
@@ -189,7 +193,18 @@ impl GatewaySync {
     }
 
     async fn sync_logged(&mut self) {
-        match self.sync().await {
+        // API requests have no deadline of their own (kube's read timeout is sized for
+        // watches); a sync stuck on one gives up and starts over.
+        let Ok(result) = tokio::time::timeout(SYNC_TIMEOUT, self.sync()).await else {
+            if self.ctx.health.is_down() {
+                tracing::debug!(timeout = ?SYNC_TIMEOUT, "gateway sync timed out; retrying");
+            } else {
+                tracing::warn!(timeout = ?SYNC_TIMEOUT, "gateway sync timed out; retrying");
+            }
+            self.ctx.wake_gateway_sync();
+            return;
+        };
+        match result {
             Ok(outcome) => {
                 if let Some(error) = outcome.error {
                     tracing::debug!(%error, "gateway does not run the desired state");
@@ -197,7 +212,12 @@ impl GatewaySync {
             }
             Err(error) => {
                 self.ctx.metrics.failed("gateway", &error);
-                tracing::warn!(%error, "gateway sync failed");
+                if matches!(&error, Error::Kube(e) if self.ctx.health.is_down() || crate::runtime::is_transient(e))
+                {
+                    tracing::debug!(%error, "gateway sync failed");
+                } else {
+                    tracing::warn!(%error, "gateway sync failed");
+                }
             }
         }
     }
@@ -210,7 +230,18 @@ impl GatewaySync {
         let mut reconnect_delay = RECONNECT_MIN;
         let mut reachable = None;
         loop {
-            let stream = self.gateway.watch(WATCH_INTERVAL).await;
+            // A gateway that accepts but does not answer (stuck, or still starting) is treated
+            // as unreachable rather than holding the loop.
+            let stream =
+                match tokio::time::timeout(WATCH_OPEN_TIMEOUT, self.gateway.watch(WATCH_INTERVAL))
+                    .await
+                {
+                    Ok(result) => result,
+                    Err(_) => Err(GatewayClientError::Unavailable {
+                        socket: self.gateway.socket().to_owned(),
+                        message: format!("the watch did not open within {WATCH_OPEN_TIMEOUT:?}"),
+                    }),
+                };
             let now_reachable = stream.is_ok();
             if reachable != Some(now_reachable) || now_reachable {
                 // A (re)connected gateway gets the state again if it lost it; a gateway that
@@ -231,7 +262,8 @@ impl GatewaySync {
                     reconnect_delay = RECONNECT_MIN;
                     stream
                 }
-                Err(_) => {
+                Err(error) => {
+                    tracing::debug!(%error, "gateway watch failed");
                     tokio::select! {
                         () = tokio::time::sleep(reconnect_delay) => {}
                         () = self.ctx.gateway_sync_requested() => self.sync_logged().await,

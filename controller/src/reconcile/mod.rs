@@ -160,8 +160,9 @@ pub async fn collect_garbage(ctx: &Context) -> Result<Vec<String>, Error> {
 fn error_policy(nc: Arc<NetworkConfig>, error: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.failed("networkconfig", error);
     let delay = ctx.backoff.failed(&nc.name_any());
-    if ctx.health.is_down() {
-        // Already said once by ApiHealth; each failed retry is not news.
+    let transient = matches!(error, Error::Kube(e) if runtime::is_transient(e));
+    if ctx.health.is_down() || transient {
+        // An API server going away is said once by ApiHealth; each failed retry is not news.
         tracing::debug!(networkconfig = %nc.name_any(), %error, retry_in = ?delay, "reconcile failed");
     } else {
         tracing::warn!(networkconfig = %nc.name_any(), %error, retry_in = ?delay, "reconcile failed");

@@ -303,10 +303,6 @@ pub fn start_controller(plane: &ControlPlaneState) -> Result<u32, LabError> {
         .args(&plane.controller_args)
         .arg("--kubeconfig")
         .arg(&plane.controller_kubeconfig)
-        .env(
-            "RUST_LOG",
-            std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
-        )
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err)
