@@ -4,6 +4,7 @@
 
 pub mod gateway;
 pub mod network;
+pub mod output;
 pub mod shortcut;
 
 use std::io::IsTerminal as _;
@@ -47,6 +48,9 @@ pub enum Error {
     /// A flag value is unusable.
     #[error("{0}")]
     Usage(String),
+    /// `-o json|yaml` could not be rendered.
+    #[error(transparent)]
+    Render(#[from] output::RenderError),
     /// A wait ran out of time.
     #[error("timed out after {timeout:?} waiting for {what}")]
     Timeout {
