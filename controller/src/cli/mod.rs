@@ -2,6 +2,7 @@
 //! `--kubeconfig`/`--context`, the `(local)`/`(remote)` progress printer, durations and
 //! endpoints as flags, and plain-text tables.
 
+pub mod diagnose;
 pub mod gateway;
 pub mod network;
 pub mod output;
@@ -48,6 +49,9 @@ pub enum Error {
     /// A flag value is unusable.
     #[error("{0}")]
     Usage(String),
+    /// `kubetun diagnose` found a broken hop (the report names it and what to do).
+    #[error("broken hop: {0}")]
+    Broken(String),
     /// `-o json|yaml` could not be rendered.
     #[error(transparent)]
     Render(#[from] output::RenderError),
