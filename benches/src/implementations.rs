@@ -21,6 +21,9 @@ pub enum Implementation {
     /// This project's gateway with two data-path queues (`--queues 2`): a multi-queue TUN
     /// device and two `SO_REUSEPORT` sockets per family, each read by its own task.
     KubetunMq,
+    /// Another build of this project's gateway (`--kubetun-baseline`), e.g. the previous
+    /// release, run like `kubetun` so that two builds are compared in one run.
+    KubetunBaseline,
     /// The Go userspace implementation (as packaged by the distribution).
     WireguardGo,
     /// Cloudflare's boringtun daemon.
@@ -29,11 +32,12 @@ pub enum Implementation {
 
 impl Implementation {
     /// Every implementation, in column order.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 7] = [
         Self::Veth,
         Self::Kubetun,
         Self::KubetunBusyPoll,
         Self::KubetunMq,
+        Self::KubetunBaseline,
         Self::WireguardGo,
         Self::BoringtunCli,
     ];
@@ -45,6 +49,7 @@ impl Implementation {
             Self::Kubetun => "kubetun",
             Self::KubetunBusyPoll => "kubetun-busy-poll",
             Self::KubetunMq => "kubetun-mq",
+            Self::KubetunBaseline => "kubetun-baseline",
             Self::WireguardGo => "wireguard-go",
             Self::BoringtunCli => "boringtun-cli",
         }
@@ -62,6 +67,7 @@ impl Implementation {
             Self::Kubetun => "kt",
             Self::KubetunBusyPoll => "kp",
             Self::KubetunMq => "km",
+            Self::KubetunBaseline => "ko",
             Self::WireguardGo => "wg",
             Self::BoringtunCli => "bt",
         }
@@ -93,6 +99,8 @@ pub struct Binaries {
     pub wireguard_go: Option<PathBuf>,
     /// `boringtun-cli`.
     pub boringtun_cli: Option<PathBuf>,
+    /// The second `kubetun-gateway` build (only from `--kubetun-baseline`).
+    pub kubetun_baseline: Option<PathBuf>,
 }
 
 impl Binaries {
@@ -103,6 +111,7 @@ impl Binaries {
             Implementation::Kubetun
             | Implementation::KubetunBusyPoll
             | Implementation::KubetunMq => self.kubetun.as_deref(),
+            Implementation::KubetunBaseline => self.kubetun_baseline.as_deref(),
             Implementation::WireguardGo => self.wireguard_go.as_deref(),
             Implementation::BoringtunCli => self.boringtun_cli.as_deref(),
         }
@@ -119,7 +128,10 @@ pub fn daemon_command(
     let binary = binary.to_string_lossy().into_owned();
     match implementation {
         Implementation::Veth => Vec::new(),
-        Implementation::Kubetun | Implementation::KubetunBusyPoll | Implementation::KubetunMq => {
+        Implementation::Kubetun
+        | Implementation::KubetunBusyPoll
+        | Implementation::KubetunMq
+        | Implementation::KubetunBaseline => {
             let mut command = vec![
                 binary,
                 "-f".into(),
@@ -271,6 +283,16 @@ mod tests {
         );
         assert!(boringtun.contains(&"--disable-drop-privileges".to_owned()));
         assert_eq!(boringtun.last().map(String::as_str), Some("kb-bt-a"));
+        let baseline = daemon_command(
+            Implementation::KubetunBaseline,
+            Path::new("/old/kubetun-gateway"),
+            "kb-ko-a",
+            dir,
+        );
+        assert_eq!(
+            baseline.join(" "),
+            "/old/kubetun-gateway -f --grpc-socket /run/bench/kb-ko-a.grpc.sock kb-ko-a"
+        );
         assert!(daemon_command(Implementation::Veth, Path::new("x"), "y", dir).is_empty());
     }
 

@@ -83,6 +83,7 @@ pub fn locate_binaries(
                 .then(|| installed.clone())
                 .or_else(|| find_on_path("boringtun-cli"))
         }),
+        kubetun_baseline: explicit.kubetun_baseline,
     };
     if requested.contains(&Implementation::BoringtunCli)
         && binaries.boringtun_cli.is_none()
@@ -110,6 +111,9 @@ pub fn locate_binaries(
                 | Implementation::KubetunBusyPoll
                 | Implementation::KubetunMq => {
                     "kubetun-gateway not found: build it (cargo build --release -p kubetun-gateway)"
+                }
+                Implementation::KubetunBaseline => {
+                    "kubetun-baseline needs --kubetun-baseline <another kubetun-gateway build>"
                 }
                 Implementation::WireguardGo => {
                     "wireguard-go not found: install it (apt-get install wireguard-go)"

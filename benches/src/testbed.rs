@@ -296,6 +296,7 @@ fn subnet_of(implementation: Implementation) -> u8 {
         Implementation::BoringtunCli => 3,
         Implementation::KubetunBusyPoll => 4,
         Implementation::KubetunMq => 5,
+        Implementation::KubetunBaseline => 6,
     }
 }
 

@@ -79,6 +79,10 @@ struct Args {
     /// kubetun-gateway executable [default: next to this program, else PATH].
     #[arg(long)]
     kubetun_gateway: Option<PathBuf>,
+    /// A second kubetun-gateway build measured as `kubetun-baseline` (e.g. the previous
+    /// release, to compare two builds in one run).
+    #[arg(long)]
+    kubetun_baseline: Option<PathBuf>,
     /// wireguard-go executable [default: PATH].
     #[arg(long)]
     wireguard_go: Option<PathBuf>,
@@ -143,6 +147,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             kubetun: args.kubetun_gateway,
             wireguard_go: args.wireguard_go,
             boringtun_cli: args.boringtun_cli,
+            kubetun_baseline: args.kubetun_baseline,
         },
         &kubetun_benches::tools_dir(&work_dir),
         args.install_boringtun.then_some(Duration::from_secs(1200)),

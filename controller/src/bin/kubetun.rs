@@ -27,6 +27,9 @@ enum Command {
     Network(cli::network::NetworkArgs),
     /// Manage leaf-to-leaf shortcuts from the hub: create, delete, list.
     Shortcut(cli::shortcut::ShortcutArgs),
+    /// Check every hop of a link (resources, gateway, handshake, remap tables, MTU, route
+    /// agent) and name the first broken one.
+    Diagnose(cli::diagnose::DiagnoseArgs),
 }
 
 #[tokio::main]
@@ -44,6 +47,7 @@ async fn main() -> ExitCode {
         Command::Gateway(args) => cli::gateway::run(args).await.map_err(Into::into),
         Command::Network(args) => cli::network::run(args).await.map_err(Into::into),
         Command::Shortcut(args) => cli::shortcut::run(args).await.map_err(Into::into),
+        Command::Diagnose(args) => cli::diagnose::run(args).await.map_err(Into::into),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -2,8 +2,10 @@
 //! `--kubeconfig`/`--context`, the `(local)`/`(remote)` progress printer, durations and
 //! endpoints as flags, and plain-text tables.
 
+pub mod diagnose;
 pub mod gateway;
 pub mod network;
+pub mod output;
 pub mod shortcut;
 
 use std::path::{Path, PathBuf};
@@ -46,6 +48,12 @@ pub enum Error {
     /// A flag value is unusable.
     #[error("{0}")]
     Usage(String),
+    /// `kubetun diagnose` found a broken hop (the report names it and what to do).
+    #[error("broken hop: {0}")]
+    Broken(String),
+    /// `-o json|yaml` could not be rendered.
+    #[error(transparent)]
+    Render(#[from] output::RenderError),
     /// A wait ran out of time.
     #[error("timed out after {timeout:?} waiting for {what}")]
     Timeout {

@@ -164,6 +164,8 @@ pub struct StatusArgs {
     /// Only the link to this peer cluster id.
     #[arg(long)]
     peer: Option<String>,
+    #[command(flatten)]
+    output: super::output::OutputArgs,
 }
 
 async fn local_handle(args: &LocalClusterArgs) -> Result<ClusterHandle, Error> {
@@ -293,6 +295,11 @@ pub async fn run(args: NetworkArgs) -> Result<(), Error> {
                 .into_iter()
                 .filter(|l| args.peer.as_ref().is_none_or(|p| *p == l.peer.id))
                 .collect();
+            let machine = super::output::NetworkStatusOutput::new(&local.namespace, &links);
+            if let Some(text) = super::output::render(args.output.format, &machine)? {
+                print!("{text}");
+                return Ok(());
+            }
             if links.is_empty() {
                 println!("no links in namespace {}", local.namespace);
             }

@@ -145,6 +145,8 @@ pub struct ListArgs {
     /// Every namespace of the hub.
     #[arg(long, short = 'A')]
     all_namespaces: bool,
+    #[command(flatten)]
+    output: super::output::OutputArgs,
 }
 
 /// Runs a `shortcut` subcommand.
@@ -167,7 +169,10 @@ pub async fn run(args: ShortcutArgs) -> Result<(), Error> {
                         action: "list ShortcutConnections".to_owned(),
                         error: Box::new(source),
                     })?;
-            if shortcuts.items.is_empty() {
+            let machine = super::output::ShortcutListOutput::new(&shortcuts.items);
+            if let Some(text) = super::output::render(args.output.format, &machine)? {
+                print!("{text}");
+            } else if shortcuts.items.is_empty() {
                 println!("no shortcuts");
             } else {
                 print!("{}", render_shortcuts(&shortcuts.items));
