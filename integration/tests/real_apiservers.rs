@@ -331,15 +331,11 @@ async fn seed_lab_on_real_apiservers_survives_faults() {
     // Shortcut delete and create on the hub: time to first packet, and when --wait returns.
     let shortcut = format!("{}-{}", rome.id, milan.id);
     let hub_kubeconfig = plane(europe).kubeconfig.to_string_lossy().into_owned();
-    apiserver::kubetun(&[
-        "shortcut",
-        "delete",
-        &shortcut,
-        "--kubeconfig",
-        &hub_kubeconfig,
-        "--wait",
-    ])
-    .expect("shortcut delete");
+    let delete_shortcut = || {
+        apiserver::kubetun(&["shortcut", "delete", &shortcut, "--kubeconfig", &hub_kubeconfig, "--wait"])
+            .expect("shortcut delete")
+    };
+    delete_shortcut();
     assert!(
         first_reply(&ns, &addr, Duration::from_secs(2)).is_none(),
         "no path between the leaves without the shortcut"
@@ -364,15 +360,7 @@ async fn seed_lab_on_real_apiservers_survives_faults() {
         );
         times.push(first);
         if round < 2 {
-            apiserver::kubetun(&[
-                "shortcut",
-                "delete",
-                &shortcut,
-                "--kubeconfig",
-                &hub_kubeconfig,
-                "--wait",
-            ])
-            .expect("shortcut delete");
+            delete_shortcut();
         }
     }
     let first = median(times);

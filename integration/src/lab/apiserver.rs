@@ -286,18 +286,7 @@ fn controller_args(cluster: &ClusterState, underlay: Ipv4Net, hub: bool) -> Vec<
 /// outlives `kubetun-lab up`); returns its PID.
 pub fn start_controller(plane: &ControlPlaneState) -> Result<u32, LabError> {
     let binary = crate::netns::sibling_binary("kubetun-controller");
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&plane.controller_log)
-        .map_err(|error| LabError::Io {
-            path: plane.controller_log.clone(),
-            error,
-        })?;
-    let log_err = log.try_clone().map_err(|error| LabError::Io {
-        path: plane.controller_log.clone(),
-        error,
-    })?;
+    let (log, log_err) = super::fabric::open_log(&plane.controller_log)?;
     use std::os::unix::process::CommandExt as _;
     let child = Command::new(&binary)
         .args(&plane.controller_args)

@@ -296,22 +296,26 @@ pub fn holds_underlay(ns: &str) -> bool {
     named::exec(ns, &["ip", "link", "show", UNDERLAY_IF]).is_ok()
 }
 
+/// A log file opened for appending, twice: a child's stdout and stderr.
+pub fn open_log(path: &Path) -> Result<(std::fs::File, std::fs::File), LabError> {
+    let io = |error| LabError::Io {
+        path: path.to_owned(),
+        error,
+    };
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(io)?;
+    let log_err = log.try_clone().map_err(io)?;
+    Ok((log, log_err))
+}
+
 /// Starts the gateway of `cluster` in its namespace, detached from the terminal's process
 /// group so it outlives `up`; its log goes to `cluster.log` (appended to, so a moved gateway
 /// keeps the history). Returns its PID once its gRPC socket exists.
 pub fn start_gateway(cluster: &ClusterState, binary: &Path) -> Result<u32, LabError> {
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&cluster.log)
-        .map_err(|error| LabError::Io {
-            path: cluster.log.clone(),
-            error,
-        })?;
-    let log_err = log.try_clone().map_err(|error| LabError::Io {
-        path: cluster.log.clone(),
-        error,
-    })?;
+    let (log, log_err) = open_log(&cluster.log)?;
     let binary = binary.to_string_lossy();
     let grpc = cluster.grpc_socket.to_string_lossy();
     let mut cmd = named::command(&cluster.namespace, &binary);
