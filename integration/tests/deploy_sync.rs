@@ -172,7 +172,8 @@ fn every_variable_the_manifests_set_is_read_by_a_binary() {
         }
     }
     assert!(
-        set.iter().any(|(name, _)| name == "KUBETUN_GATEWAY_INTERFACE"),
+        set.iter()
+            .any(|(name, _)| name == "KUBETUN_GATEWAY_INTERFACE"),
         "the scan found no variables in the manifests: {set:?}"
     );
     let unknown: Vec<String> = set

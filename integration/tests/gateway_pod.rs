@@ -311,6 +311,53 @@ fn deployment_template() -> Value {
         .clone()
 }
 
+/// Does for the container what the kubelet does and `podman kube play` does not: env values
+/// from the ConfigMap (deploy/config.yaml) and `$(NAME)` references in `command` and `args`.
+fn resolve_config_refs(container: &mut Value) {
+    use serde::Deserialize as _;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/config.yaml");
+    let text = std::fs::read_to_string(&path).expect("deploy/config.yaml");
+    let config = serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).expect("YAML"))
+        .find(|doc| doc["kind"].as_str() == Some("ConfigMap"))
+        .expect("a ConfigMap in deploy/config.yaml");
+    let Some(env) = container["env"].as_sequence_mut() else {
+        return;
+    };
+    for var in env.iter_mut() {
+        let Some(key) = var["valueFrom"]["configMapKeyRef"]["key"].as_str() else {
+            continue;
+        };
+        let value = config["data"][key]
+            .as_str()
+            .unwrap_or_else(|| panic!("deploy/config.yaml has no {key}"))
+            .to_owned();
+        let map = var.as_mapping_mut().expect("env entry");
+        map.remove("valueFrom");
+        map.insert("value".into(), value.into());
+    }
+    let values: Vec<(String, String)> = env
+        .iter()
+        .filter_map(|var| {
+            Some((
+                var["name"].as_str()?.to_owned(),
+                var["value"].as_str()?.to_owned(),
+            ))
+        })
+        .collect();
+    for field in ["command", "args"] {
+        for arg in container[field].as_sequence_mut().into_iter().flatten() {
+            if let Some(text) = arg.as_str() {
+                let mut expanded = text.to_owned();
+                for (name, value) in &values {
+                    expanded = expanded.replace(&format!("$({name})"), value);
+                }
+                *arg = expanded.into();
+            }
+        }
+    }
+}
+
 /// One gateway pod made from the Deployment's template.
 struct GatewayPod {
     name: String,
@@ -362,6 +409,7 @@ fn play_pod(made: &mut Made, work: &Path, name: &str, image: &str, network: &str
         .iter()
         .filter_map(|m| m["name"].as_str().map(str::to_owned))
         .collect();
+    resolve_config_refs(&mut gateway);
     let map = gateway.as_mapping_mut().expect("container");
     map.insert("image".into(), image.into());
     map.remove("readinessProbe");

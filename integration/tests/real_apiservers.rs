@@ -332,8 +332,15 @@ async fn seed_lab_on_real_apiservers_survives_faults() {
     let shortcut = format!("{}-{}", rome.id, milan.id);
     let hub_kubeconfig = plane(europe).kubeconfig.to_string_lossy().into_owned();
     let delete_shortcut = || {
-        apiserver::kubetun(&["shortcut", "delete", &shortcut, "--kubeconfig", &hub_kubeconfig, "--wait"])
-            .expect("shortcut delete")
+        apiserver::kubetun(&[
+            "shortcut",
+            "delete",
+            &shortcut,
+            "--kubeconfig",
+            &hub_kubeconfig,
+            "--wait",
+        ])
+        .expect("shortcut delete")
     };
     delete_shortcut();
     assert!(
