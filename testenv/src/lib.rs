@@ -753,12 +753,9 @@ fn etcd_lacks_watch_list(etcd: &Path) -> bool {
 /// and its restart on the same port would fail. Racy by nature; the starts retry on a clash.
 fn free_port() -> Result<u16, Error> {
     const PORTS: std::ops::Range<u32> = 20_000..32_000;
-    let mut seed = u32::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos()),
-    )
-    .unwrap_or_default()
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
         ^ std::process::id().wrapping_mul(2_654_435_761);
     for _ in 0..200 {
         seed ^= seed << 13;
