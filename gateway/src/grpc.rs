@@ -70,7 +70,7 @@ impl Gateway for GatewayService {
             .ok_or_else(|| Status::invalid_argument("state is required"))?;
         let outcome = self
             .device
-            .update(|current| Ok(DesiredState::from_proto(desired, current)?))
+            .update(|current| Ok(DesiredState::from_proto(desired.clone(), current)?))
             .await
             .map_err(apply_status)?;
         Ok(Response::new(proto::ApplyResponse {

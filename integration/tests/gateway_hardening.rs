@@ -728,10 +728,34 @@ fn an_unanswered_dns_name_fails_the_apply_fast_with_a_log_line() {
         }],
     };
     let started = Instant::now();
-    let rejected = runtime
-        .block_on(client.apply(state))
-        .expect_err("unresolvable");
+    // While the lookup waits, the control plane answers: another apply (IP endpoints only)
+    // goes through at once, and the stuck one does not hold it.
+    let other = api::DesiredState {
+        version: "ip-only".into(),
+        interface: Some(api::Interface::default()),
+        peers: vec![api::Peer {
+            public_key: base64_encode(&[8u8; 32]),
+            name: "near".into(),
+            endpoint: "203.0.113.9:51820".into(),
+            ..Default::default()
+        }],
+    };
+    let (rejected, other_took) = runtime.block_on(async {
+        let stuck = client.apply(state);
+        let quick = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let asked = Instant::now();
+            client.apply(other).await.expect("the IP-only apply");
+            asked.elapsed()
+        };
+        tokio::join!(stuck, quick)
+    });
+    let rejected = rejected.expect_err("unresolvable");
     let elapsed = started.elapsed();
+    assert!(
+        other_took < Duration::from_millis(500),
+        "an apply without names waited {other_took:?} behind a lookup"
+    );
     assert!(rejected.is_rejection(), "{rejected}");
     assert!(
         elapsed < Duration::from_secs(4),

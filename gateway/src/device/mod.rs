@@ -244,26 +244,45 @@ impl Device {
     /// Validates `next` and makes it the active state. Applying the state already active
     /// changes nothing. On error the previous state stays active.
     pub async fn apply(&self, next: DesiredState) -> Result<ApplyOutcome, ApplyError> {
-        self.update(|_| Ok(next)).await
+        self.update(|_| Ok(next.clone())).await
     }
 
     /// Like [`Device::apply`], with the next state derived from the active one by `change`;
     /// concurrent updates are serialized, so none is lost (a UAPI `set` is a read-modify-write).
+    ///
+    /// Endpoint names are looked up without the control lock (a lookup may take up to its
+    /// timeout, and other updates, `get`s and status calls must not wait for it). If another
+    /// update landed meanwhile, `change` runs again on the new state; after a few such races
+    /// the lookup happens under the lock, so an update cannot starve.
     pub async fn update(
         &self,
-        change: impl FnOnce(&DesiredState) -> Result<DesiredState, ApplyError>,
+        change: impl Fn(&DesiredState) -> Result<DesiredState, ApplyError>,
     ) -> Result<ApplyOutcome, ApplyError> {
-        let mut control = self.control.lock().await;
-        let current = self.shared.snapshot.load_full();
-        let next = change(&current.state)?;
-        next.validate()?;
-        if current.state == next {
-            return Ok(ApplyOutcome {
-                generation: current.generation,
-                changed: false,
-            });
-        }
-        let resolved = resolve::resolve_endpoints(&next).await?;
+        const OPTIMISTIC_ATTEMPTS: usize = 3;
+        let mut attempt = 0;
+        let (mut control, current, next, resolved) = loop {
+            attempt += 1;
+            let control = self.control.lock().await;
+            let current = self.shared.snapshot.load_full();
+            let next = change(&current.state)?;
+            next.validate()?;
+            if current.state == next {
+                return Ok(ApplyOutcome {
+                    generation: current.generation,
+                    changed: false,
+                });
+            }
+            if !resolve::has_names(&next) || attempt > OPTIMISTIC_ATTEMPTS {
+                let resolved = resolve::resolve_endpoints(&next).await?;
+                break (control, current, next, resolved);
+            }
+            drop(control);
+            let resolved = resolve::resolve_endpoints(&next).await?;
+            let control = self.control.lock().await;
+            if Arc::ptr_eq(&self.shared.snapshot.load_full(), &current) {
+                break (control, current, next, resolved);
+            }
+        };
         let port = next.interface.listen_port;
         let fwmark = next.interface.fwmark;
         let current_sockets = self.shared.sockets.load_full();

@@ -22,6 +22,14 @@ const HEALTHY_HANDSHAKE_MS: u64 = 135_000;
 /// server; an apply waits for its names, so a bad one must fail fast.
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Whether any peer's endpoint is a name (only those need a lookup).
+pub fn has_names(state: &DesiredState) -> bool {
+    state
+        .peers
+        .iter()
+        .any(|peer| matches!(peer.endpoint, Some(Endpoint::Host { .. })))
+}
+
 /// The endpoint of every peer of `state` (same order), names resolved to their first address.
 /// All names are looked up at once, each bounded by [`RESOLVE_TIMEOUT`], so a state with
 /// unresolvable names is rejected after at most that long; each failure is logged.
