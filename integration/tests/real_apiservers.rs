@@ -385,7 +385,13 @@ async fn seed_lab_on_real_apiservers_survives_faults() {
         nix::sys::signal::Signal::SIGKILL
     ));
     let restarted = Instant::now();
-    apiserver::start_controller(plane(rome)).expect("restart controller");
+    let new_pid = apiserver::start_controller(plane(rome)).expect("restart controller");
+    // Recorded, so the lab's teardown stops the new process too.
+    let mut lab_state = state(&dir);
+    if let Some(plane) = lab_state.clusters[ROME].control_plane.as_mut() {
+        plane.controller_pid = Some(new_pid);
+    }
+    lab_state.save(&dir).expect("save");
     let took = network_reconciled(
         &admin(rome).await,
         "after-controller-kill",
