@@ -289,3 +289,50 @@ impl Drop for FakeGateway {
         }
     }
 }
+
+/// A test cluster's info: `id` as id and name, the given CIDRs, the service CIDR
+/// 10.96.0.0/12 and an endpoint `<id>.gateway.example:51820`. Panics on a malformed CIDR.
+#[allow(clippy::unwrap_used)]
+pub fn cluster_info(
+    id: &str,
+    pod: &str,
+    external: &str,
+    key: &crate::keys::GatewayKey,
+) -> crate::cluster_info::ClusterInfo {
+    crate::cluster_info::ClusterInfo {
+        cluster: kubetun_crds::ClusterRef {
+            id: id.into(),
+            name: id.into(),
+        },
+        pod_cidrs: vec![pod.parse().unwrap()],
+        external_cidrs: vec![external.parse().unwrap()],
+        service_cidrs: vec!["10.96.0.0/12".parse().unwrap()],
+        endpoint: kubetun_crds::Endpoint {
+            address: format!("{id}.gateway.example"),
+            port: 51820,
+        },
+        public_key: key.public_base64().to_owned(),
+        mtu: 1420,
+    }
+}
+
+/// The gateway settings of a test cluster: its key, port 51820, its own ranges as local
+/// prefixes, keepalive 25 s.
+pub fn gateway_settings(
+    key: &crate::keys::GatewayKey,
+    info: &crate::cluster_info::ClusterInfo,
+) -> crate::planner::GatewaySettings {
+    crate::planner::GatewaySettings {
+        private_key: key.private_base64(),
+        public_key: key.public_base64().to_owned(),
+        listen_port: 51820,
+        mtu: info.mtu,
+        local_prefixes: info
+            .local_ranges()
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+        persistent_keepalive: 25,
+        ..crate::planner::GatewaySettings::default()
+    }
+}

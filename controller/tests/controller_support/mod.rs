@@ -13,14 +13,11 @@ use kubetun_controller::context::{Context, ControllerConfig};
 use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::ipam::IpamConfig;
 use kubetun_controller::keys::GatewayKey;
-use kubetun_controller::planner::{
-    self, GatewaySettings, PEER_LABEL, ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE,
-};
+use kubetun_controller::planner::{self, PEER_LABEL, ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE};
 use kubetun_controller::reconcile::{self, SyncReport};
 use kubetun_controller::testing::FakeGateway;
 use kubetun_crds::{
-    ClusterRef, Endpoint, Network, NetworkConfig, NetworkConfigSpec, NetworkConfigStatus,
-    TunnelEndpoint,
+    Network, NetworkConfig, NetworkConfigSpec, NetworkConfigStatus, TunnelEndpoint,
 };
 
 pub const NAMESPACE: &str = "kubetun-system";
@@ -59,41 +56,7 @@ impl std::fmt::Debug for Cluster {
     }
 }
 
-pub fn cluster_info(id: &str, pod: &str, external: &str, key: &GatewayKey) -> ClusterInfo {
-    ClusterInfo {
-        cluster: ClusterRef {
-            id: id.into(),
-            name: id.into(),
-        },
-        pod_cidrs: vec![pod.parse().unwrap()],
-        external_cidrs: vec![external.parse().unwrap()],
-        service_cidrs: vec!["10.96.0.0/12".parse().unwrap()],
-        endpoint: Endpoint {
-            address: format!("{id}.gateway.example"),
-            port: 51820,
-        },
-        public_key: key.public_base64().to_owned(),
-        mtu: 1420,
-    }
-}
-
-pub fn settings(key: &GatewayKey, info: &ClusterInfo) -> GatewaySettings {
-    GatewaySettings {
-        private_key: key.private_base64(),
-        public_key: key.public_base64().to_owned(),
-        listen_port: 51820,
-        mtu: info.mtu,
-        addresses: vec![],
-        local_prefixes: info
-            .local_ranges()
-            .iter()
-            .map(ToString::to_string)
-            .collect(),
-        manage_routes: false,
-        persistent_keepalive: 25,
-        ..GatewaySettings::default()
-    }
-}
+pub use kubetun_controller::testing::{cluster_info, gateway_settings as settings};
 
 impl Cluster {
     pub async fn start(id: &str, pod: &str, external: &str) -> Self {

@@ -15,10 +15,9 @@ use kubetun_controller::context::{Context, ControllerConfig};
 use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::ipam::IpamConfig;
 use kubetun_controller::keys::GatewayKey;
-use kubetun_controller::planner::GatewaySettings;
 use kubetun_controller::reconcile;
 use kubetun_controller::testing::FakeGateway;
-use kubetun_crds::{ClusterRef, Endpoint};
+
 use kubetun_testenv::TestCluster;
 use tokio::task::JoinHandle;
 
@@ -81,36 +80,10 @@ impl Leaf {
     pub async fn start(cluster: &TestCluster, id: &str, pod: &str, external: &str) -> Self {
         let client = cluster.client().await.unwrap();
         let key = GatewayKey::generate();
-        let info = ClusterInfo {
-            cluster: ClusterRef {
-                id: id.into(),
-                name: id.into(),
-            },
-            pod_cidrs: vec![pod.parse().unwrap()],
-            external_cidrs: vec![external.parse().unwrap()],
-            service_cidrs: vec!["10.96.0.0/12".parse().unwrap()],
-            endpoint: Endpoint {
-                address: format!("{id}.gateway.example"),
-                port: 51820,
-            },
-            public_key: key.public_base64().to_owned(),
-            mtu: 1420,
-        };
+        let info = kubetun_controller::testing::cluster_info(id, pod, external, &key);
         info.publish(&client, NAMESPACE).await.unwrap();
         let gateway = FakeGateway::start().await.unwrap();
-        let settings = GatewaySettings {
-            private_key: key.private_base64(),
-            public_key: key.public_base64().to_owned(),
-            listen_port: 51820,
-            mtu: info.mtu,
-            local_prefixes: info
-                .local_ranges()
-                .iter()
-                .map(ToString::to_string)
-                .collect(),
-            persistent_keepalive: 25,
-            ..GatewaySettings::default()
-        };
+        let settings = kubetun_controller::testing::gateway_settings(&key, &info);
         let ctx = Context::new(
             client.clone(),
             ControllerConfig {

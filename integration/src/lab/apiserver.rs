@@ -101,7 +101,8 @@ pub fn start(
             .map_err(|e| LabError::Internal(e.to_string()))?
             .map_err(|e| LabError::Host(format!("API server of {}: {e}", cluster.name)))?;
         cluster.control_plane = Some(ControlPlaneState {
-            controller_kubeconfig: dir.join("kubeconfig-controller"),
+            // Written by `install` once the ServiceAccount exists.
+            controller_kubeconfig: PathBuf::new(),
             controller_log: state_dir.join(format!("{}-controller.log", cluster.id)),
             controller_pid: None,
             controller_args: controller_args(
@@ -117,13 +118,10 @@ pub fn start(
     for index in 0..clusters.len() {
         let cluster = &clusters[index];
         let plane = cluster.control_plane.clone().expect("set above");
-        runtime.block_on(install(&plane, &cluster.name))?;
-        let pid = start_controller(&plane)?;
-        clusters[index]
-            .control_plane
-            .as_mut()
-            .expect("set above")
-            .controller_pid = Some(pid);
+        let controller_kubeconfig = runtime.block_on(install(&plane, &cluster.name))?;
+        let plane = clusters[index].control_plane.as_mut().expect("set above");
+        plane.controller_kubeconfig = controller_kubeconfig;
+        plane.controller_pid = Some(start_controller(plane)?);
         save(clusters)?;
     }
     for cluster in clusters.iter() {
@@ -132,9 +130,9 @@ pub fn start(
     Ok(())
 }
 
-/// Applies the manifests, waits until the kubetun resources answer, and writes the
-/// controller's ServiceAccount kubeconfig.
-async fn install(plane: &ControlPlaneState, name: &str) -> Result<(), LabError> {
+/// Applies the manifests, waits until the kubetun resources answer, and returns a
+/// kubeconfig acting as the controller's ServiceAccount (a TokenRequest token).
+async fn install(plane: &ControlPlaneState, name: &str) -> Result<PathBuf, LabError> {
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         LabError::Host(format!("API server of {name}: {what}: {e}"))
     };
@@ -149,17 +147,11 @@ async fn install(plane: &ControlPlaneState, name: &str) -> Result<(), LabError> 
     wait_crds_served(&client)
         .await
         .map_err(|e| fail("CRDs", &e))?;
-    let cluster_dir = plane.dir.clone();
-    let token = service_account_kubeconfig(&client, &plane.kubeconfig)
+    TestCluster::attach(&plane.dir)
+        .map_err(|e| fail("cluster", &e))?
+        .service_account_kubeconfig(NAMESPACE, SERVICE_ACCOUNT)
         .await
-        .map_err(|e| fail("ServiceAccount token", &e))?;
-    crate::write_private(&plane.controller_kubeconfig, token.as_bytes()).map_err(|error| {
-        LabError::Io {
-            path: cluster_dir,
-            error,
-        }
-    })?;
-    Ok(())
+        .map_err(|e| fail("ServiceAccount token", &e))
 }
 
 /// Server-side applies every document of a multi-document YAML, like
@@ -219,42 +211,6 @@ pub async fn wait_crds_served(client: &Client) -> Result<(), kube::Error> {
         }
     }
     Ok(())
-}
-
-/// A kubeconfig acting as the controller's ServiceAccount (TokenRequest), as the pod would.
-async fn service_account_kubeconfig(
-    client: &Client,
-    admin_kubeconfig: &Path,
-) -> Result<String, BoxError> {
-    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-    use k8s_openapi::api::core::v1::ServiceAccount;
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), NAMESPACE);
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec {
-            expiration_seconds: Some(7 * 24 * 3600),
-            ..TokenRequestSpec::default()
-        }),
-        ..TokenRequest::default()
-    };
-    let token = accounts
-        .create_token_request(SERVICE_ACCOUNT, &Default::default(), &request)
-        .await?
-        .status
-        .and_then(|s| s.token)
-        .ok_or("TokenRequest returned no token")?;
-    // The admin's kubeconfig with its user replaced by the token.
-    let mut config: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(admin_kubeconfig)?)?;
-    let user = format!("system:serviceaccount:{NAMESPACE}:{SERVICE_ACCOUNT}");
-    config["users"] =
-        serde_yaml::from_str(&format!("[{{name: '{user}', user: {{token: '{token}'}}}}]"))?;
-    if let Some(contexts) = config["contexts"].as_sequence_mut() {
-        for context in contexts {
-            context["context"]["user"] = user.clone().into();
-            context["context"]["namespace"] = NAMESPACE.into();
-        }
-    }
-    Ok(serde_yaml::to_string(&config)?)
 }
 
 /// The controller's flags for a lab cluster: its CIDRs, the underlay reserved from IPAM, the
