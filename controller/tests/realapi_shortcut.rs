@@ -130,23 +130,41 @@ async fn shortcut_is_event_driven_guarded_and_cleaned_up() {
     }
     recorders.iter().for_each(tokio::task::JoinHandle::abort);
 
-    // A leaf knows whose link it is and refuses a direct disconnect.
-    let out = kubetun(&[
-        "network",
-        "disconnect",
-        "--kubeconfig",
-        rome_k.to_str().unwrap(),
-        "--remote-kubeconfig",
-        milan_k.to_str().unwrap(),
-    ])
-    .await;
-    let stderr = text(&out.stderr);
-    assert!(!out.status.success(), "{}", text(&out.stdout));
-    assert!(
-        stderr.contains("ShortcutConnection kubetun-system/rome-milan on hub europe")
-            && stderr.contains("--force"),
-        "{stderr}"
-    );
+    // A leaf knows whose link it is and refuses a direct disconnect or reset, also a reset of
+    // one side alone (the other cluster unreachable).
+    let unreachable = rome_k.with_file_name("missing-kubeconfig");
+    let refusals: [&[&str]; 3] = [
+        &[
+            "disconnect",
+            "--remote-kubeconfig",
+            milan_k.to_str().unwrap(),
+        ],
+        &["reset", "--remote-kubeconfig", milan_k.to_str().unwrap()],
+        &[
+            "reset",
+            "--remote-kubeconfig",
+            unreachable.to_str().unwrap(),
+            "--remote-cluster-id",
+            "milan",
+        ],
+    ];
+    for extra in refusals {
+        let mut argv = vec![
+            "network",
+            extra[0],
+            "--kubeconfig",
+            rome_k.to_str().unwrap(),
+        ];
+        argv.extend_from_slice(&extra[1..]);
+        let out = kubetun(&argv).await;
+        let stderr = text(&out.stderr);
+        assert!(!out.status.success(), "{argv:?}: {}", text(&out.stdout));
+        assert!(
+            stderr.contains("ShortcutConnection kubetun-system/rome-milan on hub europe")
+                && stderr.contains("--force"),
+            "{argv:?}: {stderr}"
+        );
+    }
     let rome_configs: Api<NetworkConfig> = Api::namespaced(rome.client().await.unwrap(), NAMESPACE);
     assert_eq!(
         rome_configs

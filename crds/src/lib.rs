@@ -31,13 +31,28 @@ pub const VERSION: &str = "v1alpha1";
 
 /// Every CustomResourceDefinition of the group, in a stable order.
 pub fn all_crds() -> Vec<CustomResourceDefinition> {
-    vec![
+    let mut crds = vec![
         NetworkConfig::crd(),
         TunnelEndpoint::crd(),
         ShortcutConnection::crd(),
         Network::crd(),
         NetworkId::crd(),
-    ]
+    ];
+    // The schema's title comes from the Rust type; tools show it, so it names the kind
+    // (`NetworkID`, not the Rust-cased `NetworkId`).
+    for crd in &mut crds {
+        let kind = crd.spec.names.kind.clone();
+        for version in &mut crd.spec.versions {
+            if let Some(schema) = version
+                .schema
+                .as_mut()
+                .and_then(|s| s.open_api_v3_schema.as_mut())
+            {
+                schema.title = Some(kind.clone());
+            }
+        }
+    }
+    crds
 }
 
 /// The CRDs as one multi-document YAML stream (what `deploy/crds/` holds).

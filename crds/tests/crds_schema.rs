@@ -452,3 +452,17 @@ fn schema_check_catches_a_bad_example() {
     schema_errors(&value, &schema("Network"), "Network", &mut errors);
     assert!(errors.is_empty(), "{errors:#?}");
 }
+
+/// `kubectl explain` and schema-driven editors show the title: it names the kind, also where
+/// the Rust type is cased differently (`NetworkId` for kind `NetworkID`).
+#[test]
+fn schema_titles_name_the_kind() {
+    for crd in all_crds() {
+        let kind = &crd.spec.names.kind;
+        assert_eq!(
+            schema(kind)["title"],
+            Value::from(kind.as_str()),
+            "title of {kind}"
+        );
+    }
+}

@@ -54,6 +54,12 @@ pub enum AttachmentMode {
     about = "kubetun route agent: routes every node's traffic for remote clusters through the gateway"
 )]
 pub struct AgentArgs {
+    /// Kubeconfig to use (default: in-cluster config, else $KUBECONFIG or ~/.kube/config).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// Context of the kubeconfig (default: its current context).
+    #[arg(long)]
+    pub context: Option<String>,
     /// This node's name (downward API `spec.nodeName`).
     #[arg(long, env = "KUBETUN_NODE_NAME")]
     pub node_name: String,
@@ -170,6 +176,9 @@ pub enum AgentError {
     /// Reading the cluster failed.
     #[error(transparent)]
     Source(#[from] SourceError),
+    /// No client could be built from the kubeconfig or the in-cluster configuration.
+    #[error(transparent)]
+    Client(#[from] crate::cli::Error),
     /// A Kubernetes API call failed.
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
@@ -246,7 +255,12 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
         );
         return Ok(());
     }
-    let client = Client::try_default().await?;
+    let client = crate::cli::KubeconfigSource {
+        path: args.kubeconfig.clone(),
+        context: args.context.clone(),
+    }
+    .client_or_in_cluster("local")
+    .await?;
     let node_ip = match config.node_ip {
         Some(ip) => ip,
         None => {

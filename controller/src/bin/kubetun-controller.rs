@@ -152,20 +152,12 @@ async fn main() -> anyhow::Result<()> {
             .init();
     }
 
-    kubetun_controller::cli::install_tls_provider();
-    let client = match (&args.kubeconfig, &args.context) {
-        (None, None) => kube::Client::try_default()
-            .await
-            .context("cannot build a Kubernetes client (in-cluster config or kubeconfig)")?,
-        (path, context) => {
-            kubetun_controller::cli::KubeconfigSource {
-                path: path.clone(),
-                context: context.clone(),
-            }
-            .client("local")
-            .await?
-        }
-    };
+    let client = kubetun_controller::cli::KubeconfigSource {
+        path: args.kubeconfig.clone(),
+        context: args.context.clone(),
+    }
+    .client_or_in_cluster("local")
+    .await?;
     // Bound before anything else, so a taken port fails the start instead of later.
     let metrics_listener = match args.metrics_addr {
         MetricsAddr::Disabled => None,

@@ -105,6 +105,22 @@ impl KubeconfigSource {
         }
     }
 
+    /// A client for a long-running process: the in-cluster configuration (else `$KUBECONFIG`
+    /// or `~/.kube/config`) when neither a file nor a context is given, else [`Self::client`].
+    pub async fn client_or_in_cluster(&self, cluster: &str) -> Result<kube::Client, Error> {
+        if self.path.is_none() && self.context.is_none() {
+            install_tls_provider();
+            return kube::Client::try_default()
+                .await
+                .map_err(|e| Error::Kubeconfig {
+                    cluster: cluster.to_owned(),
+                    source_desc: "(in-cluster, $KUBECONFIG or ~/.kube/config)".to_owned(),
+                    reason: e.to_string(),
+                });
+        }
+        self.client(cluster).await
+    }
+
     /// Builds a client for `cluster` (a label used in errors).
     pub async fn client(&self, cluster: &str) -> Result<kube::Client, Error> {
         let fail = |reason: String| Error::Kubeconfig {

@@ -144,6 +144,10 @@ pub struct ResetArgs {
     /// NetworkConfig until its controller releases the views).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     timeout: Duration,
+    /// Reset even when the link belongs to a hub's ShortcutConnection (the hub's operator
+    /// re-creates it unless the ShortcutConnection is deleted).
+    #[arg(long)]
+    force: bool,
 }
 
 impl ResetArgs {
@@ -244,17 +248,21 @@ pub async fn run(args: NetworkArgs) -> Result<(), Error> {
             let (local, remote) = match (local, remote) {
                 (Ok(local), Ok(remote)) => (local, remote),
                 (Ok(local), Err(error)) => {
-                    let wait = args.wait();
-                    return reset_one_side(&local, args.remote_cluster_id, error, wait, &progress)
-                        .await;
+                    let peer_id = args.remote_cluster_id.clone();
+                    return reset_one_side(&local, peer_id, error, &args, &progress).await;
                 }
                 (Err(error), Ok(remote)) => {
-                    let wait = args.wait();
-                    return reset_one_side(&remote, args.local_cluster_id, error, wait, &progress)
-                        .await;
+                    let peer_id = args.local_cluster_id.clone();
+                    return reset_one_side(&remote, peer_id, error, &args, &progress).await;
                 }
                 (Err(error), Err(_)) => return Err(error),
             };
+            if !args.force {
+                let local_id = cluster_id(&local, args.local_cluster_id.as_deref()).await;
+                let remote_id = cluster_id(&remote, args.remote_cluster_id.as_deref()).await;
+                refuse_owned_link(&local, &local_id, &remote_id).await?;
+                refuse_owned_link(&remote, &remote_id, &local_id).await?;
+            }
             let peer_ids = [
                 args.remote_cluster_id.as_deref(),
                 args.local_cluster_id.as_deref(),
@@ -316,7 +324,7 @@ async fn reset_one_side(
     handle: &ClusterHandle,
     peer_id: Option<String>,
     unreachable: Error,
-    wait: WaitOptions,
+    args: &ResetArgs,
     progress: &ConsoleProgress,
 ) -> Result<(), Error> {
     let other = if handle.label == "local" {
@@ -330,12 +338,12 @@ async fn reset_one_side(
             handle.label
         )));
     };
-    let own_id = handle
-        .load_info()
-        .await
-        .map_or_else(|_| handle.label.clone(), |info| info.cluster.id);
+    let own_id = cluster_id(handle, None).await;
+    if !args.force {
+        refuse_owned_link(handle, &own_id, &peer_id).await?;
+    }
     let removed = connector::forget(handle, &own_id, &peer_id, progress).await?;
-    connector::wait_removed(handle, &own_id, &removed, wait, progress).await?;
+    connector::wait_removed(handle, &own_id, &removed, args.wait(), progress).await?;
     println!(
         "reset: {} {}, {other} skipped ({unreachable})",
         handle.label,
@@ -344,28 +352,40 @@ async fn reset_one_side(
     Ok(())
 }
 
+/// The cluster's id from its ClusterInfo, else `given` (a `--*-cluster-id` flag), else the
+/// handle's label: reset must work on a cluster whose setup is half gone.
+async fn cluster_id(handle: &ClusterHandle, given: Option<&str>) -> String {
+    match handle.load_info().await {
+        Ok(info) => info.cluster.id,
+        Err(_) => given.map_or_else(|| handle.label.clone(), str::to_owned),
+    }
+}
+
 /// Fails when a hub's ShortcutConnection manages the link (its NetworkConfigs carry the
-/// hub's annotations on either side): a direct disconnect would silently break the shortcut.
+/// hub's annotations on either side): a direct disconnect or reset would silently break the
+/// shortcut, and the hub would re-create it.
 async fn refuse_shortcut_links(connector: &Connector) -> Result<(), Error> {
     let (local, remote) = connector.load_infos().await?;
-    for (handle, own, peer) in [
-        (connector.local(), &local, &remote),
-        (connector.remote(), &remote, &local),
-    ] {
-        if let Some(owner) =
-            connector::link_owner(handle, &own.cluster.id, &peer.cluster.id).await?
-        {
-            return Err(connector::Error::OwnedByShortcut {
-                cluster: handle.label.clone(),
-                cluster_id: own.cluster.id.clone(),
-                peer_id: peer.cluster.id.clone(),
-                shortcut: owner.shortcut,
-                hub: owner.hub,
-            }
-            .into());
+    refuse_owned_link(connector.local(), &local.cluster.id, &remote.cluster.id).await?;
+    refuse_owned_link(connector.remote(), &remote.cluster.id, &local.cluster.id).await
+}
+
+async fn refuse_owned_link(
+    handle: &ClusterHandle,
+    cluster_id: &str,
+    peer_id: &str,
+) -> Result<(), Error> {
+    match connector::link_owner(handle, cluster_id, peer_id).await? {
+        Some(owner) => Err(connector::Error::OwnedByShortcut {
+            cluster: handle.label.clone(),
+            cluster_id: cluster_id.to_owned(),
+            peer_id: peer_id.to_owned(),
+            shortcut: owner.shortcut,
+            hub: owner.hub,
         }
+        .into()),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Renders one link: a header (peer, endpoint, state, latency, handshake, bytes) and a table

@@ -48,6 +48,7 @@
 //! every other route survive the swap (the gateway keeps one spare snapshot for this).
 
 mod checksum;
+#[cfg(any(fuzzing, test))]
 mod fuzz;
 mod lpm;
 mod packet;
@@ -56,6 +57,7 @@ mod table;
 #[cfg(test)]
 mod tests;
 
+#[cfg(any(fuzzing, test))]
 pub use fuzz::fuzz_check;
 pub use table::{RemapTable, TableBuilder, Views};
 
