@@ -24,13 +24,15 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Weak};
 
 use boringtun::noise::handshake::parse_handshake_anon;
-use boringtun::noise::{Packet, TunnResult};
+use boringtun::noise::errors::WireGuardError;
+use boringtun::noise::{Packet, Tunn, TunnResult};
+use boringtun::x25519::PublicKey;
 
 use super::datapath::{MAX_PACKET, OVERHEAD, Shared};
 use super::dispatch::{INITIATION_LEN, Incoming, classify, is_cookie_reply, is_initiation};
 use super::drops::DeviceDrop;
-use super::peer::Peer;
-use super::snapshot::Snapshot;
+use super::peer::{Peer, TunnCell};
+use super::snapshot::{Identity, Snapshot};
 use crate::clock::unix_ms;
 use crate::key::Key;
 use crate::remap::{DropReason, PeerId};
@@ -206,7 +208,7 @@ fn lower_priority() {
 fn process(shared: &Shared, snapshot: &Snapshot, message: &HandshakeMessage, out: &mut [u8]) {
     let (source, datagram) = (message.source, message.datagram());
     let kind = classify(datagram);
-    let Some(id) = find_peer(shared, snapshot, source, datagram, kind, out) else {
+    let Some((id, new_key)) = find_peer(shared, snapshot, source, datagram, kind, out) else {
         return;
     };
     let Some(slot) = snapshot.peer(id) else {
@@ -217,11 +219,34 @@ fn process(shared: &Shared, snapshot: &Snapshot, message: &HandshakeMessage, out
         shared.drops.device(DeviceDrop::NoPrivateKey);
         return;
     };
-    let result = peer
-        .tunn
-        .lock()
-        .0
-        .decapsulate(Some(source.ip()), datagram, out);
+    let result = {
+        let mut tunn = peer.tunn.lock();
+        match new_key {
+            Some(identity) if tunn.1 != identity.public_key() => {
+                // Key rotation: the initiation was made with our new key, so the peer has
+                // learned it. A tunnel made with the new key answers it, and replaces the
+                // peer's old-key tunnel only if the handshake checks out (anyone can address
+                // an initiation to our public key in the peer's name; only the peer can
+                // complete it). The peer dropped its old-key sessions when it took the key.
+                let mut moved = Tunn::new(
+                    identity.private.clone(),
+                    PublicKey::from(*slot.config.public_key.as_bytes()),
+                    slot.config.preshared_key.map(|k| *k.as_bytes()),
+                    None,
+                    peer.index,
+                    Some(Arc::clone(&identity.rate_limiter)),
+                );
+                let result = moved.decapsulate(Some(source.ip()), datagram, out);
+                if matches!(&result, TunnResult::WriteToNetwork(reply) if !is_cookie_reply(reply))
+                {
+                    *tunn = TunnCell(moved, identity.public_key());
+                    tracing::info!(peer = %slot.config.display_name(), "peer moved to the new key");
+                }
+                result
+            }
+            _ => tunn.0.decapsulate(Some(source.ip()), datagram, out),
+        }
+    };
     match result {
         TunnResult::Err(error) => {
             tracing::trace!(?error, %source, "handshake message rejected");
@@ -273,29 +298,40 @@ fn flush_queued(shared: &Shared, peer: &Peer, endpoint: SocketAddr, out: &mut [u
 
 /// The receiver lookup: by index for responses and cookies; by decrypting the initiator's
 /// static key for initiations. Initiations and responses pass the shared rate limiter first,
-/// which answers with a cookie reply when over the allowance.
-fn find_peer(
+/// which answers with a cookie reply when over the allowance. During a key rotation a message
+/// whose MAC does not match the current key is tried with the previous one; an initiation made
+/// with the current key also returns the current pair (its peer may have to move to it).
+fn find_peer<'s>(
     shared: &Shared,
-    snapshot: &Snapshot,
+    snapshot: &'s Snapshot,
     source: SocketAddr,
     datagram: &[u8],
     kind: Incoming,
     out: &mut [u8],
-) -> Option<PeerId> {
-    let Some(identity) = snapshot.identity.as_deref() else {
+) -> Option<(PeerId, Option<&'s Identity>)> {
+    let Some(current) = snapshot.identity.as_deref() else {
         shared.drops.device(DeviceDrop::NoPrivateKey);
         return None;
     };
+    let mut identity = current;
     let receiver = match kind {
         Incoming::Invalid | Incoming::Data { .. } => {
             shared.drops.device(DeviceDrop::InvalidDatagram);
             return None;
         }
         Incoming::Initiation | Incoming::Response { .. } => {
-            let packet = match identity
+            let mut verified = current
                 .rate_limiter
-                .verify_packet(Some(source.ip()), datagram, out)
+                .verify_packet(Some(source.ip()), datagram, out);
+            if matches!(verified, Err(TunnResult::Err(WireGuardError::InvalidMac)))
+                && let Some(previous) = current.previous.as_deref()
             {
+                identity = previous;
+                verified = previous
+                    .rate_limiter
+                    .verify_packet(Some(source.ip()), datagram, out);
+            }
+            let packet = match verified {
                 Ok(packet) => packet,
                 Err(TunnResult::WriteToNetwork(cookie)) => {
                     shared.drops.device(DeviceDrop::UnderLoad);
@@ -315,8 +351,9 @@ fn find_peer(
                         return None;
                     };
                     let key = Key::from_bytes(half.peer_static_public);
+                    let new_key = std::ptr::eq(identity, current).then_some(current);
                     return match snapshot.by_key.get(&key) {
-                        Some(id) => Some(*id),
+                        Some(id) => Some((*id, new_key)),
                         None => {
                             tracing::debug!(%source, "handshake from an unknown public key");
                             shared.drops.device(DeviceDrop::UnknownInitiator);
@@ -334,7 +371,7 @@ fn find_peer(
         Incoming::CookieReply { receiver } => receiver,
     };
     match snapshot.by_index.get(&receiver) {
-        Some(id) => Some(*id),
+        Some(id) => Some((*id, None)),
         None => {
             shared.drops.device(DeviceDrop::UnknownReceiver);
             None

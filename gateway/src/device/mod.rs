@@ -385,6 +385,7 @@ impl Device {
     /// A reading of the whole device for status reports.
     pub fn report(&self) -> DeviceReport {
         let snapshot = self.snapshot();
+        let own_public = snapshot.identity.as_ref().map(|i| i.public_key());
         DeviceReport {
             interface_name: self.name.clone(),
             version: snapshot.state.version.clone(),
@@ -394,7 +395,9 @@ impl Device {
             fwmark: snapshot.state.interface.fwmark,
             peers: snapshot
                 .slots()
-                .map(|(_, slot)| PeerReport::new(slot, snapshot.state.interface.conncheck))
+                .map(|(_, slot)| {
+                    PeerReport::new(slot, snapshot.state.interface.conncheck, own_public)
+                })
                 .collect(),
             drops: self.shared.drops.snapshot(),
             remap_rules: snapshot.remap.len(),
@@ -453,6 +456,8 @@ pub struct PeerReport {
     pub latency_us: Option<u64>,
     /// The connectivity check; `None` when it is off for this peer.
     pub conncheck: Option<ConnCheckReport>,
+    /// During a key rotation: the peer's tunnel still uses the interface's previous key.
+    pub previous_key: bool,
 }
 
 /// A status reading of one peer's connectivity check.
@@ -474,7 +479,11 @@ impl ConnCheckReport {
 }
 
 impl PeerReport {
-    fn new(slot: &PeerSlot, conncheck: Option<conncheck::ConnCheckConfig>) -> Self {
+    fn new(
+        slot: &PeerSlot,
+        conncheck: Option<conncheck::ConnCheckConfig>,
+        own_public: Option<crate::key::Key>,
+    ) -> Self {
         let mut report = PeerReport {
             config: slot.config.clone(),
             endpoint: None,
@@ -488,6 +497,7 @@ impl PeerReport {
             handshake_pending_since_ms: 0,
             latency_us: None,
             conncheck: None,
+            previous_key: false,
         };
         if let Some(peer) = &slot.runtime {
             let stats = &peer.stats;
@@ -501,7 +511,12 @@ impl PeerReport {
             report.last_handshake_ms = stats.last_handshake_ms.load(Ordering::Relaxed);
             report.handshake_pending_since_ms =
                 stats.handshake_pending_since_ms.load(Ordering::Relaxed);
-            let (_, _, _, _, rtt_ms) = peer.tunn.lock().0.stats();
+            let (rtt_ms, tunnel_key) = {
+                let tunn = peer.tunn.lock();
+                let (_, _, _, _, rtt_ms) = tunn.0.stats();
+                (rtt_ms, tunn.1)
+            };
+            report.previous_key = own_public.is_some_and(|own| own != tunnel_key);
             report.latency_us = rtt_ms.map(|ms| u64::from(ms) * 1000);
             if let Some(config) = conncheck.filter(|_| slot.config.conncheck) {
                 let reading = peer.conncheck.lock().reading();

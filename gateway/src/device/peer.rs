@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use rand_core::RngCore as _;
 
 use super::conncheck::Prober;
+use crate::key::Key;
 
 /// Runtime state of one peer. Created when the peer (or its key material) first appears in
 /// the desired state and kept across applies that leave its keys unchanged.
@@ -28,12 +29,14 @@ pub struct Peer {
     pub conncheck: Mutex<Prober>,
 }
 
+/// The peer's `Tunn` and our public key it was made with (or last switched to): during a key
+/// rotation that is the previous key until the peer completes a handshake with the new one.
 /// `Tunn` does not implement `Debug`; this wrapper gives the peer a useful one.
-pub struct TunnCell(pub Tunn);
+pub struct TunnCell(pub Tunn, pub Key);
 
 impl std::fmt::Debug for TunnCell {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Tunn")
+        write!(f, "Tunn({})", self.1.to_base64())
     }
 }
 
@@ -59,11 +62,12 @@ pub struct PeerStats {
 }
 
 impl Peer {
-    /// Wraps a fresh `Tunn` created with local index `index`.
-    pub fn new(index: u32, tunn: Tunn, endpoint: Option<SocketAddr>) -> Self {
+    /// Wraps a fresh `Tunn` created with local index `index` and our key pair whose public
+    /// half is `own_public`.
+    pub fn new(index: u32, tunn: Tunn, own_public: Key, endpoint: Option<SocketAddr>) -> Self {
         Self {
             index,
-            tunn: Mutex::new(TunnCell(tunn)),
+            tunn: Mutex::new(TunnCell(tunn, own_public)),
             endpoint: ArcSwapOption::from_pointee(endpoint),
             stats: PeerStats::default(),
             // A random first sequence number: PONGs meant for a previous session's prober
