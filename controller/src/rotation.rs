@@ -228,7 +228,8 @@ pub async fn rotate_keys(
         peers,
     };
     observe(local, &own_id, &new_key, &mut report).await?;
-    if !options.wait || report.complete {
+    // A peer the key did not reach keeps the rotation open: waiting for it cannot end well.
+    if !options.wait || report.complete || report.unannounced().next().is_some() {
         return Ok(report);
     }
     let waiting = format!(
@@ -495,4 +496,52 @@ async fn observe(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_has_stable_field_names() {
+        let report = RotationReport {
+            cluster_id: "rome".into(),
+            public_key: "NEW".into(),
+            previous_public_key: Some("OLD".into()),
+            resumed: true,
+            complete: false,
+            peers: vec![PeerRotation {
+                peer_id: "europe".into(),
+                propagation: Propagation::Missing,
+                announced: false,
+                moved: false,
+                message: "pass --remote-kubeconfig".into(),
+            }],
+        };
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "clusterId": "rome",
+                "publicKey": "NEW",
+                "previousPublicKey": "OLD",
+                "resumed": true,
+                "complete": false,
+                "peers": [{
+                    "peerId": "europe",
+                    "propagation": "missing",
+                    "announced": false,
+                    "moved": false,
+                    "message": "pass --remote-kubeconfig",
+                }],
+            })
+        );
+        assert_eq!(
+            report.unannounced().map(|p| p.peer_id.as_str()).collect::<Vec<_>>(),
+            ["europe"]
+        );
+        let table = crate::cli::network::render_rotation(&report);
+        assert!(table.contains("europe") && table.contains("missing"), "{table}");
+        assert!(table.contains("rotation in progress"), "{table}");
+    }
 }

@@ -66,7 +66,8 @@ impl GapMonitor {
         }
     }
 
-    /// Stops the pings; returns the longest time without a reply and the number of replies.
+    /// Stops the pings; returns the longest time without a reply and the number of replies,
+    /// and prints when (Unix time) the longest silence began.
     fn stop(mut self) -> (Duration, usize) {
         let pid = nix::unistd::Pid::from_raw(i32::try_from(self.child.id()).expect("pid"));
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
@@ -77,11 +78,14 @@ impl GapMonitor {
             .expect("reader")
             .join()
             .expect("reader thread");
-        let longest = replies
+        let (longest, began) = replies
             .windows(2)
-            .map(|pair| pair[1] - pair[0])
-            .fold(0.0_f64, f64::max);
+            .map(|pair| (pair[1] - pair[0], pair[0]))
+            .fold((0.0_f64, 0.0_f64), |a, b| if b.0 > a.0 { b } else { a });
         assert!(replies.len() > 10, "the path carried almost no pings");
+        if longest > 0.2 {
+            println!("  (longest silence began at {began:.3})");
+        }
         (Duration::from_secs_f64(longest), replies.len())
     }
 }
@@ -91,6 +95,13 @@ impl Drop for GapMonitor {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Unix time in seconds, to place a silence the monitors report.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 fn median(mut values: Vec<Duration>) -> Duration {
@@ -238,6 +249,11 @@ async fn rotating_keys_keeps_traffic_and_leaves_no_old_key() {
                 .unwrap_or_else(|e| panic!("rotate-keys: {e}"))
         };
         let took = started.elapsed();
+        println!(
+            "rotation {round}: rotate-keys ran from {:.3} to {:.3}",
+            unix_now() - took.as_secs_f64(),
+            unix_now()
+        );
         tokio::time::sleep(Duration::from_secs(1)).await;
         for (i, ((name, _), monitor)) in paths.iter().zip(monitors).enumerate() {
             let (gap, replies) = monitor.stop();
@@ -293,6 +309,7 @@ async fn rotating_keys_keeps_traffic_and_leaves_no_old_key() {
         .iter()
         .map(|(_, (ns, addr))| GapMonitor::start(ns, addr))
         .collect();
+    println!("interrupted rotation at {:.3}", unix_now());
     let error = {
         let rome = rome.clone();
         tokio::task::spawn_blocking(move || rotate(&rome, &[]))
@@ -319,6 +336,7 @@ async fn rotating_keys_keeps_traffic_and_leaves_no_old_key() {
     assert_ne!(dialled_key(europe, rome).await, new_public);
     assert_eq!(dialled_key(milan, rome).await, new_public);
 
+    println!("resuming at {:.3}", unix_now());
     let resumed = {
         let rome = rome.clone();
         let europe = europe.clone();

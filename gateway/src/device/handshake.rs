@@ -208,7 +208,7 @@ fn lower_priority() {
 fn process(shared: &Shared, snapshot: &Snapshot, message: &HandshakeMessage, out: &mut [u8]) {
     let (source, datagram) = (message.source, message.datagram());
     let kind = classify(datagram);
-    let Some((id, new_key)) = find_peer(shared, snapshot, source, datagram, kind, out) else {
+    let Some((id, addressed)) = find_peer(shared, snapshot, source, datagram, kind, out) else {
         return;
     };
     let Some(slot) = snapshot.peer(id) else {
@@ -221,13 +221,25 @@ fn process(shared: &Shared, snapshot: &Snapshot, message: &HandshakeMessage, out
     };
     let result = {
         let mut tunn = peer.tunn.lock();
-        match new_key {
-            Some(identity) if tunn.1 != identity.public_key() => {
-                // Key rotation: the initiation was made with our new key, so the peer has
-                // learned it. A tunnel made with the new key answers it, and replaces the
-                // peer's old-key tunnel only if the handshake checks out (anyone can address
-                // an initiation to our public key in the peer's name; only the peer can
-                // complete it). The peer dropped its old-key sessions when it took the key.
+        let to_current = |identity: &Identity| {
+            snapshot
+                .identity
+                .as_deref()
+                .is_some_and(|current| current.public == identity.public)
+        };
+        match addressed {
+            Some(identity)
+                if tunn.1 != identity.public_key()
+                    && (to_current(identity) || !peer.proven_on_its_key()) =>
+            {
+                // Key rotation: the peer initiated with the other one of our two keys: the
+                // new one once it has learned it (it dropped its old-key sessions then), or
+                // the previous one while it has not (after a restart our tunnels start on the
+                // new key; once one is proven by a handshake, old-key initiations, which may
+                // be replays, no longer move it back). A tunnel made with that key answers,
+                // and replaces the peer's tunnel only if the handshake checks out (anyone can
+                // address an initiation to our public key in the peer's name; only the peer
+                // can complete it).
                 let mut moved = Tunn::new(
                     identity.private.clone(),
                     PublicKey::from(*slot.config.public_key.as_bytes()),
@@ -240,7 +252,9 @@ fn process(shared: &Shared, snapshot: &Snapshot, message: &HandshakeMessage, out
                 if matches!(&result, TunnResult::WriteToNetwork(reply) if !is_cookie_reply(reply))
                 {
                     *tunn = TunnCell(moved, identity.public_key());
-                    tracing::info!(peer = %slot.config.display_name(), "peer moved to the new key");
+                    peer.stats.key_since_ms.store(unix_ms(), Ordering::Relaxed);
+                    let key = if to_current(identity) { "new" } else { "previous" };
+                    tracing::info!(peer = %slot.config.display_name(), key, "peer's tunnel moved to another of our keys");
                 }
                 result
             }
@@ -299,8 +313,8 @@ fn flush_queued(shared: &Shared, peer: &Peer, endpoint: SocketAddr, out: &mut [u
 /// The receiver lookup: by index for responses and cookies; by decrypting the initiator's
 /// static key for initiations. Initiations and responses pass the shared rate limiter first,
 /// which answers with a cookie reply when over the allowance. During a key rotation a message
-/// whose MAC does not match the current key is tried with the previous one; an initiation made
-/// with the current key also returns the current pair (its peer may have to move to it).
+/// whose MAC does not match the current key is tried with the previous one; for an initiation
+/// the pair it was addressed to is returned too (its peer's tunnel may have to move to it).
 fn find_peer<'s>(
     shared: &Shared,
     snapshot: &'s Snapshot,
@@ -351,9 +365,8 @@ fn find_peer<'s>(
                         return None;
                     };
                     let key = Key::from_bytes(half.peer_static_public);
-                    let new_key = std::ptr::eq(identity, current).then_some(current);
                     return match snapshot.by_key.get(&key) {
-                        Some(id) => Some((*id, new_key)),
+                        Some(id) => Some((*id, Some(identity))),
                         None => {
                             tracing::debug!(%source, "handshake from an unknown public key");
                             shared.drops.device(DeviceDrop::UnknownInitiator);

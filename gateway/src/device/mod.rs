@@ -385,7 +385,13 @@ impl Device {
     /// A reading of the whole device for status reports.
     pub fn report(&self) -> DeviceReport {
         let snapshot = self.snapshot();
-        let own_public = snapshot.identity.as_ref().map(|i| i.public_key());
+        // During a rotation: the new public key, which a tunnel must use and have completed
+        // a handshake with to count as moved.
+        let rotating_to = snapshot
+            .identity
+            .as_ref()
+            .filter(|i| i.previous.is_some())
+            .map(|i| i.public_key());
         DeviceReport {
             interface_name: self.name.clone(),
             version: snapshot.state.version.clone(),
@@ -396,7 +402,7 @@ impl Device {
             peers: snapshot
                 .slots()
                 .map(|(_, slot)| {
-                    PeerReport::new(slot, snapshot.state.interface.conncheck, own_public)
+                    PeerReport::new(slot, snapshot.state.interface.conncheck, rotating_to)
                 })
                 .collect(),
             drops: self.shared.drops.snapshot(),
@@ -456,7 +462,8 @@ pub struct PeerReport {
     pub latency_us: Option<u64>,
     /// The connectivity check; `None` when it is off for this peer.
     pub conncheck: Option<ConnCheckReport>,
-    /// During a key rotation: the peer's tunnel still uses the interface's previous key.
+    /// During a key rotation: the peer's tunnel has not moved to the new key yet (it uses the
+    /// previous key, or has completed no handshake with the new one).
     pub previous_key: bool,
 }
 
@@ -482,7 +489,7 @@ impl PeerReport {
     fn new(
         slot: &PeerSlot,
         conncheck: Option<conncheck::ConnCheckConfig>,
-        own_public: Option<crate::key::Key>,
+        rotating_to: Option<crate::key::Key>,
     ) -> Self {
         let mut report = PeerReport {
             config: slot.config.clone(),
@@ -516,7 +523,8 @@ impl PeerReport {
                 let (_, _, _, _, rtt_ms) = tunn.0.stats();
                 (rtt_ms, tunn.1)
             };
-            report.previous_key = own_public.is_some_and(|own| own != tunnel_key);
+            report.previous_key = rotating_to
+                .is_some_and(|new| new != tunnel_key || !peer.proven_on_its_key());
             report.latency_us = rtt_ms.map(|ms| u64::from(ms) * 1000);
             if let Some(config) = conncheck.filter(|_| slot.config.conncheck) {
                 let reading = peer.conncheck.lock().reading();

@@ -59,6 +59,8 @@ pub struct PeerStats {
     pub last_sent_ms: AtomicU64,
     /// When the current run of unanswered handshake initiations began; 0 when none is pending.
     pub handshake_pending_since_ms: AtomicU64,
+    /// When the `Tunn` took the key it uses (created, or moved during a key rotation).
+    pub key_since_ms: AtomicU64,
 }
 
 impl Peer {
@@ -69,7 +71,10 @@ impl Peer {
             index,
             tunn: Mutex::new(TunnCell(tunn, own_public)),
             endpoint: ArcSwapOption::from_pointee(endpoint),
-            stats: PeerStats::default(),
+            stats: PeerStats {
+                key_since_ms: AtomicU64::new(crate::clock::unix_ms()),
+                ..PeerStats::default()
+            },
             // A random first sequence number: PONGs meant for a previous session's prober
             // of this peer do not match.
             conncheck: Mutex::new(Prober::new(rand_core::OsRng.next_u32())),
@@ -131,6 +136,12 @@ impl Peer {
         self.stats
             .rx_packets
             .fetch_add(datagrams, Ordering::Relaxed);
+    }
+
+    /// Whether a handshake completed since the `Tunn` took the key it uses.
+    pub fn proven_on_its_key(&self) -> bool {
+        let last = self.stats.last_handshake_ms.load(Ordering::Relaxed);
+        last != 0 && last >= self.stats.key_since_ms.load(Ordering::Relaxed)
     }
 
     /// Records that a handshake initiation was sent at `now_ms`.
