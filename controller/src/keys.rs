@@ -51,9 +51,9 @@ pub enum KeyError {
     Rotation {
         /// What was attempted.
         action: &'static str,
-        /// The API error.
+        /// The API error (boxed: it is large, and this error travels in others).
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     /// The Secret does not exist (the controller creates it when it starts).
     #[error("Secret {SECRET_NAME} does not exist: is kubetun-controller running in this cluster?")]
@@ -248,7 +248,7 @@ pub async fn begin_rotation(
             .await
             .map_err(|source| KeyError::Rotation {
                 action: "read",
-                source,
+                source: Box::new(source),
             })?
             .ok_or(KeyError::Missing)?;
         let keys = GatewayKeys::from_secret(&secret)?;
@@ -265,7 +265,7 @@ pub async fn begin_rotation(
             Err(source) => {
                 return Err(KeyError::Rotation {
                     action: "update",
-                    source,
+                    source: Box::new(source),
                 });
             }
         }
@@ -288,7 +288,7 @@ pub async fn end_rotation(
             .await
             .map_err(|source| KeyError::Rotation {
                 action: "read",
-                source,
+                source: Box::new(source),
             })?
             .ok_or(KeyError::Missing)?;
         let has_previous = secret_field(&secret, PREVIOUS_PRIVATE_KEY_FIELD).is_some();
@@ -306,7 +306,7 @@ pub async fn end_rotation(
             Err(source) => {
                 return Err(KeyError::Rotation {
                     action: "update",
-                    source,
+                    source: Box::new(source),
                 });
             }
         }
@@ -385,9 +385,8 @@ mod tests {
     #[test]
     fn the_previous_key_is_read_only_when_usable_and_never_printed() {
         let (current, previous) = (GatewayKey::generate(), GatewayKey::generate());
-        let keys =
-            GatewayKeys::from_secret(&secret_of(&current, Some(&previous.private_base64())))
-                .unwrap();
+        let keys = GatewayKeys::from_secret(&secret_of(&current, Some(&previous.private_base64())))
+            .unwrap();
         assert_eq!(
             keys.previous.as_ref().map(GatewayKey::public_base64),
             Some(previous.public_base64())
@@ -399,9 +398,8 @@ mod tests {
 
         let garbled = GatewayKeys::from_secret(&secret_of(&current, Some("garbage"))).unwrap();
         assert!(garbled.previous.is_none());
-        let same =
-            GatewayKeys::from_secret(&secret_of(&current, Some(&current.private_base64())))
-                .unwrap();
+        let same = GatewayKeys::from_secret(&secret_of(&current, Some(&current.private_base64())))
+            .unwrap();
         assert!(same.previous.is_none());
         assert!(GatewayKeys::from_secret(&Secret::default()).is_err());
     }

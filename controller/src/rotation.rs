@@ -193,10 +193,9 @@ pub async fn rotate_keys(
     for remote in remotes {
         match remote.load_info().await {
             Ok(remote_info) => remote_infos.push((remote, remote_info)),
-            Err(error) => progress.failed(
-                &remote.label,
-                &format!("skipped: {}", error_chain(&error)),
-            ),
+            Err(error) => {
+                progress.failed(&remote.label, &format!("skipped: {}", error_chain(&error)))
+            }
         }
     }
     let mut peers = Vec::new();
@@ -355,7 +354,14 @@ async fn announce(
         (None, Some(_)) => Propagation::Hub,
         (None, None) => Propagation::Missing,
     };
-    let ours = set_public_key(local, own_id, &local_config_name(peer_id), new_key, progress).await;
+    let ours = set_public_key(
+        local,
+        own_id,
+        &local_config_name(peer_id),
+        new_key,
+        progress,
+    )
+    .await;
     let theirs = match remote {
         Some(remote) => {
             set_public_key(
@@ -423,7 +429,10 @@ async fn set_public_key(
         }
     };
     let Some(config) = api.get_opt(name).await.map_err(api_error("get"))? else {
-        progress.failed(&handle.label, &format!("{object} not found: is the link complete? (`kubetun network status`)"));
+        progress.failed(
+            &handle.label,
+            &format!("{object} not found: is the link complete? (`kubetun network status`)"),
+        );
         return Ok(());
     };
     if config.spec.public_key == new_key {
@@ -490,7 +499,8 @@ async fn observe(
             .and_then(|te| te.status.as_ref())
             .and_then(|s| s.connection.as_ref());
         peer.moved = report.complete
-            || connection.is_some_and(|c| c.status == ConnectionState::Connected && !c.previous_key);
+            || connection
+                .is_some_and(|c| c.status == ConnectionState::Connected && !c.previous_key);
         if peer.moved && peer.announced {
             peer.message.clear();
         }
@@ -537,11 +547,17 @@ mod tests {
             })
         );
         assert_eq!(
-            report.unannounced().map(|p| p.peer_id.as_str()).collect::<Vec<_>>(),
+            report
+                .unannounced()
+                .map(|p| p.peer_id.as_str())
+                .collect::<Vec<_>>(),
             ["europe"]
         );
         let table = crate::cli::network::render_rotation(&report);
-        assert!(table.contains("europe") && table.contains("missing"), "{table}");
+        assert!(
+            table.contains("europe") && table.contains("missing"),
+            "{table}"
+        );
         assert!(table.contains("rotation in progress"), "{table}");
     }
 }

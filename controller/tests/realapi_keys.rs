@@ -79,11 +79,16 @@ async fn rotation_states_of_the_key_secret() {
         "the replaced private key is gone from the Secret"
     );
     assert_eq!(
-        GatewayKeys::from_secret(&secret).expect("keys").current.public_base64(),
+        GatewayKeys::from_secret(&secret)
+            .expect("keys")
+            .current
+            .public_base64(),
         rotating.current.public_base64()
     );
 
     // The next run starts a new rotation.
-    let next = keys::begin_rotation(client, NAMESPACE).await.expect("begin");
+    let next = keys::begin_rotation(client, NAMESPACE)
+        .await
+        .expect("begin");
     assert!(matches!(next, RotationStart::Started(_)), "{next:?}");
 }

@@ -612,13 +612,19 @@ mod tests {
         assert_eq!(with_previous(None, 2), None);
 
         let mut req = request(vec![proto_peer(2, &[])]);
-        req.interface.as_mut().expect("interface").previous_private_key = key(3).to_base64();
+        req.interface
+            .as_mut()
+            .expect("interface")
+            .previous_private_key = key(3).to_base64();
         req.peers[0].public_key = key(3).public_key().to_base64();
         let error = DesiredState::from_proto(req, &DesiredState::default())
             .expect_err("a peer with our previous key");
         assert!(matches!(error, StateError::OwnKey(_)), "{error}");
         let mut req = request(vec![]);
-        req.interface.as_mut().expect("interface").previous_private_key = "short".into();
+        req.interface
+            .as_mut()
+            .expect("interface")
+            .previous_private_key = "short".into();
         let error = DesiredState::from_proto(req, &DesiredState::default()).expect_err("bad key");
         assert!(!error.to_string().contains("short"), "{error}");
     }

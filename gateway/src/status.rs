@@ -66,8 +66,8 @@ pub fn status_response(report: &DeviceReport, now_ms: u64) -> proto::StatusRespo
                 let (state, mut message) = connection_state(peer, now_ms);
                 if peer.previous_key && message.is_empty() {
                     // Stable wording: the controller writes a status whenever it changes.
-                    message = "on the previous key until the peer handshakes with the new one"
-                        .to_owned();
+                    message =
+                        "on the previous key until the peer handshakes with the new one".to_owned();
                 }
                 proto::PeerStatus {
                     public_key: peer.config.public_key.to_base64(),

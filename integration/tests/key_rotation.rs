@@ -147,7 +147,12 @@ async fn private_key(cluster: &ClusterState) -> String {
 /// The public key `viewer`'s TunnelEndpoint towards `peer` dials.
 async fn dialled_key(viewer: &ClusterState, peer: &ClusterState) -> String {
     let tunnels: Api<TunnelEndpoint> = Api::namespaced(admin(viewer).await, NAMESPACE);
-    tunnels.get(&peer.id).await.expect("TunnelEndpoint").spec.public_key
+    tunnels
+        .get(&peer.id)
+        .await
+        .expect("TunnelEndpoint")
+        .spec
+        .public_key
 }
 
 /// Runs `kubetun network rotate-keys` for Rome in a thread (the pings go on meanwhile).
@@ -327,7 +332,10 @@ async fn rotating_keys_keeps_traffic_and_leaves_no_old_key() {
     let secret = rome_secrets.get(keys::SECRET_NAME).await.expect("Secret");
     let pending = keys::GatewayKeys::from_secret(&secret).expect("keys");
     assert_eq!(
-        pending.previous.as_ref().map(keys::GatewayKey::private_base64),
+        pending
+            .previous
+            .as_ref()
+            .map(keys::GatewayKey::private_base64),
         Some(old_private.clone()),
         "the rotation stays in progress while Europe has the old key"
     );
@@ -348,12 +356,18 @@ async fn rotating_keys_keeps_traffic_and_leaves_no_old_key() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     for ((name, _), monitor) in paths.iter().zip(monitors) {
         let (gap, replies) = monitor.stop();
-        println!("interrupted and resumed rotation {name}: longest gap {gap:.3?} ({replies} replies)");
+        println!(
+            "interrupted and resumed rotation {name}: longest gap {gap:.3?} ({replies} replies)"
+        );
         assert!(gap <= GAP_LIMIT, "{name}: gap {gap:?}");
     }
     assert_eq!(resumed["resumed"], true, "{resumed:#}");
     assert_eq!(resumed["complete"], true, "{resumed:#}");
-    assert_eq!(resumed["publicKey"], new_public.as_str(), "the same rotation");
+    assert_eq!(
+        resumed["publicKey"],
+        new_public.as_str(),
+        "the same rotation"
+    );
     assert_eq!(dialled_key(europe, rome).await, new_public);
     replaced.push(old_private);
 

@@ -369,10 +369,7 @@ async fn rotate_keys(args: RotateKeysArgs, console: &ConsoleProgress) -> Result<
         Some(text) => print!("{text}"),
         None => print!("{}", render_rotation(&report)),
     }
-    let unannounced: Vec<&str> = report
-        .unannounced()
-        .map(|p| p.peer_id.as_str())
-        .collect();
+    let unannounced: Vec<&str> = report.unannounced().map(|p| p.peer_id.as_str()).collect();
     if !unannounced.is_empty() {
         return Err(Error::Incomplete(format!(
             "the new key did not reach {}; their tunnels stay on the previous key: run the \

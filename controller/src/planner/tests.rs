@@ -363,10 +363,16 @@ fn a_rotation_sends_both_keys_and_versions_them_by_their_public_halves() {
     let interface = during.interface.as_ref().expect("interface");
     assert_eq!(interface.previous_private_key, old.private_base64());
     assert_eq!(
-        before.interface.as_ref().map(|i| i.previous_private_key.as_str()),
+        before
+            .interface
+            .as_ref()
+            .map(|i| i.previous_private_key.as_str()),
         Some("")
     );
-    assert_ne!(before.version, during.version, "ending a rotation is a change");
+    assert_ne!(
+        before.version, during.version,
+        "ending a rotation is a change"
+    );
     assert_eq!(version_of(&during), during.version);
     assert!(!format!("{rotating:?}").contains(&rotating.previous_private_key));
     assert!(format!("{rotating:?}").contains(old.public_base64()));

@@ -84,7 +84,9 @@ pub async fn run(ctx: Arc<Context>) {
                     take_keys(&ctx, &secret);
                 }
                 Some(_) => {}
-                None => return,
+                // The watch retries on its own and never ends; should it, the other tasks
+                // of the controller go on.
+                None => std::future::pending::<()>().await,
             },
             _ = tick.tick() => {
                 let settings = ctx.gateway_settings();
@@ -195,7 +197,12 @@ mod tests {
             Step::Wait
         );
         assert_eq!(
-            next_step(&rotating, "new", Some(&status("new", &[false, false])), true),
+            next_step(
+                &rotating,
+                "new",
+                Some(&status("new", &[false, false])),
+                true
+            ),
             Step::End
         );
         assert_eq!(

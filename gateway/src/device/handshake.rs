@@ -23,8 +23,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Weak};
 
-use boringtun::noise::handshake::parse_handshake_anon;
 use boringtun::noise::errors::WireGuardError;
+use boringtun::noise::handshake::parse_handshake_anon;
 use boringtun::noise::{Packet, Tunn, TunnResult};
 use boringtun::x25519::PublicKey;
 
@@ -249,11 +249,14 @@ fn process(shared: &Shared, snapshot: &Snapshot, message: &HandshakeMessage, out
                     Some(Arc::clone(&identity.rate_limiter)),
                 );
                 let result = moved.decapsulate(Some(source.ip()), datagram, out);
-                if matches!(&result, TunnResult::WriteToNetwork(reply) if !is_cookie_reply(reply))
-                {
+                if matches!(&result, TunnResult::WriteToNetwork(reply) if !is_cookie_reply(reply)) {
                     *tunn = TunnCell(moved, identity.public_key());
                     peer.stats.key_since_ms.store(unix_ms(), Ordering::Relaxed);
-                    let key = if to_current(identity) { "new" } else { "previous" };
+                    let key = if to_current(identity) {
+                        "new"
+                    } else {
+                        "previous"
+                    };
                     tracing::info!(peer = %slot.config.display_name(), key, "peer's tunnel moved to another of our keys");
                 }
                 result

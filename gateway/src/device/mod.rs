@@ -523,8 +523,8 @@ impl PeerReport {
                 let (_, _, _, _, rtt_ms) = tunn.0.stats();
                 (rtt_ms, tunn.1)
             };
-            report.previous_key = rotating_to
-                .is_some_and(|new| new != tunnel_key || !peer.proven_on_its_key());
+            report.previous_key =
+                rotating_to.is_some_and(|new| new != tunnel_key || !peer.proven_on_its_key());
             report.latency_us = rtt_ms.map(|ms| u64::from(ms) * 1000);
             if let Some(config) = conncheck.filter(|_| slot.config.conncheck) {
                 let reading = peer.conncheck.lock().reading();
