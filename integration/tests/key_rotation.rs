@@ -31,7 +31,7 @@ const PREFIX: &str = "kr";
 const EUROPE: usize = 0;
 const ROME: usize = 1;
 const MILAN: usize = 2;
-const ROTATIONS: usize = 3;
+const ROTATIONS: usize = 5;
 const GAP_LIMIT: Duration = Duration::from_secs(1);
 
 /// Pings every 20 ms from one namespace and records when each echo reply arrived.
