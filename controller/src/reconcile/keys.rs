@@ -26,6 +26,8 @@ use crate::runtime;
 
 /// How often the gateway's status is checked for the next step of a rotation.
 const STEP_INTERVAL: Duration = Duration::from_millis(200);
+/// Pause after a failed write, so a lasting failure is not logged five times a second.
+const RETRY_AFTER_ERROR: Duration = Duration::from_secs(2);
 
 /// What a rotation needs next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,36 +90,52 @@ pub async fn run(ctx: Arc<Context>) {
                 // of the controller go on.
                 None => std::future::pending::<()>().await,
             },
-            _ = tick.tick() => {
-                let settings = ctx.gateway_settings();
-                let status = ctx.gateway_status();
-                match next_step(&settings, &published, status.as_ref(), ctx.gateway.is_some()) {
-                    Step::Wait => {}
-                    Step::Publish(key) => {
-                        let mut info = ctx.cluster.clone();
-                        info.public_key.clone_from(&key);
-                        match info.publish(&ctx.client, &ctx.namespace).await {
-                            Ok(()) => {
-                                tracing::info!(public_key = key, "cluster info announces the new key");
-                                published = key;
-                            }
-                            Err(error) => tracing::warn!(%error, "cannot publish the new key; retrying"),
-                        }
-                    }
-                    Step::End => {
-                        match keys::end_rotation(ctx.client.clone(), &ctx.namespace, &settings.public_key).await {
-                            Ok(true) => tracing::info!(
-                                public_key = settings.public_key,
-                                "every peer uses the new key: previous key removed"
-                            ),
-                            // The Secret moved on; its watch event brings the new state.
-                            Ok(false) => {}
-                            Err(error) => tracing::warn!(%error, "cannot end the key rotation; retrying"),
-                        }
-                    }
+            _ = tick.tick() => step(&ctx, &mut published).await,
+        }
+    }
+}
+
+/// Takes the next step of a rotation, if one is due; `published` is the key the cluster info
+/// announces.
+async fn step(ctx: &Context, published: &mut String) {
+    let settings = ctx.gateway_settings();
+    let status = ctx.gateway_status();
+    let failure = match next_step(&settings, published, status.as_ref(), ctx.gateway.is_some()) {
+        Step::Wait => return,
+        Step::Publish(key) => {
+            let mut info = ctx.cluster.clone();
+            info.public_key.clone_from(&key);
+            match info.publish(&ctx.client, &ctx.namespace).await {
+                Ok(()) => {
+                    tracing::info!(public_key = key, "cluster info announces the new key");
+                    *published = key;
+                    return;
                 }
+                Err(error) => format!("cannot publish the new key: {error}"),
             }
         }
+        Step::End => {
+            match keys::end_rotation(ctx.client.clone(), &ctx.namespace, &settings.public_key).await
+            {
+                Ok(true) => {
+                    tracing::info!(
+                        public_key = settings.public_key,
+                        "every peer uses the new key: previous key removed"
+                    );
+                    return;
+                }
+                // The Secret moved on; its watch event brings the new state.
+                Ok(false) => return,
+                Err(error) => format!("cannot end the key rotation: {error}"),
+            }
+        }
+    };
+    if ctx.health.is_down() {
+        // Said once by ApiHealth; each retry is not news.
+        tracing::debug!("{failure}; retrying");
+    } else {
+        tracing::warn!("{failure}; retrying");
+        tokio::time::sleep(RETRY_AFTER_ERROR).await;
     }
 }
 
