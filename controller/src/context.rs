@@ -1,7 +1,7 @@
 //! Shared state of the reconcilers: the API client, this cluster's identity and settings, the
 //! IPAM (rebuilt from the API on start), the gateway connection and the metrics.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -19,6 +19,7 @@ use crate::error::Error;
 use crate::gateway_api::StatusResponse;
 use crate::gateway_client::GatewayClient;
 use crate::ipam::{Ipam, IpamConfig};
+use crate::keys::GatewayKeys;
 use crate::planner::{self, GatewaySettings, ROLE_LABEL, ROLE_REMOTE};
 use crate::runtime::{ApiHealth, ErrorBackoff};
 
@@ -116,8 +117,8 @@ pub struct Context {
     pub namespace: String,
     /// This cluster's identity and CIDRs.
     pub cluster: ClusterInfo,
-    /// The local gateway's interface settings.
-    pub gateway_settings: GatewaySettings,
+    /// The local gateway's interface settings; the keys change with a rotation.
+    gateway_settings: RwLock<GatewaySettings>,
     /// The local gateway, if one is configured.
     pub gateway: Option<GatewayClient>,
     /// Metrics.
@@ -176,7 +177,7 @@ impl Context {
             client,
             namespace: config.namespace,
             cluster: config.cluster,
-            gateway_settings: config.gateway,
+            gateway_settings: RwLock::new(config.gateway),
             gateway,
             metrics: Metrics::default(),
             backoff: ErrorBackoff::default(),
@@ -206,6 +207,37 @@ impl Context {
     /// is remembered).
     pub async fn gateway_sync_requested(&self) {
         self.gateway_wakeup.notified().await;
+    }
+
+    /// The local gateway's interface settings as of now.
+    pub fn gateway_settings(&self) -> GatewaySettings {
+        self.gateway_settings
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Puts `keys` into the gateway settings; true if they changed (the caller wakes the
+    /// gateway sync).
+    pub fn set_gateway_keys(&self, keys: &GatewayKeys) -> bool {
+        let mut settings = self
+            .gateway_settings
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let before = settings.clone();
+        settings.private_key = keys.current.private_base64();
+        settings.public_key = keys.current.public_base64().to_owned();
+        settings.previous_private_key = keys
+            .previous
+            .as_ref()
+            .map(|k| k.private_base64())
+            .unwrap_or_default();
+        settings.previous_public_key = keys
+            .previous
+            .as_ref()
+            .map(|k| k.public_base64().to_owned())
+            .unwrap_or_default();
+        *settings != before
     }
 
     /// The latest status the gateway reported, if any.

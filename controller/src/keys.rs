@@ -1,8 +1,12 @@
-//! The gateway's WireGuard key pair: generated once, kept in Secret `kubetun-gateway-key`.
+//! The gateway's WireGuard key pair: generated once, kept in Secret `kubetun-gateway-key`,
+//! replaced by a key rotation.
 //!
 //! Only the public key ever leaves this module in CRs, ConfigMaps or logs; [`GatewayKey`]'s
 //! `Debug` prints the public half only. [`parse_public_key`] is pure and validates keys peers
-//! announce.
+//! announce. [`GatewayKeys`] is what the Secret holds: the current pair and, while a rotation
+//! is in progress, the previous one ([`begin_rotation`] adds it, [`end_rotation`] removes it;
+//! both write with the Secret's resourceVersion as precondition, so concurrent runs cannot
+//! interleave).
 
 use std::collections::BTreeMap;
 
@@ -19,6 +23,11 @@ pub const SECRET_NAME: &str = "kubetun-gateway-key";
 pub const PRIVATE_KEY_FIELD: &str = "privateKey";
 /// Key of the public key (base64) in the Secret's data.
 pub const PUBLIC_KEY_FIELD: &str = "publicKey";
+/// Key of the previous private key (base64) in the Secret's data, present only while a key
+/// rotation is in progress.
+pub const PREVIOUS_PRIVATE_KEY_FIELD: &str = "previousPrivateKey";
+/// How often a rotation step re-reads the Secret after a conflicting write.
+const CONFLICT_RETRIES: usize = 5;
 
 /// What went wrong with a key.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +46,21 @@ pub enum KeyError {
     /// Reading or creating the Secret failed.
     #[error("cannot read or create Secret {SECRET_NAME}: {0}")]
     Kube(#[from] kube::Error),
+    /// Reading or writing the Secret during a rotation failed.
+    #[error("cannot {action} Secret {SECRET_NAME}: {source}")]
+    Rotation {
+        /// What was attempted.
+        action: &'static str,
+        /// The API error (boxed: it is large, and this error travels in others).
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// The Secret does not exist (the controller creates it when it starts).
+    #[error("Secret {SECRET_NAME} does not exist: is kubetun-controller running in this cluster?")]
+    Missing,
+    /// Other writers kept changing the Secret.
+    #[error("Secret {SECRET_NAME} kept changing under the rotation; run it again")]
+    Contended,
 }
 
 /// Decodes a base64 X25519 public key a peer announced.
@@ -134,14 +158,191 @@ impl GatewayKey {
     }
 
     fn from_secret_object(secret: &Secret) -> Result<Self, KeyError> {
-        let private = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(PRIVATE_KEY_FIELD))
-            .and_then(|b| std::str::from_utf8(&b.0).ok())
-            .ok_or(KeyError::BadSecret)?;
+        let private = secret_field(secret, PRIVATE_KEY_FIELD).ok_or(KeyError::BadSecret)?;
         Self::from_private_base64(private).map_err(|_| KeyError::BadSecret)
     }
+}
+
+/// The keys Secret [`SECRET_NAME`] holds.
+#[derive(Clone)]
+pub struct GatewayKeys {
+    /// The key the gateway uses, and announces to peers.
+    pub current: GatewayKey,
+    /// While a rotation is in progress: the key used before, still serving the peers that
+    /// have not completed a handshake with `current`.
+    pub previous: Option<GatewayKey>,
+}
+
+impl std::fmt::Debug for GatewayKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayKeys")
+            .field("current", &self.current)
+            .field("previous", &self.previous)
+            .finish()
+    }
+}
+
+impl PartialEq for GatewayKeys {
+    fn eq(&self, other: &Self) -> bool {
+        let previous = |keys: &Self| keys.previous.as_ref().map(|k| k.public.clone());
+        self.current.public == other.current.public && previous(self) == previous(other)
+    }
+}
+
+impl GatewayKeys {
+    /// The keys of the Secret object (a malformed previous key counts as none: it could
+    /// only keep a rotation from ending).
+    pub fn from_secret(secret: &Secret) -> Result<Self, KeyError> {
+        let current = GatewayKey::from_secret_object(secret)?;
+        let previous = secret_field(secret, PREVIOUS_PRIVATE_KEY_FIELD)
+            .and_then(|text| GatewayKey::from_private_base64(text).ok())
+            .filter(|previous| previous.public != current.public);
+        Ok(Self { current, previous })
+    }
+
+    /// Reads the keys, creating the Secret with a fresh key when absent.
+    pub async fn load_or_create(client: kube::Client, namespace: &str) -> Result<Self, KeyError> {
+        GatewayKey::load_or_create(client.clone(), namespace).await?;
+        let secrets: Api<Secret> = Api::namespaced(client, namespace);
+        Self::from_secret(&secrets.get(SECRET_NAME).await?)
+    }
+}
+
+fn secret_field<'s>(secret: &'s Secret, field: &str) -> Option<&'s str> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(field))
+        .and_then(|b| std::str::from_utf8(&b.0).ok())
+}
+
+/// How [`begin_rotation`] found the Secret.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RotationStart {
+    /// A new key was generated; the former one is kept as the previous key.
+    Started(GatewayKeys),
+    /// A rotation was in progress already (an earlier run stopped before it ended): it goes
+    /// on with its key.
+    Resumed(GatewayKeys),
+}
+
+impl RotationStart {
+    /// The keys either way.
+    pub fn keys(&self) -> &GatewayKeys {
+        match self {
+            Self::Started(keys) | Self::Resumed(keys) => keys,
+        }
+    }
+}
+
+/// Starts a key rotation in `namespace`: a fresh key becomes the current one and the current
+/// one the previous one, unless a rotation is in progress already (then it is resumed as is).
+pub async fn begin_rotation(
+    client: kube::Client,
+    namespace: &str,
+) -> Result<RotationStart, KeyError> {
+    let secrets: Api<Secret> = Api::namespaced(client, namespace);
+    for _ in 0..CONFLICT_RETRIES {
+        let secret = secrets
+            .get_opt(SECRET_NAME)
+            .await
+            .map_err(|source| KeyError::Rotation {
+                action: "read",
+                source: Box::new(source),
+            })?
+            .ok_or(KeyError::Missing)?;
+        let keys = GatewayKeys::from_secret(&secret)?;
+        if keys.previous.is_some() {
+            return Ok(RotationStart::Resumed(keys));
+        }
+        let next = GatewayKeys {
+            current: GatewayKey::generate(),
+            previous: Some(keys.current),
+        };
+        match write_keys(&secrets, secret, &next).await {
+            Ok(()) => return Ok(RotationStart::Started(next)),
+            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(source) => {
+                return Err(KeyError::Rotation {
+                    action: "update",
+                    source: Box::new(source),
+                });
+            }
+        }
+    }
+    Err(KeyError::Contended)
+}
+
+/// Ends the rotation that made `current_public` the current key: the previous private key is
+/// removed from the Secret. Returns false when there was nothing to end (no previous key, or
+/// the Secret moved on to another current key).
+pub async fn end_rotation(
+    client: kube::Client,
+    namespace: &str,
+    current_public: &str,
+) -> Result<bool, KeyError> {
+    let secrets: Api<Secret> = Api::namespaced(client, namespace);
+    for _ in 0..CONFLICT_RETRIES {
+        let secret = secrets
+            .get_opt(SECRET_NAME)
+            .await
+            .map_err(|source| KeyError::Rotation {
+                action: "read",
+                source: Box::new(source),
+            })?
+            .ok_or(KeyError::Missing)?;
+        let has_previous = secret_field(&secret, PREVIOUS_PRIVATE_KEY_FIELD).is_some();
+        let keys = GatewayKeys::from_secret(&secret)?;
+        if !has_previous || keys.current.public != current_public {
+            return Ok(false);
+        }
+        let next = GatewayKeys {
+            current: keys.current,
+            previous: None,
+        };
+        match write_keys(&secrets, secret, &next).await {
+            Ok(()) => return Ok(true),
+            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(source) => {
+                return Err(KeyError::Rotation {
+                    action: "update",
+                    source: Box::new(source),
+                });
+            }
+        }
+    }
+    Err(KeyError::Contended)
+}
+
+/// Replaces the Secret's key fields with `keys`, conditional on the resourceVersion read
+/// (other data fields, labels and annotations stay).
+async fn write_keys(
+    secrets: &Api<Secret>,
+    mut secret: Secret,
+    keys: &GatewayKeys,
+) -> Result<(), kube::Error> {
+    let data = secret.data.get_or_insert_with(BTreeMap::new);
+    data.insert(
+        PRIVATE_KEY_FIELD.to_owned(),
+        ByteString(keys.current.private_base64().into_bytes()),
+    );
+    data.insert(
+        PUBLIC_KEY_FIELD.to_owned(),
+        ByteString(keys.current.public.clone().into_bytes()),
+    );
+    match &keys.previous {
+        Some(previous) => data.insert(
+            PREVIOUS_PRIVATE_KEY_FIELD.to_owned(),
+            ByteString(previous.private_base64().into_bytes()),
+        ),
+        None => data.remove(PREVIOUS_PRIVATE_KEY_FIELD),
+    };
+    // Written as `data`; a `stringData` copy would be merged back in by the API server.
+    secret.string_data = None;
+    secrets
+        .replace(SECRET_NAME, &PostParams::default(), &secret)
+        .await
+        .map(|_| ())
 }
 
 #[cfg(test)]
@@ -162,6 +363,45 @@ mod tests {
         let again = GatewayKey::from_private_base64(&key.private_base64()).unwrap();
         assert_eq!(again.public_base64(), key.public_base64());
         assert_eq!(key.public_base64().len(), 44);
+    }
+
+    fn secret_of(current: &GatewayKey, previous: Option<&str>) -> Secret {
+        let mut data = BTreeMap::from([(
+            PRIVATE_KEY_FIELD.to_owned(),
+            ByteString(current.private_base64().into_bytes()),
+        )]);
+        if let Some(previous) = previous {
+            data.insert(
+                PREVIOUS_PRIVATE_KEY_FIELD.to_owned(),
+                ByteString(previous.as_bytes().to_vec()),
+            );
+        }
+        Secret {
+            data: Some(data),
+            ..Secret::default()
+        }
+    }
+
+    #[test]
+    fn the_previous_key_is_read_only_when_usable_and_never_printed() {
+        let (current, previous) = (GatewayKey::generate(), GatewayKey::generate());
+        let keys = GatewayKeys::from_secret(&secret_of(&current, Some(&previous.private_base64())))
+            .unwrap();
+        assert_eq!(
+            keys.previous.as_ref().map(GatewayKey::public_base64),
+            Some(previous.public_base64())
+        );
+        let printed = format!("{keys:?}");
+        assert!(printed.contains(previous.public_base64()));
+        assert!(!printed.contains(&previous.private_base64()));
+        assert!(!printed.contains(&current.private_base64()));
+
+        let garbled = GatewayKeys::from_secret(&secret_of(&current, Some("garbage"))).unwrap();
+        assert!(garbled.previous.is_none());
+        let same = GatewayKeys::from_secret(&secret_of(&current, Some(&current.private_base64())))
+            .unwrap();
+        assert!(same.previous.is_none());
+        assert!(GatewayKeys::from_secret(&Secret::default()).is_err());
     }
 
     #[test]

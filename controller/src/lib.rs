@@ -10,6 +10,8 @@
 //!   ([`gateway_client::GatewayClient`] over the Unix socket).
 //! - [`network`]: the Network / NetworkID allocator and peerings (the gateway ACL).
 //! - [`connector`] and [`shortcut`]: linking two clusters, from the CLI or the hub's operator.
+//! - [`rotation`]: rotating a cluster's gateway key across its links (`kubetun network
+//!   rotate-keys`); the controller's side is [`reconcile::keys`].
 //! - [`agent`]: the per-node route agent.
 //! - [`runtime`]: what the reconcilers share: watches with their own backoff, the API
 //!   server's reachability ([`runtime::ApiHealth`]), status patches, requeue backoff, shutdown.
@@ -35,6 +37,7 @@ pub mod keys;
 pub mod network;
 pub mod planner;
 pub mod reconcile;
+pub mod rotation;
 pub mod runtime;
 pub mod shortcut;
 pub mod shutdown;

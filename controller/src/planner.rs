@@ -342,6 +342,11 @@ pub struct GatewaySettings {
     pub private_key: String,
     /// Base64 public key of `private_key`; what the version hash covers instead of it.
     pub public_key: String,
+    /// During a key rotation, the base64 private key used before `private_key` (empty: none);
+    /// sent to the gateway only.
+    pub previous_private_key: String,
+    /// Base64 public key of `previous_private_key` (empty: none).
+    pub previous_public_key: String,
     /// UDP listen port.
     pub listen_port: u32,
     /// Tunnel MTU.
@@ -364,6 +369,7 @@ impl std::fmt::Debug for GatewaySettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GatewaySettings")
             .field("public_key", &self.public_key)
+            .field("previous_public_key", &self.previous_public_key)
             .field("listen_port", &self.listen_port)
             .field("mtu", &self.mtu)
             .field("addresses", &self.addresses)
@@ -378,7 +384,7 @@ impl std::fmt::Debug for GatewaySettings {
 
 /// The gateway's whole desired state: one peer per TunnelEndpoint (sorted by cluster id), its
 /// routes real -> view (pod CIDRs first, then external), and its ACL. The version is a hash
-/// of everything but the private key (its public key stands in for it).
+/// of everything but the private keys (their public keys stand in for them).
 pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec]) -> DesiredState {
     let mut sorted: Vec<&TunnelEndpointSpec> = endpoints.iter().collect();
     sorted.sort_by(|a, b| a.cluster.id.cmp(&b.cluster.id));
@@ -412,6 +418,7 @@ pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec
         version: String::new(),
         interface: Some(gateway_api::Interface {
             private_key: settings.public_key.clone(),
+            previous_private_key: settings.previous_public_key.clone(),
             listen_port: settings.listen_port,
             fwmark: 0,
             mtu: settings.mtu,
@@ -431,6 +438,9 @@ pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec
     state.version = content_hash(&state);
     if let Some(interface) = state.interface.as_mut() {
         interface.private_key.clone_from(&settings.private_key);
+        interface
+            .previous_private_key
+            .clone_from(&settings.previous_private_key);
     }
     state
 }
@@ -442,6 +452,7 @@ pub fn version_of(state: &DesiredState) -> String {
     state.version.clear();
     if let Some(interface) = state.interface.as_mut() {
         interface.private_key.clear();
+        interface.previous_private_key.clear();
     }
     content_hash(&state)
 }

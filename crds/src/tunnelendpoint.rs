@@ -105,6 +105,10 @@ pub struct ConnectionStatus {
     /// The gateway's connectivity check of this peer; absent when it does not run one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probes: Option<ProbeStatus>,
+    /// During a key rotation of this cluster: the tunnel still uses the previous key (the
+    /// peer has not completed a handshake with the new one yet).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub previous_key: bool,
 }
 
 /// The gateway's connectivity check of a peer: probes sent through the tunnel every

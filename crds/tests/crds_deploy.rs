@@ -154,10 +154,11 @@ fn rbac_covers_what_the_controller_does_and_binds_the_service_account() {
         granted(&cluster_rules, "events.k8s.io", "events"),
         verbs(&["create", "patch"])
     );
-    // The shortcut operator watches its kubeconfig Secrets by label.
+    // The shortcut operator watches its kubeconfig Secrets by label; the key rotation watches
+    // the gateway key Secret and updates it when a rotation ends.
     assert_eq!(
         granted(&rules, "", "secrets"),
-        verbs(&["get", "list", "watch", "create", "delete"])
+        verbs(&["get", "list", "watch", "create", "update", "delete"])
     );
     assert_eq!(
         granted(&rules, "", "configmaps"),

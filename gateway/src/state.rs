@@ -30,6 +30,9 @@ pub enum StateError {
     /// The interface private key is malformed.
     #[error("interface private_key: {0}")]
     PrivateKey(KeyError),
+    /// The interface's previous private key is malformed.
+    #[error("interface previous_private_key: {0}")]
+    PreviousPrivateKey(KeyError),
     /// A peer's public or preshared key is malformed.
     #[error("peer {peer}: {field}: {source}")]
     PeerKey {
@@ -173,6 +176,10 @@ impl RouteConfig {
 pub struct InterfaceConfig {
     /// The X25519 private key; without one the gateway has no peers' sessions.
     pub private_key: Option<Key>,
+    /// During a key rotation, the key used before `private_key`: peers whose tunnels were
+    /// made with it keep using it until they complete a handshake with `private_key`. Never
+    /// equal to `private_key`, and `None` without one.
+    pub previous_private_key: Option<Key>,
     /// UDP port; 0 lets the kernel choose.
     pub listen_port: u16,
     /// `SO_MARK` on the UDP sockets; 0 = none.
@@ -193,6 +200,7 @@ impl Default for InterfaceConfig {
     fn default() -> Self {
         Self {
             private_key: None,
+            previous_private_key: None,
             listen_port: 0,
             fwmark: 0,
             mtu: DEFAULT_MTU,
@@ -287,6 +295,7 @@ impl DesiredState {
             validate_conncheck(conncheck)?;
         }
         let own = self.public_key();
+        let previous = self.interface.previous_private_key.map(|k| k.public_key());
         let mut keys = HashSet::new();
         let mut views: std::collections::HashMap<IpNet, String> = Default::default();
         for peer in &self.peers {
@@ -294,7 +303,7 @@ impl DesiredState {
             if !keys.insert(peer.public_key) {
                 return Err(StateError::DuplicatePeer(name));
             }
-            if Some(peer.public_key) == own {
+            if Some(peer.public_key) == own || Some(peer.public_key) == previous {
                 return Err(StateError::OwnKey(name));
             }
             for route in &peer.routes {
@@ -359,8 +368,14 @@ impl DesiredState {
                     max: u64::from(MAX_MTU),
                 })?,
         };
+        let previous_private_key = match iface.previous_private_key.as_str() {
+            "" => None,
+            text => Some(Key::from_base64(text).map_err(StateError::PreviousPrivateKey)?),
+        }
+        .filter(|previous| private_key.is_some_and(|key| key != *previous));
         let interface = InterfaceConfig {
             private_key,
+            previous_private_key,
             listen_port,
             fwmark: iface.fwmark,
             mtu,
@@ -578,6 +593,40 @@ mod tests {
         assert_eq!(state.interface.listen_port, 4242);
         assert_eq!(state.interface.mtu, 1380);
         assert_eq!(state.interface.private_key, Some(key(9)));
+    }
+
+    #[test]
+    fn previous_key_is_kept_only_beside_another_private_key() {
+        let with_previous = |private: Option<u8>, previous: u8| {
+            let mut req = request(vec![]);
+            let interface = req.interface.as_mut().expect("interface");
+            interface.private_key = private.map(|n| key(n).to_base64()).unwrap_or_default();
+            interface.previous_private_key = key(previous).to_base64();
+            DesiredState::from_proto(req, &DesiredState::default())
+                .expect("valid")
+                .interface
+                .previous_private_key
+        };
+        assert_eq!(with_previous(Some(1), 2), Some(key(2)));
+        assert_eq!(with_previous(Some(1), 1), None);
+        assert_eq!(with_previous(None, 2), None);
+
+        let mut req = request(vec![proto_peer(2, &[])]);
+        req.interface
+            .as_mut()
+            .expect("interface")
+            .previous_private_key = key(3).to_base64();
+        req.peers[0].public_key = key(3).public_key().to_base64();
+        let error = DesiredState::from_proto(req, &DesiredState::default())
+            .expect_err("a peer with our previous key");
+        assert!(matches!(error, StateError::OwnKey(_)), "{error}");
+        let mut req = request(vec![]);
+        req.interface
+            .as_mut()
+            .expect("interface")
+            .previous_private_key = "short".into();
+        let error = DesiredState::from_proto(req, &DesiredState::default()).expect_err("bad key");
+        assert!(!error.to_string().contains("short"), "{error}");
     }
 
     fn rejection(peers: Vec<proto::Peer>) -> String {

@@ -63,7 +63,12 @@ pub fn status_response(report: &DeviceReport, now_ms: u64) -> proto::StatusRespo
             .peers
             .iter()
             .map(|peer| {
-                let (state, message) = connection_state(peer, now_ms);
+                let (state, mut message) = connection_state(peer, now_ms);
+                if peer.previous_key && message.is_empty() {
+                    // Stable wording: the controller writes a status whenever it changes.
+                    message =
+                        "on the previous key until the peer handshakes with the new one".to_owned();
+                }
                 proto::PeerStatus {
                     public_key: peer.config.public_key.to_base64(),
                     name: peer.config.name.clone(),
@@ -98,6 +103,7 @@ pub fn status_response(report: &DeviceReport, now_ms: u64) -> proto::StatusRespo
                         probes_sent: c.reading.probes_sent,
                         probes_lost: c.reading.probes_lost,
                     }),
+                    previous_key: peer.previous_key,
                 }
             })
             .collect(),
@@ -173,6 +179,7 @@ mod tests {
             handshake_pending_since_ms: 0,
             latency_us: None,
             conncheck: None,
+            previous_key: false,
         }
     }
 

@@ -15,7 +15,7 @@ use kubetun_controller::cluster_info::{ClusterInfo, DEFAULT_NAMESPACE};
 use kubetun_controller::context::{Context, ControllerConfig};
 use kubetun_controller::gateway_client::{DEFAULT_INTERFACE, GatewayClient, grpc_socket_path};
 use kubetun_controller::ipam::{IpamConfig, rfc1918_pools};
-use kubetun_controller::keys::GatewayKey;
+use kubetun_controller::keys::{GatewayKey, GatewayKeys};
 use kubetun_controller::network::{self, NetworkOptions};
 use kubetun_controller::planner::{self, GatewaySettings};
 use kubetun_controller::reconcile;
@@ -169,7 +169,8 @@ async fn main() -> anyhow::Result<()> {
             })?)
         }
     };
-    let key = GatewayKey::load_or_create(client.clone(), &args.namespace).await?;
+    let keys = GatewayKeys::load_or_create(client.clone(), &args.namespace).await?;
+    let key = &keys.current;
     let info = ClusterInfo {
         cluster: ClusterRef {
             id: args.cluster_id.clone(),
@@ -196,6 +197,16 @@ async fn main() -> anyhow::Result<()> {
     let settings = GatewaySettings {
         private_key: key.private_base64(),
         public_key: key.public_base64().to_owned(),
+        previous_private_key: keys
+            .previous
+            .as_ref()
+            .map(GatewayKey::private_base64)
+            .unwrap_or_default(),
+        previous_public_key: keys
+            .previous
+            .as_ref()
+            .map(|k| k.public_base64().to_owned())
+            .unwrap_or_default(),
         listen_port: u32::from(args.listen_port.unwrap_or(args.endpoint_port)),
         mtu: args.mtu,
         addresses: flatten(&args.tunnel_address)

@@ -54,6 +54,12 @@ pub enum Error {
     /// `-o json|yaml` could not be rendered.
     #[error(transparent)]
     Render(#[from] output::RenderError),
+    /// A key rotation did not reach every peer (the report names them).
+    #[error("{0}")]
+    Incomplete(String),
+    /// A key rotation failed.
+    #[error("{}", connector::error_chain(.0.as_ref()))]
+    Rotation(Box<crate::rotation::Error>),
     /// A wait ran out of time.
     #[error("timed out after {timeout:?} waiting for {what}")]
     Timeout {
@@ -62,6 +68,12 @@ pub enum Error {
         /// The configured timeout.
         timeout: Duration,
     },
+}
+
+impl From<crate::rotation::Error> for Error {
+    fn from(error: crate::rotation::Error) -> Self {
+        Self::Rotation(Box::new(error))
+    }
 }
 
 impl From<connector::Error> for Error {

@@ -1,5 +1,5 @@
-//! `kubetun network connect|disconnect|reset|status`: links two clusters directly with the
-//! connector and shows the links of a cluster.
+//! `kubetun network connect|disconnect|reset|status|rotate-keys`: links two clusters directly
+//! with the connector, shows the links of a cluster and rotates its gateway key.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -13,6 +13,7 @@ use super::{
 };
 use crate::cluster_info::DEFAULT_NAMESPACE;
 use crate::connector::{self, ClusterHandle, Connector, LinkStatus, WaitOptions};
+use crate::rotation::{self, RotationOptions, RotationReport};
 
 /// `kubetun network`.
 #[derive(Debug, Args)]
@@ -35,6 +36,32 @@ pub enum NetworkCommand {
     Reset(ResetArgs),
     /// Show every link of the local cluster.
     Status(StatusArgs),
+    /// Give the local gateway a new WireGuard key and announce it to every linked peer; the
+    /// tunnels move to it one by one without interruption, and the old key is removed once
+    /// no tunnel uses it. Run it again to resume an interrupted rotation.
+    RotateKeys(RotateKeysArgs),
+}
+
+/// `network rotate-keys`.
+#[derive(Debug, Args)]
+pub struct RotateKeysArgs {
+    #[command(flatten)]
+    local: LocalClusterArgs,
+    /// Kubeconfig of a peer on a direct link (repeat for each; links a hub's
+    /// ShortcutConnection manages need none).
+    #[arg(long = "remote-kubeconfig", value_name = "FILE")]
+    remote_kubeconfigs: Vec<PathBuf>,
+    /// Namespace kubetun runs in on the peers.
+    #[arg(long, default_value = DEFAULT_NAMESPACE)]
+    remote_namespace: String,
+    /// Wait until every tunnel uses the new key and the old key is gone.
+    #[arg(long)]
+    wait: bool,
+    /// Upper bound of the whole command (e.g. 90s, 5m).
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    timeout: Duration,
+    #[command(flatten)]
+    output: super::output::OutputArgs,
 }
 
 /// Flags naming the local cluster.
@@ -296,6 +323,7 @@ pub async fn run(args: NetworkArgs) -> Result<(), Error> {
             );
             Ok(())
         }
+        NetworkCommand::RotateKeys(args) => rotate_keys(args, &progress).await,
         NetworkCommand::Status(args) => {
             let local = local_handle(&args.local).await?;
             let links = connector::link_statuses(&local).await?;
@@ -317,6 +345,103 @@ pub async fn run(args: NetworkArgs) -> Result<(), Error> {
             Ok(())
         }
     }
+}
+
+/// `network rotate-keys`: progress on stdout for tables, none for `-o json|yaml` (the
+/// report is the output); fails when the key did not reach every peer or, with `--wait`,
+/// not every tunnel moved.
+async fn rotate_keys(args: RotateKeysArgs, console: &ConsoleProgress) -> Result<(), Error> {
+    let local = local_handle(&args.local).await?;
+    let mut remotes = Vec::new();
+    for (index, path) in args.remote_kubeconfigs.iter().enumerate() {
+        let label = format!("remote {}", index + 1);
+        let source = KubeconfigSource {
+            path: Some(path.clone()),
+            context: None,
+        };
+        let client = source.client(&label).await?;
+        remotes.push(ClusterHandle::new(label, client, &args.remote_namespace));
+    }
+    let options = RotationOptions {
+        wait: args.wait,
+        timeout: args.timeout,
+        ..RotationOptions::default()
+    };
+    let quiet = connector::TracingProgress;
+    let progress: &dyn connector::Progress = match args.output.format {
+        super::output::Format::Table => console,
+        _ => &quiet,
+    };
+    let report = rotation::rotate_keys(&local, &remotes, options, progress).await?;
+    match super::output::render(args.output.format, &report)? {
+        Some(text) => print!("{text}"),
+        None => print!("{}", render_rotation(&report)),
+    }
+    let unannounced: Vec<&str> = report.unannounced().map(|p| p.peer_id.as_str()).collect();
+    if !unannounced.is_empty() {
+        return Err(Error::Incomplete(format!(
+            "the new key did not reach {}; their tunnels stay on the previous key: run the \
+             command again (with their --remote-kubeconfig) to resume",
+            unannounced.join(", ")
+        )));
+    }
+    if args.wait && !report.complete {
+        let pending: Vec<&str> = report
+            .peers
+            .iter()
+            .filter(|p| !p.moved)
+            .map(|p| p.peer_id.as_str())
+            .collect();
+        return Err(Error::Incomplete(format!(
+            "timed out after {:?}: still on the previous key: {} (their gateways have not \
+             handshaken with the new key; `kubetun diagnose` checks those links); run the \
+             command again to go on waiting",
+            args.timeout,
+            pending.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// The table form of a rotation report.
+pub fn render_rotation(report: &RotationReport) -> String {
+    let mut out = format!(
+        "cluster {}: public key {}{}\n",
+        report.cluster_id,
+        report.public_key,
+        report
+            .previous_public_key
+            .as_ref()
+            .map(|p| format!(" (was {p})"))
+            .unwrap_or_default()
+    );
+    let yes_no = |b: bool| if b { "yes" } else { "no" }.to_owned();
+    let rows: Vec<Vec<String>> = report
+        .peers
+        .iter()
+        .map(|p| {
+            vec![
+                p.peer_id.clone(),
+                format!("{:?}", p.propagation).to_lowercase(),
+                yes_no(p.announced),
+                yes_no(p.moved),
+                p.message.clone(),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        out.push_str(&render_table(
+            &["PEER", "PROPAGATION", "ANNOUNCED", "MOVED", "MESSAGE"],
+            &rows,
+        ));
+    }
+    out.push_str(if report.complete {
+        "rotation complete: the previous key is gone\n"
+    } else {
+        "rotation in progress: the previous key serves the tunnels that have not moved yet \
+         (--wait waits for them)\n"
+    });
+    out
 }
 
 /// `reset` when only one cluster can be reached: forget the peer given by id.

@@ -344,6 +344,45 @@ fn desired_state_is_sorted_versioned_and_keeps_the_key_out_of_the_version() {
 }
 
 #[test]
+fn a_rotation_sends_both_keys_and_versions_them_by_their_public_halves() {
+    let (old, new) = (GatewayKey::generate(), GatewayKey::generate());
+    let settings = GatewaySettings {
+        private_key: new.private_base64(),
+        public_key: new.public_base64().to_owned(),
+        listen_port: 51820,
+        mtu: 1420,
+        ..GatewaySettings::default()
+    };
+    let rotating = GatewaySettings {
+        previous_private_key: old.private_base64(),
+        previous_public_key: old.public_base64().to_owned(),
+        ..settings.clone()
+    };
+    let before = desired_state(&settings, &[]);
+    let during = desired_state(&rotating, &[]);
+    let interface = during.interface.as_ref().expect("interface");
+    assert_eq!(interface.previous_private_key, old.private_base64());
+    assert_eq!(
+        before
+            .interface
+            .as_ref()
+            .map(|i| i.previous_private_key.as_str()),
+        Some("")
+    );
+    assert_ne!(
+        before.version, during.version,
+        "ending a rotation is a change"
+    );
+    let mut other_previous = during.clone();
+    if let Some(interface) = other_previous.interface.as_mut() {
+        interface.previous_private_key = GatewayKey::generate().private_base64();
+    }
+    assert_eq!(version_of(&other_previous), version_of(&during));
+    assert!(!format!("{rotating:?}").contains(&rotating.previous_private_key));
+    assert!(format!("{rotating:?}").contains(old.public_base64()));
+}
+
+#[test]
 fn desired_state_turns_the_connectivity_check_on_for_every_peer() {
     let settings = GatewaySettings::default();
     let state = desired_state(

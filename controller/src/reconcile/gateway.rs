@@ -91,7 +91,7 @@ impl GatewaySync {
         let mut endpoints = api.list(&ListParams::default()).await?.items;
         endpoints.sort_by_key(|te| te.name_any());
         let specs: Vec<_> = endpoints.iter().map(|te| te.spec.clone()).collect();
-        let desired = planner::desired_state(&self.ctx.gateway_settings, &specs);
+        let desired = planner::desired_state(&self.ctx.gateway_settings(), &specs);
         let version = desired.version.clone();
         let peers = desired.peers.len();
         self.desired_version = Some(version.clone());

@@ -4,12 +4,14 @@
 //! - [`tunnel_endpoint`]: one TunnelEndpoint per fully processed pair of NetworkConfigs, and
 //!   its status from the gateway.
 //! - [`gateway`]: pushes the desired state of all TunnelEndpoints to the gateway.
+//! - [`keys`]: follows the gateway key Secret through a key rotation.
 //!
 //! [`run`] wires them to watches with the kube-runtime `Controller`; [`sync_once`] is one
 //! complete pass over every object of the namespace (what the watches do over time), used
 //! by tests and benchmarks against in-memory API servers.
 
 pub mod gateway;
+pub mod keys;
 pub mod network_config;
 pub mod tunnel_endpoint;
 
@@ -242,5 +244,6 @@ pub async fn run(ctx: Arc<Context>) {
         () = controller => {}
         () = gc => {}
         () = gateway => {}
+        () = keys::run(ctx.clone()) => {}
     }
 }

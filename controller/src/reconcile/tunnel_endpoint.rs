@@ -162,6 +162,7 @@ pub fn connection_status(peer: Option<&PeerStatus>) -> ConnectionStatus {
             sent: c.probes_sent,
             lost: c.probes_lost,
         }),
+        previous_key: peer.previous_key,
     }
 }
 

@@ -553,7 +553,7 @@ pub async fn timer_loop(shared: Arc<Shared>) {
         if ticks.is_multiple_of(RATE_LIMIT_RESET_TICKS)
             && let Some(identity) = &snapshot.identity
         {
-            identity.rate_limiter.reset_count();
+            identity.reset_rate_limiters();
         }
         for (_, slot) in snapshot.slots() {
             let Some(peer) = &slot.runtime else { continue };

@@ -23,14 +23,16 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Weak};
 
+use boringtun::noise::errors::WireGuardError;
 use boringtun::noise::handshake::parse_handshake_anon;
-use boringtun::noise::{Packet, TunnResult};
+use boringtun::noise::{Packet, Tunn, TunnResult};
+use boringtun::x25519::PublicKey;
 
 use super::datapath::{MAX_PACKET, OVERHEAD, Shared};
 use super::dispatch::{INITIATION_LEN, Incoming, classify, is_cookie_reply, is_initiation};
 use super::drops::DeviceDrop;
-use super::peer::Peer;
-use super::snapshot::Snapshot;
+use super::peer::{Peer, TunnCell};
+use super::snapshot::{Identity, Snapshot};
 use crate::clock::unix_ms;
 use crate::key::Key;
 use crate::remap::{DropReason, PeerId};
@@ -206,7 +208,7 @@ fn lower_priority() {
 fn process(shared: &Shared, snapshot: &Snapshot, message: &HandshakeMessage, out: &mut [u8]) {
     let (source, datagram) = (message.source, message.datagram());
     let kind = classify(datagram);
-    let Some(id) = find_peer(shared, snapshot, source, datagram, kind, out) else {
+    let Some((id, addressed)) = find_peer(shared, snapshot, source, datagram, kind, out) else {
         return;
     };
     let Some(slot) = snapshot.peer(id) else {
@@ -217,11 +219,51 @@ fn process(shared: &Shared, snapshot: &Snapshot, message: &HandshakeMessage, out
         shared.drops.device(DeviceDrop::NoPrivateKey);
         return;
     };
-    let result = peer
-        .tunn
-        .lock()
-        .0
-        .decapsulate(Some(source.ip()), datagram, out);
+    let result = {
+        let mut tunn = peer.tunn.lock();
+        let to_current = |identity: &Identity| {
+            snapshot
+                .identity
+                .as_deref()
+                .is_some_and(|current| current.public == identity.public)
+        };
+        match addressed {
+            Some(identity)
+                if tunn.1 != identity.public_key()
+                    && (to_current(identity) || !peer.proven_on_its_key()) =>
+            {
+                // Key rotation: the peer initiated with the other one of our two keys: the
+                // new one once it has learned it (it dropped its old-key sessions then), or
+                // the previous one while it has not (after a restart our tunnels start on the
+                // new key; once one is proven by a handshake, old-key initiations, which may
+                // be replays, no longer move it back). A tunnel made with that key answers,
+                // and replaces the peer's tunnel only if the handshake checks out (anyone can
+                // address an initiation to our public key in the peer's name; only the peer
+                // can complete it).
+                let mut moved = Tunn::new(
+                    identity.private.clone(),
+                    PublicKey::from(*slot.config.public_key.as_bytes()),
+                    slot.config.preshared_key.map(|k| *k.as_bytes()),
+                    None,
+                    peer.index,
+                    Some(Arc::clone(&identity.rate_limiter)),
+                );
+                let result = moved.decapsulate(Some(source.ip()), datagram, out);
+                if matches!(&result, TunnResult::WriteToNetwork(reply) if !is_cookie_reply(reply)) {
+                    *tunn = TunnCell(moved, identity.public_key());
+                    peer.stats.key_since_ms.store(unix_ms(), Ordering::Relaxed);
+                    let key = if to_current(identity) {
+                        "new"
+                    } else {
+                        "previous"
+                    };
+                    tracing::info!(peer = %slot.config.display_name(), key, "peer's tunnel moved to another of our keys");
+                }
+                result
+            }
+            _ => tunn.0.decapsulate(Some(source.ip()), datagram, out),
+        }
+    };
     match result {
         TunnResult::Err(error) => {
             tracing::trace!(?error, %source, "handshake message rejected");
@@ -273,29 +315,40 @@ fn flush_queued(shared: &Shared, peer: &Peer, endpoint: SocketAddr, out: &mut [u
 
 /// The receiver lookup: by index for responses and cookies; by decrypting the initiator's
 /// static key for initiations. Initiations and responses pass the shared rate limiter first,
-/// which answers with a cookie reply when over the allowance.
-fn find_peer(
+/// which answers with a cookie reply when over the allowance. During a key rotation a message
+/// whose MAC does not match the current key is tried with the previous one; for an initiation
+/// the pair it was addressed to is returned too (its peer's tunnel may have to move to it).
+fn find_peer<'s>(
     shared: &Shared,
-    snapshot: &Snapshot,
+    snapshot: &'s Snapshot,
     source: SocketAddr,
     datagram: &[u8],
     kind: Incoming,
     out: &mut [u8],
-) -> Option<PeerId> {
-    let Some(identity) = snapshot.identity.as_deref() else {
+) -> Option<(PeerId, Option<&'s Identity>)> {
+    let Some(current) = snapshot.identity.as_deref() else {
         shared.drops.device(DeviceDrop::NoPrivateKey);
         return None;
     };
+    let mut identity = current;
     let receiver = match kind {
         Incoming::Invalid | Incoming::Data { .. } => {
             shared.drops.device(DeviceDrop::InvalidDatagram);
             return None;
         }
         Incoming::Initiation | Incoming::Response { .. } => {
-            let packet = match identity
+            let mut verified = current
                 .rate_limiter
-                .verify_packet(Some(source.ip()), datagram, out)
+                .verify_packet(Some(source.ip()), datagram, out);
+            if matches!(verified, Err(TunnResult::Err(WireGuardError::InvalidMac)))
+                && let Some(previous) = current.previous.as_deref()
             {
+                identity = previous;
+                verified = previous
+                    .rate_limiter
+                    .verify_packet(Some(source.ip()), datagram, out);
+            }
+            let packet = match verified {
                 Ok(packet) => packet,
                 Err(TunnResult::WriteToNetwork(cookie)) => {
                     shared.drops.device(DeviceDrop::UnderLoad);
@@ -316,7 +369,7 @@ fn find_peer(
                     };
                     let key = Key::from_bytes(half.peer_static_public);
                     return match snapshot.by_key.get(&key) {
-                        Some(id) => Some(*id),
+                        Some(id) => Some((*id, Some(identity))),
                         None => {
                             tracing::debug!(%source, "handshake from an unknown public key");
                             shared.drops.device(DeviceDrop::UnknownInitiator);
@@ -334,7 +387,7 @@ fn find_peer(
         Incoming::CookieReply { receiver } => receiver,
     };
     match snapshot.by_index.get(&receiver) {
-        Some(id) => Some(*id),
+        Some(id) => Some((*id, None)),
         None => {
             shared.drops.device(DeviceDrop::UnknownReceiver);
             None

@@ -385,6 +385,13 @@ impl Device {
     /// A reading of the whole device for status reports.
     pub fn report(&self) -> DeviceReport {
         let snapshot = self.snapshot();
+        // During a rotation: the new public key, which a tunnel must use and have completed
+        // a handshake with to count as moved.
+        let rotating_to = snapshot
+            .identity
+            .as_ref()
+            .filter(|i| i.previous.is_some())
+            .map(|i| i.public_key());
         DeviceReport {
             interface_name: self.name.clone(),
             version: snapshot.state.version.clone(),
@@ -394,7 +401,9 @@ impl Device {
             fwmark: snapshot.state.interface.fwmark,
             peers: snapshot
                 .slots()
-                .map(|(_, slot)| PeerReport::new(slot, snapshot.state.interface.conncheck))
+                .map(|(_, slot)| {
+                    PeerReport::new(slot, snapshot.state.interface.conncheck, rotating_to)
+                })
                 .collect(),
             drops: self.shared.drops.snapshot(),
             remap_rules: snapshot.remap.len(),
@@ -453,6 +462,9 @@ pub struct PeerReport {
     pub latency_us: Option<u64>,
     /// The connectivity check; `None` when it is off for this peer.
     pub conncheck: Option<ConnCheckReport>,
+    /// During a key rotation: the peer's tunnel has not moved to the new key yet (it uses the
+    /// previous key, or has completed no handshake with the new one).
+    pub previous_key: bool,
 }
 
 /// A status reading of one peer's connectivity check.
@@ -474,7 +486,11 @@ impl ConnCheckReport {
 }
 
 impl PeerReport {
-    fn new(slot: &PeerSlot, conncheck: Option<conncheck::ConnCheckConfig>) -> Self {
+    fn new(
+        slot: &PeerSlot,
+        conncheck: Option<conncheck::ConnCheckConfig>,
+        rotating_to: Option<crate::key::Key>,
+    ) -> Self {
         let mut report = PeerReport {
             config: slot.config.clone(),
             endpoint: None,
@@ -488,6 +504,7 @@ impl PeerReport {
             handshake_pending_since_ms: 0,
             latency_us: None,
             conncheck: None,
+            previous_key: false,
         };
         if let Some(peer) = &slot.runtime {
             let stats = &peer.stats;
@@ -501,7 +518,13 @@ impl PeerReport {
             report.last_handshake_ms = stats.last_handshake_ms.load(Ordering::Relaxed);
             report.handshake_pending_since_ms =
                 stats.handshake_pending_since_ms.load(Ordering::Relaxed);
-            let (_, _, _, _, rtt_ms) = peer.tunn.lock().0.stats();
+            let (rtt_ms, tunnel_key) = {
+                let tunn = peer.tunn.lock();
+                let (_, _, _, _, rtt_ms) = tunn.0.stats();
+                (rtt_ms, tunn.1)
+            };
+            report.previous_key =
+                rotating_to.is_some_and(|new| new != tunnel_key || !peer.proven_on_its_key());
             report.latency_us = rtt_ms.map(|ms| u64::from(ms) * 1000);
             if let Some(config) = conncheck.filter(|_| slot.config.conncheck) {
                 let reading = peer.conncheck.lock().reading();

@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 use rand_core::RngCore as _;
 
 use super::conncheck::Prober;
+use crate::key::Key;
 
 /// Runtime state of one peer. Created when the peer (or its key material) first appears in
 /// the desired state and kept across applies that leave its keys unchanged.
@@ -28,12 +29,14 @@ pub struct Peer {
     pub conncheck: Mutex<Prober>,
 }
 
+/// The peer's `Tunn` and our public key it was made with (or last switched to): during a key
+/// rotation that is the previous key until the peer completes a handshake with the new one.
 /// `Tunn` does not implement `Debug`; this wrapper gives the peer a useful one.
-pub struct TunnCell(pub Tunn);
+pub struct TunnCell(pub Tunn, pub Key);
 
 impl std::fmt::Debug for TunnCell {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Tunn")
+        write!(f, "Tunn({})", self.1.to_base64())
     }
 }
 
@@ -56,16 +59,22 @@ pub struct PeerStats {
     pub last_sent_ms: AtomicU64,
     /// When the current run of unanswered handshake initiations began; 0 when none is pending.
     pub handshake_pending_since_ms: AtomicU64,
+    /// When the `Tunn` took the key it uses (created, or moved during a key rotation).
+    pub key_since_ms: AtomicU64,
 }
 
 impl Peer {
-    /// Wraps a fresh `Tunn` created with local index `index`.
-    pub fn new(index: u32, tunn: Tunn, endpoint: Option<SocketAddr>) -> Self {
+    /// Wraps a fresh `Tunn` created with local index `index` and our key pair whose public
+    /// half is `own_public`.
+    pub fn new(index: u32, tunn: Tunn, own_public: Key, endpoint: Option<SocketAddr>) -> Self {
         Self {
             index,
-            tunn: Mutex::new(TunnCell(tunn)),
+            tunn: Mutex::new(TunnCell(tunn, own_public)),
             endpoint: ArcSwapOption::from_pointee(endpoint),
-            stats: PeerStats::default(),
+            stats: PeerStats {
+                key_since_ms: AtomicU64::new(crate::clock::unix_ms()),
+                ..PeerStats::default()
+            },
             // A random first sequence number: PONGs meant for a previous session's prober
             // of this peer do not match.
             conncheck: Mutex::new(Prober::new(rand_core::OsRng.next_u32())),
@@ -127,6 +136,12 @@ impl Peer {
         self.stats
             .rx_packets
             .fetch_add(datagrams, Ordering::Relaxed);
+    }
+
+    /// Whether a handshake completed since the `Tunn` took the key it uses.
+    pub fn proven_on_its_key(&self) -> bool {
+        let last = self.stats.last_handshake_ms.load(Ordering::Relaxed);
+        last != 0 && last >= self.stats.key_since_ms.load(Ordering::Relaxed)
     }
 
     /// Records that a handshake initiation was sent at `now_ms`.

@@ -13,6 +13,7 @@ use rand_core::RngCore;
 use super::ApplyError;
 use super::peer::Peer;
 use super::snapshot::{Identity, IndexMap, PeerSlot, Snapshot};
+use crate::key::Key;
 use crate::remap::{self, PeerId, RemapTable, TableBuilder};
 use crate::state::DesiredState;
 
@@ -25,12 +26,7 @@ pub fn next_snapshot(
 ) -> Result<Snapshot, ApplyError> {
     let plan = plan_peers(current, next)?;
     let table = remap_table(next, &plan.ids, &current.remap)?;
-    let key_changed = current.state.interface.private_key != next.interface.private_key;
-    let identity = match (&next.interface.private_key, key_changed) {
-        (None, _) => None,
-        (Some(_), false) => current.identity.clone(),
-        (Some(key), true) => Some(Arc::new(Identity::new(key))),
-    };
+    let identity = next_identity(current, next);
 
     let mut used_indices: HashSet<u32> = plan
         .reused
@@ -74,7 +70,12 @@ pub fn next_snapshot(
                     index,
                     Some(Arc::clone(&identity.rate_limiter)),
                 );
-                Some(Arc::new(Peer::new(index, tunn, endpoint)))
+                Some(Arc::new(Peer::new(
+                    index,
+                    tunn,
+                    identity.public_key(),
+                    endpoint,
+                )))
             }
             (None, None) => None,
         };
@@ -98,6 +99,28 @@ pub fn next_snapshot(
         remap: table,
     };
     Ok(snapshot)
+}
+
+/// The identity of `next`: the current one when neither key changed; otherwise new pairs that
+/// keep the rate limiters of the keys they share with the current identity.
+fn next_identity(current: &Snapshot, next: &DesiredState) -> Option<Arc<Identity>> {
+    let (now, then) = (&current.state.interface, &next.interface);
+    let key = then.private_key.as_ref()?;
+    if now.private_key == then.private_key && now.previous_private_key == then.previous_private_key
+    {
+        return current.identity.clone();
+    }
+    let known: Vec<&Identity> = current
+        .identity
+        .iter()
+        .flat_map(|identity| identity.pairs())
+        .collect();
+    let mut identity = Identity::reusing(key, &known);
+    identity.previous = then
+        .previous_private_key
+        .as_ref()
+        .map(|previous| Arc::new(Identity::reusing(previous, &known)));
+    Some(Arc::new(identity))
 }
 
 /// The remap table of `state` with peer ids `ids` (same order as `state.peers`), laid out like
@@ -131,11 +154,19 @@ struct PeerPlan {
     reused: Vec<Option<Arc<Peer>>>,
 }
 
-/// A peer keeps its `Tunn` (sessions, learned endpoint, counters) when the interface key and
-/// its own public and preshared keys are unchanged; it also keeps its id. New peers take the
-/// lowest free ids.
+/// A peer keeps its `Tunn` (sessions, learned endpoint, counters) when its own public and
+/// preshared keys are unchanged and the key its `Tunn` uses is still one of the interface's
+/// (the private key, or during a rotation the previous one); it also keeps its id. New peers
+/// take the lowest free ids.
 fn plan_peers(current: &Snapshot, next: &DesiredState) -> Result<PeerPlan, ApplyError> {
-    let key_changed = current.state.interface.private_key != next.interface.private_key;
+    let usable_keys: Vec<Key> = [
+        next.interface.private_key,
+        next.interface.previous_private_key,
+    ]
+    .into_iter()
+    .flatten()
+    .map(|key| key.public_key())
+    .collect();
     let mut ids: Vec<Option<PeerId>> = Vec::with_capacity(next.peers.len());
     let mut reused = Vec::with_capacity(next.peers.len());
     let mut taken = HashSet::new();
@@ -146,9 +177,11 @@ fn plan_peers(current: &Snapshot, next: &DesiredState) -> Result<PeerPlan, Apply
             .and_then(|id| Some((*id, current.peer(*id)?)));
         match previous {
             Some((id, slot))
-                if !key_changed
-                    && slot.config.preshared_key == config.preshared_key
-                    && slot.runtime.is_some() =>
+                if slot.config.preshared_key == config.preshared_key
+                    && slot
+                        .runtime
+                        .as_ref()
+                        .is_some_and(|peer| usable_keys.contains(&peer.tunn.lock().1)) =>
             {
                 ids.push(Some(id));
                 taken.insert(id);
@@ -331,6 +364,58 @@ mod tests {
         let s5 = apply(&s4, &rekeyed);
         assert!(!Arc::ptr_eq(&runtime(&s4, 2).1, &runtime(&s5, 2).1));
         assert!(s5.identity.is_some());
+    }
+
+    #[test]
+    fn a_rotation_keeps_sessions_until_each_peer_moves_to_the_new_key() {
+        let s1 = apply(
+            &empty(),
+            &state(vec![
+                peer(2, "10.70.0.0/16", "10.201.0.0/16", None),
+                peer(3, "10.71.0.0/16", "10.202.0.0/16", None),
+            ]),
+        );
+        let (_, peer2) = runtime(&s1, 2);
+        let (_, peer3) = runtime(&s1, 3);
+
+        // The new key with the old one as previous: every tunnel stays, still on the old key;
+        // a peer added meanwhile starts on the new key.
+        let mut rotating = state(vec![
+            peer(2, "10.70.0.0/16", "10.201.0.0/16", None),
+            peer(3, "10.71.0.0/16", "10.202.0.0/16", None),
+            peer(4, "10.72.0.0/16", "10.203.0.0/16", None),
+        ]);
+        rotating.interface.private_key = Some(key(7));
+        rotating.interface.previous_private_key = Some(key(1));
+        let s2 = apply(&s1, &rotating);
+        assert!(Arc::ptr_eq(&peer2, &runtime(&s2, 2).1));
+        assert!(Arc::ptr_eq(&peer3, &runtime(&s2, 3).1));
+        assert_eq!(peer2.tunn.lock().1, key(1).public_key());
+        assert_eq!(runtime(&s2, 4).1.tunn.lock().1, key(7).public_key());
+        let identity = s2.identity.as_ref().expect("identity");
+        assert_eq!(identity.public_key(), key(7).public_key());
+        let previous = identity.previous.as_ref().expect("previous pair");
+        let old = s1.identity.as_ref().expect("old identity");
+        assert!(
+            Arc::ptr_eq(&previous.rate_limiter, &old.rate_limiter),
+            "the old tunnels' limiter is the one the timer resets"
+        );
+
+        // Peer 2 completed a handshake with the new key (what the handshake worker records).
+        peer2.tunn.lock().1 = key(7).public_key();
+        // The rotation ends: peer 2 keeps its tunnel, peer 3 (still on the old key) starts over.
+        let mut rotated = rotating.clone();
+        rotated.interface.previous_private_key = None;
+        let s3 = apply(&s2, &rotated);
+        assert!(Arc::ptr_eq(&peer2, &runtime(&s3, 2).1));
+        assert!(!Arc::ptr_eq(&peer3, &runtime(&s3, 3).1));
+        assert_eq!(runtime(&s3, 3).1.tunn.lock().1, key(7).public_key());
+        let identity = s3.identity.as_ref().expect("identity");
+        assert!(identity.previous.is_none());
+        assert!(Arc::ptr_eq(
+            &identity.rate_limiter,
+            &s2.identity.as_ref().expect("identity").rate_limiter
+        ));
     }
 
     #[test]

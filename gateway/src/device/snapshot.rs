@@ -18,14 +18,19 @@ use crate::state::{DesiredState, PeerConfig};
 /// default).
 pub const HANDSHAKE_RATE_LIMIT: u64 = 100;
 
-/// The interface's key pair and the rate limiter bound to its public key.
+/// The interface's key pair and the rate limiter bound to its public key; during a key
+/// rotation also the previous pair, which serves the peers that have not completed a handshake
+/// with the new key yet.
 pub struct Identity {
     /// The private key.
     pub private: StaticSecret,
     /// Its public key.
     pub public: PublicKey,
-    /// Shared by every peer's `Tunn`; verified before peer lookup; reset every second.
+    /// Shared by every peer's `Tunn` made with this key; verified before peer lookup; reset
+    /// every second.
     pub rate_limiter: Arc<RateLimiter>,
+    /// The key pair used before this one, while a rotation is in progress.
+    pub previous: Option<Arc<Identity>>,
 }
 
 impl Identity {
@@ -38,6 +43,35 @@ impl Identity {
             private,
             public,
             rate_limiter,
+            previous: None,
+        }
+    }
+
+    /// The pair of `private_key`, taking the rate limiter of the pair in `known` with the same
+    /// key (the `Tunn`s made with that key hold it, and only a limiter that is reset lets
+    /// their handshakes through).
+    pub fn reusing(private_key: &Key, known: &[&Identity]) -> Self {
+        let mut identity = Self::new(private_key);
+        if let Some(same) = known.iter().find(|k| k.public == identity.public) {
+            identity.rate_limiter = Arc::clone(&same.rate_limiter);
+        }
+        identity
+    }
+
+    /// The public key as a [`Key`].
+    pub fn public_key(&self) -> Key {
+        Key::from_bytes(self.public.to_bytes())
+    }
+
+    /// This pair and the previous one.
+    pub fn pairs(&self) -> impl Iterator<Item = &Identity> {
+        std::iter::once(self).chain(self.previous.as_deref())
+    }
+
+    /// Starts the next second of every rate limiter.
+    pub fn reset_rate_limiters(&self) {
+        for pair in self.pairs() {
+            pair.rate_limiter.reset_count();
         }
     }
 }
@@ -45,9 +79,10 @@ impl Identity {
 impl std::fmt::Debug for Identity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Identity")
+            .field("public", &self.public_key().to_base64())
             .field(
-                "public",
-                &Key::from_bytes(self.public.to_bytes()).to_base64(),
+                "previous",
+                &self.previous.as_ref().map(|p| p.public_key().to_base64()),
             )
             .finish_non_exhaustive()
     }

@@ -362,8 +362,13 @@ impl SetCommand {
             interface: state.interface.clone(),
             peers: Vec::new(),
         };
-        if let Some(private_key) = self.private_key {
+        if let Some(private_key) = self.private_key
+            && private_key != state.interface.private_key
+        {
+            // A key set through `wg` takes over at once, like on any WireGuard device; only
+            // the controller's rotation (gRPC) keeps a previous key for a grace period.
             next.interface.private_key = private_key;
+            next.interface.previous_private_key = None;
         }
         if let Some(port) = self.listen_port {
             next.interface.listen_port = port;
