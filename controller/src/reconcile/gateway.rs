@@ -27,6 +27,10 @@ use crate::reconcile::tunnel_endpoint::{self, GatewayReport};
 const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 /// How long one sync (API reads, Apply, status writes) may take before it starts over.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(5);
+/// After a sync timed out, the next may take twice as long, up to this: with hundreds of
+/// TunnelEndpoints on a slow API server a pass needs more than [`SYNC_TIMEOUT`], and a fixed
+/// deadline started it over without end.
+const SYNC_TIMEOUT_MAX: Duration = Duration::from_secs(60);
 /// How long opening the gateway's status watch may take.
 const WATCH_OPEN_TIMEOUT: Duration = Duration::from_secs(2);
 /// Full resync even without any trigger.
@@ -80,6 +84,8 @@ pub struct GatewaySync {
     /// The TunnelEndpoints as of the last sync, with the statuses written since: watch
     /// updates are matched against these instead of listing the API every second.
     endpoints: Vec<TunnelEndpoint>,
+    /// How long the next pass may take ([`SYNC_TIMEOUT`], doubled after each timeout).
+    pass_timeout: Duration,
 }
 
 impl GatewaySync {
@@ -93,6 +99,7 @@ impl GatewaySync {
             rejected: None,
             last_write: HashMap::new(),
             endpoints: Vec::new(),
+            pass_timeout: SYNC_TIMEOUT,
         }
     }
 
@@ -250,15 +257,18 @@ impl GatewaySync {
     async fn sync_logged(&mut self) {
         // API requests have no deadline of their own (kube's read timeout is sized for
         // watches); a sync stuck on one gives up and starts over.
-        let Ok(result) = tokio::time::timeout(SYNC_TIMEOUT, self.sync()).await else {
+        let timeout = self.pass_timeout;
+        let Ok(result) = tokio::time::timeout(timeout, self.sync()).await else {
+            self.pass_timeout = (timeout * 2).min(SYNC_TIMEOUT_MAX);
             if self.ctx.health.is_down() {
-                tracing::debug!(timeout = ?SYNC_TIMEOUT, "gateway sync timed out; retrying");
+                tracing::debug!(?timeout, "gateway sync timed out; retrying");
             } else {
-                tracing::warn!(timeout = ?SYNC_TIMEOUT, "gateway sync timed out; retrying");
+                tracing::warn!(?timeout, next_timeout = ?self.pass_timeout, "gateway sync timed out; retrying");
             }
             self.ctx.wake_gateway_sync();
             return;
         };
+        self.pass_timeout = SYNC_TIMEOUT;
         match result {
             Ok(outcome) => {
                 if let Some(error) = outcome.error {
