@@ -211,11 +211,7 @@ fn serve_peers(peers: &[Arc<SimPeer>], stop: &AtomicBool) {
     while !stop.load(Ordering::Relaxed) {
         let mut idle = true;
         for peer in peers {
-            loop {
-                let (n, from) = match peer.socket.recv_from(&mut buf) {
-                    Ok(got) => got,
-                    Err(_) => break,
-                };
+            while let Ok((n, from)) = peer.socket.recv_from(&mut buf) {
                 idle = false;
                 let mut datagram: &[u8] = &buf[..n];
                 let mut tunn = peer.tunn();

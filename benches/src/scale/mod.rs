@@ -34,12 +34,12 @@ pub enum ScaleError {
     Kube {
         /// The request.
         what: String,
-        /// The cause.
-        source: kube::Error,
+        /// The cause (boxed: `kube::Error` is large).
+        source: Box<kube::Error>,
     },
     /// The test API server could not be started.
     #[error("test API server: {0}")]
-    Testenv(#[from] kubetun_testenv::Error),
+    Testenv(Box<kubetun_testenv::Error>),
     /// More objects than the address plan of the run has room for.
     #[error("at most {most} {what}")]
     TooMany {
@@ -61,6 +61,12 @@ pub enum ScaleError {
     },
 }
 
+impl From<kubetun_testenv::Error> for ScaleError {
+    fn from(error: kubetun_testenv::Error) -> Self {
+        Self::Testenv(Box::new(error))
+    }
+}
+
 impl ScaleError {
     fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> Self {
         move |source| Self::Io { what, source }
@@ -72,7 +78,10 @@ impl ScaleError {
 
     fn kube(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Self {
         let what = what.into();
-        move |source| Self::Kube { what, source }
+        move |source| Self::Kube {
+            what,
+            source: Box::new(source),
+        }
     }
 }
 
