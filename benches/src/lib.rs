@@ -9,8 +9,6 @@
 //! - [`implementations`]: the compared implementations and where their executables are.
 //! - [`machine`]: what a result was measured on.
 //! - [`interrupt`]: a clean stop on SIGINT/SIGTERM.
-//! - [`scale`]: one gateway with many peers and one hub controller with many remote clusters
-//!   (`kubetun-scale`).
 //!
 //! The criterion micro-benchmarks live in `benches/`.
 
@@ -21,7 +19,6 @@ pub mod interrupt;
 pub mod latency;
 pub mod machine;
 pub mod report;
-pub mod scale;
 pub mod testbed;
 pub mod udp_drops;
 

@@ -14,12 +14,9 @@ use crate::key::Key;
 use crate::remap::{PeerId, RemapTable};
 use crate::state::{DesiredState, PeerConfig};
 
-/// Handshakes per second across all peers before cookies are demanded. After an apply the
-/// gateway initiates with every peer at once, and their responses pass this limiter: with
-/// boringtun's device default (100) a thousand peers got cookie replies and waited for the
-/// 5 s retry. The handshake worker is niced below the data path, so a flood this allowance
-/// lets through costs handshake capacity, not forwarding.
-pub const HANDSHAKE_RATE_LIMIT: u64 = 2048;
+/// Handshakes per second across all peers before cookies are demanded (boringtun's device
+/// default).
+pub const HANDSHAKE_RATE_LIMIT: u64 = 100;
 
 /// The interface's key pair and the rate limiter bound to its public key; during a key
 /// rotation also the previous pair, which serves the peers that have not completed a handshake
