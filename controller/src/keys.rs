@@ -241,36 +241,20 @@ pub async fn begin_rotation(
     client: kube::Client,
     namespace: &str,
 ) -> Result<RotationStart, KeyError> {
-    let secrets: Api<Secret> = Api::namespaced(client, namespace);
-    for _ in 0..CONFLICT_RETRIES {
-        let secret = secrets
-            .get_opt(SECRET_NAME)
-            .await
-            .map_err(|source| KeyError::Rotation {
-                action: "read",
-                source: Box::new(source),
-            })?
-            .ok_or(KeyError::Missing)?;
-        let keys = GatewayKeys::from_secret(&secret)?;
+    let started = update_keys(client, namespace, |keys, _| {
         if keys.previous.is_some() {
-            return Ok(RotationStart::Resumed(keys));
+            return Err(keys);
         }
-        let next = GatewayKeys {
+        Ok(GatewayKeys {
             current: GatewayKey::generate(),
             previous: Some(keys.current),
-        };
-        match write_keys(&secrets, secret, &next).await {
-            Ok(()) => return Ok(RotationStart::Started(next)),
-            Err(kube::Error::Api(status)) if status.code == 409 => continue,
-            Err(source) => {
-                return Err(KeyError::Rotation {
-                    action: "update",
-                    source: Box::new(source),
-                });
-            }
-        }
-    }
-    Err(KeyError::Contended)
+        })
+    })
+    .await?;
+    Ok(match started {
+        Ok(next) => RotationStart::Started(next),
+        Err(keys) => RotationStart::Resumed(keys),
+    })
 }
 
 /// Ends the rotation that made `current_public` the current key: the previous private key is
@@ -281,34 +265,50 @@ pub async fn end_rotation(
     namespace: &str,
     current_public: &str,
 ) -> Result<bool, KeyError> {
+    let ended = update_keys(client, namespace, |keys, secret| {
+        let has_previous = secret_field(secret, PREVIOUS_PRIVATE_KEY_FIELD).is_some();
+        if !has_previous || keys.current.public != current_public {
+            return Err(keys);
+        }
+        Ok(GatewayKeys {
+            current: keys.current,
+            previous: None,
+        })
+    })
+    .await?;
+    Ok(ended.is_ok())
+}
+
+/// Reads the key Secret and writes what `change` makes of its keys, conditional on the
+/// resourceVersion read, again on a conflict. `change` returns `Err(keys)` to write nothing;
+/// the result is what it returned for the version that was kept.
+async fn update_keys(
+    client: kube::Client,
+    namespace: &str,
+    change: impl Fn(GatewayKeys, &Secret) -> Result<GatewayKeys, GatewayKeys>,
+) -> Result<Result<GatewayKeys, GatewayKeys>, KeyError> {
     let secrets: Api<Secret> = Api::namespaced(client, namespace);
+    let failed = |action: &'static str| {
+        move |source: kube::Error| KeyError::Rotation {
+            action,
+            source: Box::new(source),
+        }
+    };
     for _ in 0..CONFLICT_RETRIES {
         let secret = secrets
             .get_opt(SECRET_NAME)
             .await
-            .map_err(|source| KeyError::Rotation {
-                action: "read",
-                source: Box::new(source),
-            })?
+            .map_err(failed("read"))?
             .ok_or(KeyError::Missing)?;
-        let has_previous = secret_field(&secret, PREVIOUS_PRIVATE_KEY_FIELD).is_some();
         let keys = GatewayKeys::from_secret(&secret)?;
-        if !has_previous || keys.current.public != current_public {
-            return Ok(false);
-        }
-        let next = GatewayKeys {
-            current: keys.current,
-            previous: None,
+        let next = match change(keys, &secret) {
+            Ok(next) => next,
+            unchanged @ Err(_) => return Ok(unchanged),
         };
         match write_keys(&secrets, secret, &next).await {
-            Ok(()) => return Ok(true),
+            Ok(()) => return Ok(Ok(next)),
             Err(kube::Error::Api(status)) if status.code == 409 => continue,
-            Err(source) => {
-                return Err(KeyError::Rotation {
-                    action: "update",
-                    source: Box::new(source),
-                });
-            }
+            Err(source) => return Err(failed("update")(source)),
         }
     }
     Err(KeyError::Contended)

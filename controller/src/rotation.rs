@@ -151,6 +151,15 @@ impl RotationReport {
     pub fn unannounced(&self) -> impl Iterator<Item = &PeerRotation> {
         self.peers.iter().filter(|p| !p.announced)
     }
+
+    /// Ids of the peers whose tunnels are still on the previous key.
+    pub fn pending(&self) -> Vec<&str> {
+        self.peers
+            .iter()
+            .filter(|p| !p.moved)
+            .map(|p| p.peer_id.as_str())
+            .collect()
+    }
 }
 
 /// Rotates the gateway key of `local`; `remotes` are the peers reachable from here (direct
@@ -249,12 +258,7 @@ pub async fn rotate_keys(
             return Ok(report);
         }
         if Instant::now() + options.poll_interval > deadline {
-            let pending: Vec<&str> = report
-                .peers
-                .iter()
-                .filter(|p| !p.moved)
-                .map(|p| p.peer_id.as_str())
-                .collect();
+            let pending = report.pending();
             progress.failed(
                 &local.label,
                 &format!(

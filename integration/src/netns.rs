@@ -324,6 +324,12 @@ impl NsChild {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// SIGKILL, no cleanup (what a crash or an OOM kill does), and reaps it.
+    pub fn kill_hard(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.child.kill()?;
+        self.child.wait()
+    }
+
     /// Stops the process (SIGTERM, SIGKILL after a grace period) and reaps it.
     pub fn stop(&mut self) {
         if !self.is_running() {
@@ -348,6 +354,33 @@ impl Drop for NsChild {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// `kubetun-gateway -f <ifname> --grpc-socket <socket>` in `ns` at log level `rust_log`, its
+/// stderr appended to `log`; add arguments, then [`NsChild::spawn`] it.
+pub fn gateway_command(
+    ns: &Netns,
+    ifname: &str,
+    grpc_socket: &std::path::Path,
+    log: &std::path::Path,
+    rust_log: &str,
+) -> Result<Command> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(|source| NetnsError::Spawn {
+            command: format!("open {}", log.display()),
+            source,
+        })?;
+    let mut cmd = ns.command(&bin_path("kubetun-gateway").to_string_lossy());
+    cmd.args(["-f", ifname, "--grpc-socket"])
+        .arg(grpc_socket)
+        .env("RUST_LOG", rust_log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+    Ok(cmd)
 }
 
 /// Waits until `path` exists (a socket a daemon creates when ready) or `timeout` passes.

@@ -11,7 +11,7 @@
 
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use kubetun_controller::gateway_client::GatewayClient;
@@ -19,7 +19,7 @@ use kubetun_controller::keys::GatewayKey;
 use kubetun_controller::planner::{self, GatewaySettings};
 use kubetun_crds::{CidrMapping, ClusterRef, Endpoint, TunnelEndpointSpec};
 use kubetun_integration::netns::{
-    Netns, NsChild, bin_path, command_exists, require_root, veth, wait_for_path,
+    Netns, NsChild, command_exists, gateway_command, require_root, veth, wait_for_path,
 };
 
 const STARTUP: Duration = Duration::from_secs(10);
@@ -68,20 +68,9 @@ impl Gateway {
 
     fn start(&mut self) {
         let _ = std::fs::remove_file(self.socket());
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join("gateway.log"))
-            .expect("log file");
-        let mut cmd = self
-            .ns
-            .command(bin_path("kubetun-gateway").to_str().expect("utf-8 path"));
-        cmd.args(["-f", &self.ifname, "--grpc-socket"])
-            .arg(self.socket())
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
+        let log = self.dir.path().join("gateway.log");
+        let mut cmd = gateway_command(&self.ns, &self.ifname, &self.socket(), &log, "info")
+            .expect("gateway command");
         self.child = Some(NsChild::spawn(&mut cmd).expect("start the gateway"));
         assert!(
             wait_for_path(&self.socket(), STARTUP),
@@ -92,13 +81,7 @@ impl Gateway {
 
     fn kill(&mut self) {
         let mut child = self.child.take().expect("running");
-        Command::new("kill")
-            .args(["-KILL", &child.pid().to_string()])
-            .status()
-            .expect("kill");
-        while child.is_running() {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        child.kill_hard().expect("kill");
     }
 
     /// Applies our `key` (with `previous` during a rotation) and one peer with `peer_key`.

@@ -9,7 +9,6 @@
 //! rotation. Needs root (namespaces, TUN) and the API-server binaries (`.ci/setup`).
 
 use std::io::{BufRead as _, BufReader};
-use std::path::Path;
 use std::process::{Child, Stdio};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -20,17 +19,16 @@ use kube::api::ListParams;
 use kubetun_controller::cluster_info::ClusterInfo;
 use kubetun_controller::keys;
 use kubetun_crds::TunnelEndpoint;
+use kubetun_integration::lab;
 use kubetun_integration::lab::apiserver::{self, NAMESPACE};
-use kubetun_integration::lab::checks::reach_address;
-use kubetun_integration::lab::state::{ClusterState, LabState};
-use kubetun_integration::lab::{self, LabOptions};
-use kubetun_integration::netns::{bin_path, command_in, require_root};
-use kubetun_integration::topology::Topology;
+use kubetun_integration::lab::state::ClusterState;
+use kubetun_integration::netns::command_in;
+
+mod apiserver_lab;
+
+use apiserver_lab::{EUROPE, MILAN, ROME, admin, median, plane, pod_path};
 
 const PREFIX: &str = "kr";
-const EUROPE: usize = 0;
-const ROME: usize = 1;
-const MILAN: usize = 2;
 const ROTATIONS: usize = 5;
 const GAP_LIMIT: Duration = Duration::from_secs(1);
 
@@ -104,34 +102,8 @@ fn unix_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-fn median(mut values: Vec<Duration>) -> Duration {
-    values.sort();
-    values[values.len() / 2]
-}
-
-/// A pod of `from` and the address at which it reaches a pod of `to`.
-fn pod_path(from: &ClusterState, to: &ClusterState) -> (String, String) {
-    let target = to.pods[0].address;
-    let view = reach_address(from, to, target).expect("a view of the peer's pod");
-    (from.pods[0].namespace.clone(), view.to_string())
-}
-
-fn state(dir: &Path) -> LabState {
-    LabState::load(dir).expect("state").expect("lab up")
-}
-
-fn plane(cluster: &ClusterState) -> &apiserver::ControlPlaneState {
-    cluster.control_plane.as_ref().expect("control plane")
-}
-
 fn kubeconfig(cluster: &ClusterState) -> String {
     plane(cluster).kubeconfig.to_string_lossy().into_owned()
-}
-
-async fn admin(cluster: &ClusterState) -> kube::Client {
-    kubetun_testenv::client_for(&plane(cluster).kubeconfig)
-        .await
-        .expect("admin client")
 }
 
 /// The private key (base64) in a cluster's key Secret.
@@ -181,39 +153,13 @@ fn rotate(rome: &ClusterState, remotes: &[&ClusterState]) -> Result<serde_json::
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotating_keys_keeps_traffic_and_leaves_no_old_key() {
-    if !require_root("key_rotation::rotating_keys_keeps_traffic_and_leaves_no_old_key") {
-        return;
-    }
-    if let Err(e) = kubetun_testenv::Assets::find() {
-        assert!(!kubetun_testenv::required(), "CI=true: {e}");
-        eprintln!("skipping: {e}");
+    if !apiserver_lab::can_run("key_rotation::rotating_keys_keeps_traffic_and_leaves_no_old_key") {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("lab");
     let _down = lab::DownOnDrop(dir.clone());
-    let options = LabOptions {
-        topology: Topology::seed(),
-        prefix: PREFIX.to_owned(),
-        state_dir: dir.clone(),
-        gateway_binary: bin_path("kubetun-gateway"),
-        iperf_seconds: 0,
-        apiserver: true,
-    };
-    let up = {
-        let options = options.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut out = Vec::new();
-            let result = lab::up(&options, &mut out);
-            (result, String::from_utf8_lossy(&out).into_owned())
-        })
-    };
-    let (result, out) = up.await.expect("up task");
-    print!("{out}");
-    let report = result.expect("lab up --apiserver");
-    let failures: Vec<_> = report.failures().collect();
-    assert!(failures.is_empty(), "failed checks: {failures:#?}");
-    let lab = state(&dir);
+    let lab = apiserver_lab::up_seed_lab(PREFIX, &dir).await;
     let (europe, rome, milan) = (
         &lab.clusters[EUROPE],
         &lab.clusters[ROME],

@@ -14,18 +14,17 @@ use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use kubetun_crds::{Network, NetworkSpec};
+use kubetun_integration::lab;
 use kubetun_integration::lab::apiserver::{self, NAMESPACE};
-use kubetun_integration::lab::checks::reach_address;
-use kubetun_integration::lab::state::{ClusterState, LabState};
-use kubetun_integration::lab::{self, LabOptions};
-use kubetun_integration::netns::{bin_path, command_in, require_root};
-use kubetun_integration::topology::Topology;
+use kubetun_integration::lab::state::ClusterState;
+use kubetun_integration::netns::{bin_path, command_in};
 use kubetun_testenv::TestCluster;
 
+mod apiserver_lab;
+
+use apiserver_lab::{EUROPE, MILAN, ROME, admin, median, plane, pod_path, state};
+
 const PREFIX: &str = "ra";
-const EUROPE: usize = 0;
-const ROME: usize = 1;
-const MILAN: usize = 2;
 
 /// Continuous pings (every 20 ms) from one namespace; counts what came back.
 struct PingMonitor {
@@ -102,32 +101,6 @@ fn first_reply(ns: &str, addr: &str, limit: Duration) -> Option<Duration> {
     None
 }
 
-fn median(mut values: Vec<Duration>) -> Duration {
-    values.sort();
-    values[values.len() / 2]
-}
-
-/// A pod of `from` and the address at which it reaches a pod of `to`.
-fn pod_path(from: &ClusterState, to: &ClusterState) -> (String, String) {
-    let target = to.pods[0].address;
-    let view = reach_address(from, to, target).expect("a view of the peer's pod");
-    (from.pods[0].namespace.clone(), view.to_string())
-}
-
-fn state(dir: &Path) -> LabState {
-    LabState::load(dir).expect("state").expect("lab up")
-}
-
-fn plane(cluster: &ClusterState) -> &apiserver::ControlPlaneState {
-    cluster.control_plane.as_ref().expect("control plane")
-}
-
-async fn admin(cluster: &ClusterState) -> kube::Client {
-    kubetun_testenv::client_for(&plane(cluster).kubeconfig)
-        .await
-        .expect("admin client")
-}
-
 /// Creates a Network and returns how long until its controller wrote its ID, counted from
 /// when the API server accepted it (right after a restart it may answer 429 for a moment).
 async fn network_reconciled(client: &kube::Client, name: &str, limit: Duration) -> Duration {
@@ -180,39 +153,13 @@ fn log_since(path: &Path, from_line: usize) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_lab_on_real_apiservers_survives_faults() {
-    if !require_root("real_apiservers::seed_lab_on_real_apiservers_survives_faults") {
-        return;
-    }
-    if let Err(e) = kubetun_testenv::Assets::find() {
-        assert!(!kubetun_testenv::required(), "CI=true: {e}");
-        eprintln!("skipping: {e}");
+    if !apiserver_lab::can_run("real_apiservers::seed_lab_on_real_apiservers_survives_faults") {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("lab");
     let _down = lab::DownOnDrop(dir.clone());
-    let options = LabOptions {
-        topology: Topology::seed(),
-        prefix: PREFIX.to_owned(),
-        state_dir: dir.clone(),
-        gateway_binary: bin_path("kubetun-gateway"),
-        iperf_seconds: 0,
-        apiserver: true,
-    };
-    let up = {
-        let options = options.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut out = Vec::new();
-            let result = lab::up(&options, &mut out);
-            (result, String::from_utf8_lossy(&out).into_owned())
-        })
-    };
-    let (result, out) = up.await.expect("up task");
-    print!("{out}");
-    let report = result.expect("lab up --apiserver");
-    let failures: Vec<_> = report.failures().collect();
-    assert!(failures.is_empty(), "failed checks: {failures:#?}");
-    let lab = state(&dir);
+    let lab = apiserver_lab::up_seed_lab(PREFIX, &dir).await;
     let (rome, milan, europe) = (
         &lab.clusters[ROME],
         &lab.clusters[MILAN],
@@ -310,7 +257,7 @@ async fn seed_lab_on_real_apiservers_survives_faults() {
     std::thread::sleep(Duration::from_millis(200));
     let _ = std::fs::remove_file(&rome.grpc_socket);
     let new_gateway =
-        kubetun_integration::lab::fabric::start_gateway(rome, &options.gateway_binary)
+        kubetun_integration::lab::fabric::start_gateway(rome, &bin_path("kubetun-gateway"))
             .expect("restart gateway");
     let mut lab_state = state(&dir);
     lab_state.clusters[ROME].pid = Some(new_gateway);

@@ -36,7 +36,7 @@ use kubetun_crds::{
     TunnelEndpointSpec,
 };
 use kubetun_integration::netns::{
-    Netns, NsChild, bin_path, command_exists, require_root, veth, wait_for_path,
+    Netns, NsChild, command_exists, gateway_command, require_root, veth, wait_for_path,
 };
 use tokio::task::JoinHandle;
 
@@ -109,22 +109,16 @@ impl Side {
 
     /// Starts the gateway at debug level, its log appended to [`Side::log`].
     fn start_gateway(&mut self, extra: &[&str]) {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.log())
-            .expect("log file");
-        let mut cmd = self
-            .ns
-            .command(bin_path("kubetun-gateway").to_str().expect("utf-8 path"));
-        cmd.args(["-f", &self.ifname, "--grpc-socket"])
-            .arg(self.grpc_socket())
-            .args(["--metrics-addr", &format!("127.0.0.1:{METRICS_PORT}")])
-            .args(extra)
-            .env("RUST_LOG", "debug")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
+        let mut cmd = gateway_command(
+            &self.ns,
+            &self.ifname,
+            &self.grpc_socket(),
+            &self.log(),
+            "debug",
+        )
+        .expect("gateway command");
+        cmd.args(["--metrics-addr", &format!("127.0.0.1:{METRICS_PORT}")])
+            .args(extra);
         self.gateway = Some(NsChild::spawn(&mut cmd).expect("start the gateway"));
         assert!(
             wait_for_path(&self.grpc_socket(), STARTUP),
@@ -136,19 +130,11 @@ impl Side {
     /// SIGKILL, no cleanup: the socket files stay behind, the TUN device goes with the process.
     fn kill_gateway(&mut self) {
         let mut gateway = self.gateway.take().expect("gateway running");
-        let status = Command::new("kill")
-            .args(["-KILL", &gateway.pid().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success());
-        let deadline = Instant::now() + STARTUP;
-        while gateway.is_running() {
-            assert!(
-                Instant::now() < deadline,
-                "SIGKILL did not stop the gateway"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let status = gateway.kill_hard().expect("kill");
+        assert!(
+            !status.success(),
+            "the gateway was killed, not exited: {status}"
+        );
     }
 
     /// The capability sets of the running gateway, from `/proc/<pid>/status`.

@@ -386,12 +386,7 @@ async fn rotate_keys(args: RotateKeysArgs, console: &ConsoleProgress) -> Result<
         )));
     }
     if args.wait && !report.complete {
-        let pending: Vec<&str> = report
-            .peers
-            .iter()
-            .filter(|p| !p.moved)
-            .map(|p| p.peer_id.as_str())
-            .collect();
+        let pending = report.pending();
         return Err(Error::Incomplete(format!(
             "timed out after {:?}: still on the previous key: {} (their gateways have not \
              handshaken with the new key; `kubetun diagnose` checks those links); run the \

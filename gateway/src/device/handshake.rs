@@ -25,13 +25,12 @@ use std::sync::{Arc, Weak};
 
 use boringtun::noise::errors::WireGuardError;
 use boringtun::noise::handshake::parse_handshake_anon;
-use boringtun::noise::{Packet, Tunn, TunnResult};
-use boringtun::x25519::PublicKey;
+use boringtun::noise::{Packet, TunnResult};
 
 use super::datapath::{MAX_PACKET, OVERHEAD, Shared};
 use super::dispatch::{INITIATION_LEN, Incoming, classify, is_cookie_reply, is_initiation};
 use super::drops::DeviceDrop;
-use super::peer::{Peer, TunnCell};
+use super::peer::Peer;
 use super::snapshot::{Identity, Snapshot};
 use crate::clock::unix_ms;
 use crate::key::Key;
@@ -240,17 +239,10 @@ fn process(shared: &Shared, snapshot: &Snapshot, message: &HandshakeMessage, out
                 // and replaces the peer's tunnel only if the handshake checks out (anyone can
                 // address an initiation to our public key in the peer's name; only the peer
                 // can complete it).
-                let mut moved = Tunn::new(
-                    identity.private.clone(),
-                    PublicKey::from(*slot.config.public_key.as_bytes()),
-                    slot.config.preshared_key.map(|k| *k.as_bytes()),
-                    None,
-                    peer.index,
-                    Some(Arc::clone(&identity.rate_limiter)),
-                );
-                let result = moved.decapsulate(Some(source.ip()), datagram, out);
+                let mut moved = identity.tunn(&slot.config, peer.index);
+                let result = moved.0.decapsulate(Some(source.ip()), datagram, out);
                 if matches!(&result, TunnResult::WriteToNetwork(reply) if !is_cookie_reply(reply)) {
-                    *tunn = TunnCell(moved, identity.public_key());
+                    *tunn = moved;
                     peer.stats.key_since_ms.store(unix_ms(), Ordering::Relaxed);
                     let key = if to_current(identity) {
                         "new"

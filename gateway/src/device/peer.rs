@@ -64,12 +64,11 @@ pub struct PeerStats {
 }
 
 impl Peer {
-    /// Wraps a fresh `Tunn` created with local index `index` and our key pair whose public
-    /// half is `own_public`.
-    pub fn new(index: u32, tunn: Tunn, own_public: Key, endpoint: Option<SocketAddr>) -> Self {
+    /// Wraps a fresh `Tunn` created with local index `index`.
+    pub fn new(index: u32, tunn: TunnCell, endpoint: Option<SocketAddr>) -> Self {
         Self {
             index,
-            tunn: Mutex::new(TunnCell(tunn, own_public)),
+            tunn: Mutex::new(tunn),
             endpoint: ArcSwapOption::from_pointee(endpoint),
             stats: PeerStats {
                 key_since_ms: AtomicU64::new(crate::clock::unix_ms()),

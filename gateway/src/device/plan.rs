@@ -6,8 +6,6 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use boringtun::noise::Tunn;
-use boringtun::x25519::PublicKey;
 use rand_core::RngCore;
 
 use super::ApplyError;
@@ -62,20 +60,8 @@ pub fn next_snapshot(
             }
             (None, Some(identity)) => {
                 let index = allocate_index(&mut used_indices);
-                let tunn = Tunn::new(
-                    identity.private.clone(),
-                    PublicKey::from(*config.public_key.as_bytes()),
-                    config.preshared_key.map(|k| *k.as_bytes()),
-                    None,
-                    index,
-                    Some(Arc::clone(&identity.rate_limiter)),
-                );
-                Some(Arc::new(Peer::new(
-                    index,
-                    tunn,
-                    identity.public_key(),
-                    endpoint,
-                )))
+                let tunn = identity.tunn(config, index);
+                Some(Arc::new(Peer::new(index, tunn, endpoint)))
             }
             (None, None) => None,
         };

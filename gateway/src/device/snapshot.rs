@@ -6,10 +6,11 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
+use boringtun::noise::Tunn;
 use boringtun::noise::rate_limiter::RateLimiter;
 use boringtun::x25519::{PublicKey, StaticSecret};
 
-use super::peer::Peer;
+use super::peer::{Peer, TunnCell};
 use crate::key::Key;
 use crate::remap::{PeerId, RemapTable};
 use crate::state::{DesiredState, PeerConfig};
@@ -56,6 +57,20 @@ impl Identity {
             identity.rate_limiter = Arc::clone(&same.rate_limiter);
         }
         identity
+    }
+
+    /// A fresh `Tunn` with `peer`, made with this pair, local index `index` and this pair's
+    /// rate limiter, tagged with our public key.
+    pub fn tunn(&self, peer: &PeerConfig, index: u32) -> TunnCell {
+        let tunn = Tunn::new(
+            self.private.clone(),
+            PublicKey::from(*peer.public_key.as_bytes()),
+            peer.preshared_key.map(|k| *k.as_bytes()),
+            None,
+            index,
+            Some(Arc::clone(&self.rate_limiter)),
+        );
+        TunnCell(tunn, self.public_key())
     }
 
     /// The public key as a [`Key`].
