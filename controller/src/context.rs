@@ -225,18 +225,7 @@ impl Context {
             .write()
             .unwrap_or_else(PoisonError::into_inner);
         let before = settings.clone();
-        settings.private_key = keys.current.private_base64();
-        settings.public_key = keys.current.public_base64().to_owned();
-        settings.previous_private_key = keys
-            .previous
-            .as_ref()
-            .map(|k| k.private_base64())
-            .unwrap_or_default();
-        settings.previous_public_key = keys
-            .previous
-            .as_ref()
-            .map(|k| k.public_base64().to_owned())
-            .unwrap_or_default();
+        settings.set_keys(&keys.current, keys.previous.as_ref());
         *settings != before
     }
 

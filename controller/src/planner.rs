@@ -20,7 +20,7 @@ use prost::Message as _;
 
 use crate::gateway_api::{self, DesiredState};
 use crate::ipam::{Ipam, IpamError};
-use crate::keys::{KeyError, parse_public_key};
+use crate::keys::{GatewayKey, KeyError, parse_public_key};
 
 /// Label telling whether a NetworkConfig is ours (`local`) or a peer's (`remote`).
 pub const ROLE_LABEL: &str = "net.kubetun.io/role";
@@ -363,6 +363,18 @@ pub struct GatewaySettings {
     pub conncheck_interval_ms: u32,
     /// Unanswered probes before a peer is unreachable (0: [`CONNCHECK_LOSS_THRESHOLD`]).
     pub conncheck_loss_threshold: u32,
+}
+
+impl GatewaySettings {
+    /// Sets the four key fields: `current`, and `previous` during a rotation (else empty).
+    pub fn set_keys(&mut self, current: &GatewayKey, previous: Option<&GatewayKey>) {
+        self.private_key = current.private_base64();
+        self.public_key = current.public_base64().to_owned();
+        self.previous_private_key = previous.map(GatewayKey::private_base64).unwrap_or_default();
+        self.previous_public_key = previous
+            .map(|k| k.public_base64().to_owned())
+            .unwrap_or_default();
+    }
 }
 
 impl std::fmt::Debug for GatewaySettings {

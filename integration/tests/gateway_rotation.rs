@@ -92,13 +92,7 @@ impl Gateway {
         peer: &Gateway,
         peer_key: &GatewayKey,
     ) {
-        let settings = GatewaySettings {
-            private_key: key.private_base64(),
-            public_key: key.public_base64().to_owned(),
-            previous_private_key: previous.map(GatewayKey::private_base64).unwrap_or_default(),
-            previous_public_key: previous
-                .map(|k| k.public_base64().to_owned())
-                .unwrap_or_default(),
+        let mut settings = GatewaySettings {
             listen_port: 51820,
             mtu: 1420,
             addresses: vec![format!("{}/24", self.tunnel)],
@@ -107,6 +101,7 @@ impl Gateway {
             persistent_keepalive: 0,
             ..GatewaySettings::default()
         };
+        settings.set_keys(key, previous);
         let identity = |cidr: &str| CidrMapping {
             real: cidr.into(),
             view: cidr.into(),

@@ -15,7 +15,7 @@ use kubetun_controller::cluster_info::{ClusterInfo, DEFAULT_NAMESPACE};
 use kubetun_controller::context::{Context, ControllerConfig};
 use kubetun_controller::gateway_client::{DEFAULT_INTERFACE, GatewayClient, grpc_socket_path};
 use kubetun_controller::ipam::{IpamConfig, rfc1918_pools};
-use kubetun_controller::keys::{GatewayKey, GatewayKeys};
+use kubetun_controller::keys::GatewayKeys;
 use kubetun_controller::network::{self, NetworkOptions};
 use kubetun_controller::planner::{self, GatewaySettings};
 use kubetun_controller::reconcile;
@@ -194,19 +194,7 @@ async fn main() -> anyhow::Result<()> {
         .context("cannot publish the cluster info")?;
     tracing::info!(cluster = %info.cluster.id, public_key = info.public_key, "cluster info published");
 
-    let settings = GatewaySettings {
-        private_key: key.private_base64(),
-        public_key: key.public_base64().to_owned(),
-        previous_private_key: keys
-            .previous
-            .as_ref()
-            .map(GatewayKey::private_base64)
-            .unwrap_or_default(),
-        previous_public_key: keys
-            .previous
-            .as_ref()
-            .map(|k| k.public_base64().to_owned())
-            .unwrap_or_default(),
+    let mut settings = GatewaySettings {
         listen_port: u32::from(args.listen_port.unwrap_or(args.endpoint_port)),
         mtu: args.mtu,
         addresses: flatten(&args.tunnel_address)
@@ -222,7 +210,9 @@ async fn main() -> anyhow::Result<()> {
         persistent_keepalive: args.persistent_keepalive,
         conncheck_interval_ms: args.conncheck_interval_ms,
         conncheck_loss_threshold: args.conncheck_loss_threshold,
+        ..GatewaySettings::default()
     };
+    settings.set_keys(&keys.current, keys.previous.as_ref());
     let config = ControllerConfig {
         namespace: args.namespace.clone(),
         cluster: info,

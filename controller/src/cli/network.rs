@@ -490,13 +490,16 @@ async fn refuse_shortcut_links(connector: &Connector) -> Result<(), Error> {
     refuse_owned_link(connector.remote(), &remote.cluster.id, &local.cluster.id).await
 }
 
+/// Only a found owner stops the command: a cluster that cannot be read is the command's own
+/// case (reset cleans the side it reaches and names the flags for the other), and it reports
+/// that itself.
 async fn refuse_owned_link(
     handle: &ClusterHandle,
     cluster_id: &str,
     peer_id: &str,
 ) -> Result<(), Error> {
-    match connector::link_owner(handle, cluster_id, peer_id).await? {
-        Some(owner) => Err(connector::Error::OwnedByShortcut {
+    match connector::link_owner(handle, cluster_id, peer_id).await {
+        Ok(Some(owner)) => Err(connector::Error::OwnedByShortcut {
             cluster: handle.label.clone(),
             cluster_id: cluster_id.to_owned(),
             peer_id: peer_id.to_owned(),
@@ -504,7 +507,7 @@ async fn refuse_owned_link(
             hub: owner.hub,
         }
         .into()),
-        None => Ok(()),
+        Ok(None) | Err(_) => Ok(()),
     }
 }
 
