@@ -106,6 +106,19 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// Generation 0: `state` with no key, no peers and no routes, before the first apply.
+    pub fn initial(state: DesiredState) -> Snapshot {
+        Snapshot {
+            generation: 0,
+            state,
+            identity: None,
+            peers: Vec::new(),
+            by_index: IndexMap::default(),
+            by_key: HashMap::new(),
+            remap: RemapTable::empty(),
+        }
+    }
+
     /// The slot of peer `id`.
     pub fn peer(&self, id: PeerId) -> Option<&PeerSlot> {
         self.peers.get(id as usize).and_then(Option::as_ref)
