@@ -29,6 +29,8 @@ pub mod handshake;
 pub mod ingress;
 pub mod timers;
 
+#[cfg(all(test, feature = "mock-clock"))]
+mod clock_tests;
 #[cfg(test)]
 mod tests;
 

@@ -487,3 +487,24 @@ fn initiation_after_apply_only_without_a_session() {
     let (_, slot) = a.snapshot.slots().next().expect("a peer");
     assert!(!timers::initiate_session(slot, now, &mut wire, &mut out));
 }
+
+#[test]
+fn a_handshake_flood_is_answered_with_cookies() {
+    let now = at(1_000_000);
+    let (sa, sb) = (side_a(), side_b());
+    let mut a = Gateway::new(&sa, &sb, 0);
+    let mut b = Gateway::new(&sb, &sa, 0);
+    let initiation = a.send(vec![udp("10.10.0.5", "10.120.0.7", b"x")], now);
+    let flood: Vec<Vec<u8>> = std::iter::repeat_n(initiation[0].1.clone(), 150).collect();
+    let received = b.receive(sa.address, &flood, now);
+    let cookies = received
+        .replies
+        .iter()
+        .filter(|(to, reply)| *to == sa.address && reply.len() == 64 && reply[0] == 3)
+        .count();
+    // Past the limiter's allowance (100 a second, counted by our check and the peer's)
+    // only cookie replies: no Diffie-Hellman.
+    assert!(cookies >= 50, "{cookies} cookie replies");
+    assert_eq!(b.drop_count("under_load"), cookies as u64);
+    assert_eq!(b.peer().stats.handshakes.load(Relaxed), 1, "the first one completes");
+}
