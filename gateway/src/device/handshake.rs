@@ -59,4 +59,3 @@ fn lower_priority() {
         );
     }
 }
-

@@ -20,9 +20,9 @@
 
 use std::hash::BuildHasher;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
-use std::sync::Arc;
 
 use super::core::HandshakeSink;
 use super::dispatch::INITIATION_LEN;

@@ -30,8 +30,8 @@ use ipnet::IpNet;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use self::shared::Shared;
 use self::net::Sockets;
+use self::shared::Shared;
 use self::snapshot::{PeerSlot, Snapshot};
 use crate::io::IoOptions;
 use crate::remap;
@@ -46,9 +46,7 @@ pub enum DeviceError {
     /// The TUN device could not be created.
     #[error("creating TUN device {name}: {source}")]
     Tun {
-        /// The interface name.
         name: String,
-        /// The OS error.
         source: std::io::Error,
     },
     /// The UDP sockets could not be bound.
@@ -71,21 +69,14 @@ pub enum ApplyError {
     /// An endpoint name did not resolve.
     #[error("peer {peer}: cannot resolve endpoint {endpoint}: {reason}")]
     Resolve {
-        /// The peer.
         peer: String,
-        /// The endpoint.
         endpoint: String,
         /// Why.
         reason: String,
     },
     /// The listen port could not be bound.
     #[error("cannot listen on UDP port {port}: {source}")]
-    Bind {
-        /// The port.
-        port: u16,
-        /// The OS error.
-        source: std::io::Error,
-    },
+    Bind { port: u16, source: std::io::Error },
     /// More peers than the remap table can index.
     #[error("too many peers (at most {})", remap::MAX_PEER_ID + 1)]
     TooManyPeers,
@@ -399,13 +390,11 @@ impl Device {
 /// A status reading of the device.
 #[derive(Debug, Clone)]
 pub struct DeviceReport {
-    /// The interface name.
     pub interface_name: String,
     /// The version of the active desired state.
     pub version: String,
     /// The active generation.
     pub generation: u64,
-    /// The private key.
     pub private_key: Option<crate::key::Key>,
     /// The bound UDP port.
     pub listen_port: Option<u16>,

@@ -29,7 +29,6 @@ pub const SOCKET_BUFFER_BYTES: usize = 7 << 20;
 /// One bound socket and the offloads in use on it.
 #[derive(Debug)]
 pub struct WgSocket {
-    /// The socket.
     pub udp: UdpSocket,
     /// GSO/GRO state, shared by every task sending on the socket.
     pub offload: UdpOffload,

@@ -21,7 +21,6 @@ pub struct Peer {
     pub tunn: Mutex<TunnCell>,
     /// Where datagrams for this peer go; updated by roaming.
     endpoint: ArcSwapOption<SocketAddr>,
-    /// Counters.
     pub stats: PeerStats,
     /// Connectivity check state. Taken after `tunn` when both are held (a PONG is recorded
     /// while decrypting), never the other way round.

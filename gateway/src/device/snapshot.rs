@@ -20,7 +20,6 @@ pub const HANDSHAKE_RATE_LIMIT: u64 = 100;
 
 /// The interface's key pair and the rate limiter bound to its public key.
 pub struct Identity {
-    /// The private key.
     pub private: StaticSecret,
     /// Its public key.
     pub public: PublicKey,

@@ -243,9 +243,7 @@ impl std::fmt::Debug for RecvBatch {
 /// One received WireGuard datagram.
 #[derive(Debug, Clone, Copy)]
 pub struct Datagram<'a> {
-    /// Where it came from.
     pub source: SocketAddr,
-    /// Its bytes.
     pub bytes: &'a [u8],
     /// Where it sits in its batch, to find it again with [`RecvBatch::get`].
     pub position: Position,
@@ -687,12 +685,14 @@ impl SendBatch {
     /// The datagrams waiting to be sent with their destinations, in commit order (GSO
     /// messages split at their segment size).
     pub fn datagrams(&self) -> impl Iterator<Item = (SocketAddr, &[u8])> {
-        self.messages[self.cursor..].iter().flat_map(move |message| {
-            let bytes = &self.data[message.start..message.start + message.len];
-            bytes
-                .chunks(message.segment.max(1))
-                .map(move |datagram| (message.dest, datagram))
-        })
+        self.messages[self.cursor..]
+            .iter()
+            .flat_map(move |message| {
+                let bytes = &self.data[message.start..message.start + message.len];
+                bytes
+                    .chunks(message.segment.max(1))
+                    .map(move |datagram| (message.dest, datagram))
+            })
     }
 
     /// Drops everything pending.

@@ -49,9 +49,7 @@ impl Ingress {
         for (sequence, datagram) in batch.datagrams().enumerate() {
             match classify(datagram.bytes) {
                 Incoming::Data { receiver } => match snapshot.by_index.get(&receiver) {
-                    Some(id) => self
-                        .pending
-                        .push((*id, sequence as u32, datagram.position)),
+                    Some(id) => self.pending.push((*id, sequence as u32, datagram.position)),
                     None => drops.device(DeviceDrop::UnknownReceiver),
                 },
                 Incoming::Invalid => drops.device(DeviceDrop::InvalidDatagram),

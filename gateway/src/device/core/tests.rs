@@ -109,8 +109,7 @@ impl Gateway {
         };
         state.validate().expect("valid state");
         let initial = Snapshot::initial(DesiredState::default());
-        let snapshot =
-            next_snapshot(&initial, &state, &[Some(other.address)]).expect("snapshot");
+        let snapshot = next_snapshot(&initial, &state, &[Some(other.address)]).expect("snapshot");
         Gateway {
             address: this.address,
             snapshot,
@@ -127,16 +126,11 @@ impl Gateway {
     /// Packets read from the TUN device: remapped, encrypted; the datagrams that left.
     pub fn send(&mut self, mut packets: Vec<Vec<u8>>, now: Now) -> Vec<(SocketAddr, Vec<u8>)> {
         let mut sent = Vec::new();
-        self.egress
-            .route(&self.snapshot, &self.drops, &mut packets);
+        self.egress.route(&self.snapshot, &self.drops, &mut packets);
         loop {
-            let step = self.egress.encrypt(
-                &self.snapshot,
-                &self.drops,
-                &packets,
-                &mut self.outbox,
-                now,
-            );
+            let step =
+                self.egress
+                    .encrypt(&self.snapshot, &self.drops, &packets, &mut self.outbox, now);
             sent.extend(
                 self.outbox
                     .datagrams()
@@ -298,9 +292,17 @@ pub(super) fn connected(keepalive: u16, now: Now) -> (Gateway, Gateway, Side) {
     let mut a = Gateway::new(&sa, &sb, keepalive);
     let mut b = Gateway::new(&sb, &sa, keepalive);
     let first = a.send(vec![udp("10.10.0.5", "10.120.0.7", b"first")], now);
-    assert_eq!(first.len(), 1, "a handshake initiation instead of the packet");
+    assert_eq!(
+        first.len(),
+        1,
+        "a handshake initiation instead of the packet"
+    );
     let (_, at_b) = settle(&mut a, &mut b, first, now);
-    assert_eq!(at_b.len(), 1, "the queued packet arrives after the handshake");
+    assert_eq!(
+        at_b.len(),
+        1,
+        "the queued packet arrives after the handshake"
+    );
     (a, b, sb)
 }
 
@@ -316,7 +318,10 @@ fn handshake_then_data_both_ways_with_remap() {
     assert_eq!(first.len(), 1);
     assert_eq!(first[0].0, sb.address);
     assert_eq!(first[0].1.len(), 148, "a handshake initiation");
-    assert_eq!(a.peer().stats.handshake_pending_since_ms.load(Relaxed), now.unix_ms);
+    assert_eq!(
+        a.peer().stats.handshake_pending_since_ms.load(Relaxed),
+        now.unix_ms
+    );
 
     let (at_a, at_b) = settle(&mut a, &mut b, first, now);
     assert!(at_a.is_empty());
@@ -338,7 +343,11 @@ fn handshake_then_data_both_ways_with_remap() {
         .collect();
     let rx_before = a.peer().stats.rx_packets.load(Relaxed);
     let sent = b.send(batch, now);
-    assert_eq!(sent.len(), 40, "one datagram per packet, across outbox flushes");
+    assert_eq!(
+        sent.len(),
+        40,
+        "one datagram per packet, across outbox flushes"
+    );
     let received = a.receive(sb.address, &payloads(&sent), now);
     assert!(received.replies.is_empty());
     assert_eq!(received.packets.len(), 40);
@@ -351,7 +360,11 @@ fn handshake_then_data_both_ways_with_remap() {
     assert_eq!(a.peer().stats.rx_packets.load(Relaxed) - rx_before, 40);
     for gateway in [&a, &b] {
         assert!(
-            gateway.drops.snapshot().iter().all(|(_, count)| *count == 0),
+            gateway
+                .drops
+                .snapshot()
+                .iter()
+                .all(|(_, count)| *count == 0),
             "nothing dropped: {:?}",
             gateway.drops.snapshot()
         );
@@ -363,10 +376,16 @@ fn remap_drops_what_it_cannot_route_or_did_not_allow() {
     let now = at(1_000_000);
     let (mut a, mut b, _) = connected(0, now);
     // No view covers the destination: dropped before any crypto.
-    assert!(a.send(vec![udp("10.10.0.5", "10.99.0.1", b"x")], now).is_empty());
+    assert!(
+        a.send(vec![udp("10.10.0.5", "10.99.0.1", b"x")], now)
+            .is_empty()
+    );
     assert_eq!(a.drop_count("no_route"), 1);
     // Local traffic may not pose as a connectivity probe.
-    assert!(a.send(vec![udp("10.10.0.5", "169.254.90.2", b"x")], now).is_empty());
+    assert!(
+        a.send(vec![udp("10.10.0.5", "169.254.90.2", b"x")], now)
+            .is_empty()
+    );
     assert_eq!(a.drop_count("probe_address"), 1);
     // A source outside A's real prefix is refused by B after decryption.
     let spoofed = a.send(vec![udp("10.99.0.5", "10.120.0.7", b"spoof")], now);
@@ -425,7 +444,11 @@ fn replayed_and_garbage_datagrams_are_dropped_and_counted() {
     let other = side_b();
     let mut d = Gateway::new(&stranger, &other, 0);
     let initiation = d.send(vec![udp("10.10.0.5", "10.120.0.7", b"x")], now);
-    assert!(b.receive(stranger.address, &payloads(&initiation), now).replies.is_empty());
+    assert!(
+        b.receive(stranger.address, &payloads(&initiation), now)
+            .replies
+            .is_empty()
+    );
     assert_eq!(b.drop_count("rejected"), 3);
 
     // The real session is unharmed.
@@ -445,18 +468,22 @@ fn persistent_keepalive_follows_the_injected_clock() {
     let sent = a.tick(at(start + 25_000));
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].1.len(), 32);
-    assert_eq!(
-        a.peer().stats.last_sent_ms.load(Relaxed),
-        start + 25_000
+    assert_eq!(a.peer().stats.last_sent_ms.load(Relaxed), start + 25_000);
+    assert!(
+        a.tick(at(start + 26_000)).is_empty(),
+        "not again until the next period"
     );
-    assert!(a.tick(at(start + 26_000)).is_empty(), "not again until the next period");
 }
 
 #[test]
 fn connectivity_probe_round_trip_measures_the_injected_rtt() {
     let start = 1_000_000;
     let (mut a, mut b, _) = connected(0, at(start));
-    let ping = a.peer().conncheck.lock().next_ping(at(start).mono_us, 2_000_000);
+    let ping = a
+        .peer()
+        .conncheck
+        .lock()
+        .next_ping(at(start).mono_us, 2_000_000);
     let mut wire = Wire::default();
     let mut out = [0u8; super::PROBE_ROOM];
     let direct = timers::send_probe(a.peer(), b.address, ping, &mut wire, &mut out, at(start));
@@ -506,5 +533,9 @@ fn a_handshake_flood_is_answered_with_cookies() {
     // only cookie replies: no Diffie-Hellman.
     assert!(cookies >= 50, "{cookies} cookie replies");
     assert_eq!(b.drop_count("under_load"), cookies as u64);
-    assert_eq!(b.peer().stats.handshakes.load(Relaxed), 1, "the first one completes");
+    assert_eq!(
+        b.peer().stats.handshakes.load(Relaxed),
+        1,
+        "the first one completes"
+    );
 }
