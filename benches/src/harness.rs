@@ -15,7 +15,7 @@ use crate::cpu::{Snapshot, Usage};
 use crate::implementations::Implementation;
 use crate::latency::{self, LatencyRecord};
 use crate::machine::Machine;
-use crate::model::{BenchConfig, RunRecord, Test};
+pub use crate::model::{BenchConfig, RunRecord, Test};
 use crate::report::{self, BenchResults};
 use crate::testbed::{Testbed, TestbedError};
 use crate::udp_drops::{self, UdpDrops};

@@ -6,7 +6,7 @@
 //! - [`harness`]: the measurement loop.
 //! - [`model`]: the run configuration and the record of one run, shared by the loop and
 //!   the report.
-//! - [`stats`]: medians.
+//! - [`stats`]: the median of the runs' numbers.
 //! - [`cpu`]: CPU time of daemons, harness and everything else, from `/proc`.
 //! - [`report`]: medians, ranges, ratios, the markdown section and the results file.
 //! - [`implementations`]: the compared implementations and where their executables are.
