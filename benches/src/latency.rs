@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::cpu::{Snapshot, Usage};
 use crate::implementations::Implementation;
-use crate::report::median;
+use crate::stats::median;
 use crate::testbed::Testbed;
 
 /// How the idle round trip is measured.
@@ -44,7 +44,6 @@ pub struct PingStats {
 pub struct LatencyRecord {
     /// Repetition (0-based).
     pub repetition: u32,
-    /// The implementation.
     pub implementation: Implementation,
     /// ping's numbers, or why the run failed.
     pub result: Result<PingStats, String>,
@@ -56,7 +55,6 @@ pub struct LatencyRecord {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LatencySummary {
-    /// The implementation.
     pub implementation: Implementation,
     /// Undisturbed, successful runs summarised.
     pub runs: usize,

@@ -4,6 +4,9 @@
 //!
 //! - [`testbed`]: the namespaces, daemons and `wg setconf` configuration.
 //! - [`harness`]: the measurement loop.
+//! - [`model`]: the run configuration and the record of one run, shared by the loop and
+//!   the report.
+//! - [`stats`]: the median of the runs' numbers.
 //! - [`cpu`]: CPU time of daemons, harness and everything else, from `/proc`.
 //! - [`report`]: medians, ranges, ratios, the markdown section and the results file.
 //! - [`implementations`]: the compared implementations and where their executables are.
@@ -18,7 +21,9 @@ pub mod implementations;
 pub mod interrupt;
 pub mod latency;
 pub mod machine;
+pub mod model;
 pub mod report;
+pub mod stats;
 pub mod testbed;
 pub mod udp_drops;
 

@@ -11,10 +11,11 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::harness::{BenchConfig, RunRecord, Test};
 use crate::implementations::Implementation;
 use crate::latency::{self, LatencyRecord, LatencySummary, PingSettings};
 use crate::machine::Machine;
+use crate::model::{BenchConfig, RunRecord, Test};
+use crate::stats::median;
 use crate::udp_drops::UdpDrops;
 
 /// The heading of this harness's section in the results file.
@@ -72,9 +73,7 @@ pub struct Settings {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Cell {
-    /// The test.
     pub test: Test,
-    /// The implementation.
     pub implementation: Implementation,
     /// The numbers, or why there are none.
     pub outcome: Outcome,
@@ -128,27 +127,11 @@ pub struct Measured {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Ratio {
-    /// The test.
     pub test: Test,
     /// The implementation kubetun is compared with.
     pub baseline: Implementation,
     /// kubetun median / baseline median (none if either cell has no number).
     pub ratio: Option<f64>,
-}
-
-/// The median of `values` (mean of the middle two for an even count).
-pub fn median(values: &[f64]) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    let mut sorted = values.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let mid = sorted.len() / 2;
-    Some(if sorted.len().is_multiple_of(2) {
-        f64::midpoint(sorted[mid - 1], sorted[mid])
-    } else {
-        sorted[mid]
-    })
 }
 
 /// Summarises `runs` into cells and ratios.
@@ -684,13 +667,6 @@ mod tests {
                 "wireguard-go v0.0.20220316".into(),
             )],
         }
-    }
-
-    #[test]
-    fn median_of_odd_and_even_counts() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
-        assert_eq!(median(&[]), None);
     }
 
     #[test]

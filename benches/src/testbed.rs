@@ -39,15 +39,12 @@ pub enum TestbedError {
     /// A file in the work directory could not be written.
     #[error("{path}: {error}")]
     Io {
-        /// The file.
         path: PathBuf,
-        /// The OS error.
         error: std::io::Error,
     },
     /// A daemon did not come up or its tunnel does not pass traffic.
     #[error("{implementation}: {message}")]
     Daemon {
-        /// Which implementation.
         implementation: Implementation,
         /// What happened, with the end of its log.
         message: String,

@@ -10,6 +10,11 @@
 //! removed and the TUN device disappears; so does deleting the UAPI socket file, which is how
 //! wireguard-go is told to stop. If the TUN device is deleted or fails, it exits 1 and says so.
 
+// The feature freezes boringtun's clock for the library's unit tests; a gateway built with
+// it would never retry, rekey or expire a session.
+#[cfg(all(feature = "mock-clock", not(test)))]
+compile_error!("the mock-clock feature is for `cargo test --lib` only");
+
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use clap::Parser;
-use kubetun_benches::harness::{self, BenchConfig, Test};
+use kubetun_benches::harness;
 use kubetun_benches::implementations::{Binaries, Implementation};
 use kubetun_benches::latency::PingSettings;
+use kubetun_benches::model::{BenchConfig, Test};
 use kubetun_benches::report;
 
 #[derive(Debug, Parser)]

@@ -5,10 +5,12 @@
 //! then brings the host configuration (MTU, addresses, routes) in line.
 
 pub mod conncheck;
+pub mod core;
 pub mod datapath;
 pub mod dispatch;
 pub mod drops;
 pub mod handshake;
+pub mod handshake_queue;
 mod host;
 pub mod net;
 pub mod peer;
@@ -16,9 +18,9 @@ mod plan;
 pub mod probe;
 mod resolve;
 mod retired;
+pub mod shared;
 pub mod snapshot;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -28,9 +30,9 @@ use ipnet::IpNet;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use self::datapath::Shared;
 use self::net::Sockets;
-use self::snapshot::{IndexMap, PeerSlot, Snapshot};
+use self::shared::Shared;
+use self::snapshot::{PeerSlot, Snapshot};
 use crate::io::IoOptions;
 use crate::remap;
 use crate::state::{DesiredState, StateError};
@@ -44,9 +46,7 @@ pub enum DeviceError {
     /// The TUN device could not be created.
     #[error("creating TUN device {name}: {source}")]
     Tun {
-        /// The interface name.
         name: String,
-        /// The OS error.
         source: std::io::Error,
     },
     /// The UDP sockets could not be bound.
@@ -69,21 +69,14 @@ pub enum ApplyError {
     /// An endpoint name did not resolve.
     #[error("peer {peer}: cannot resolve endpoint {endpoint}: {reason}")]
     Resolve {
-        /// The peer.
         peer: String,
-        /// The endpoint.
         endpoint: String,
         /// Why.
         reason: String,
     },
     /// The listen port could not be bound.
     #[error("cannot listen on UDP port {port}: {source}")]
-    Bind {
-        /// The port.
-        port: u16,
-        /// The OS error.
-        source: std::io::Error,
-    },
+    Bind { port: u16, source: std::io::Error },
     /// More peers than the remap table can index.
     #[error("too many peers (at most {})", remap::MAX_PEER_ID + 1)]
     TooManyPeers,
@@ -163,16 +156,8 @@ impl Device {
         );
         tun_queues.insert(0, Arc::new(tun));
         let sockets = Sockets::bind(0, 0, &io).map_err(DeviceError::Bind)?;
-        let snapshot = Snapshot {
-            generation: 0,
-            state: initial.clone(),
-            identity: None,
-            peers: Vec::new(),
-            by_index: IndexMap::default(),
-            by_key: HashMap::new(),
-            remap: remap::RemapTable::empty(),
-        };
-        let (handshakes, handshake_queue) = handshake::HandshakeQueue::new();
+        let snapshot = Snapshot::initial(initial.clone());
+        let (handshakes, handshake_queue) = handshake_queue::HandshakeQueue::new();
         let shared = Arc::new(Shared {
             snapshot: Arc::new(ArcSwap::from_pointee(snapshot)),
             sockets: ArcSwap::from_pointee(sockets),
@@ -414,13 +399,11 @@ impl Device {
 /// A status reading of the device.
 #[derive(Debug, Clone)]
 pub struct DeviceReport {
-    /// The interface name.
     pub interface_name: String,
     /// The version of the active desired state.
     pub version: String,
     /// The active generation.
     pub generation: u64,
-    /// The private key.
     pub private_key: Option<crate::key::Key>,
     /// The bound UDP port.
     pub listen_port: Option<u16>,
@@ -530,7 +513,7 @@ impl PeerReport {
                 let reading = peer.conncheck.lock().reading();
                 // The prober's clock is monotonic; status speaks Unix time.
                 let last_reply_unix_ms = reading.last_reply_us.map_or(0, |at| {
-                    let age_ms = probe::mono_us().saturating_sub(at) / 1000;
+                    let age_ms = crate::clock::mono_us().saturating_sub(at) / 1000;
                     crate::clock::unix_ms().saturating_sub(age_ms)
                 });
                 report.latency_us = reading.srtt_us;

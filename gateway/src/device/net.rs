@@ -17,6 +17,8 @@ use std::sync::Arc;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::UdpSocket;
 
+use super::core::Transmit;
+use super::drops::{DeviceDrop, Drops};
 use crate::io::IoOptions;
 use crate::io::udp_batch::UdpOffload;
 
@@ -27,7 +29,6 @@ pub const SOCKET_BUFFER_BYTES: usize = 7 << 20;
 /// One bound socket and the offloads in use on it.
 #[derive(Debug)]
 pub struct WgSocket {
-    /// The socket.
     pub udp: UdpSocket,
     /// GSO/GRO state, shared by every task sending on the socket.
     pub offload: UdpOffload,
@@ -91,6 +92,39 @@ impl Sockets {
             socket2::SockRef::from(&socket.udp).set_mark(fwmark)?;
         }
         Ok(())
+    }
+}
+
+/// Sends the core's single datagrams ([`Transmit`]) on the family's first socket without
+/// waiting: the sockets are non-blocking, and a full send buffer drops the datagram
+/// (counted as `udp_send`), as the kernel would.
+#[derive(Debug)]
+pub struct Sender<'a> {
+    sockets: &'a Sockets,
+    drops: &'a Drops,
+}
+
+impl<'a> Sender<'a> {
+    /// Sends on `sockets`, counting failures in `drops`.
+    pub fn new(sockets: &'a Sockets, drops: &'a Drops) -> Self {
+        Self { sockets, drops }
+    }
+}
+
+impl Transmit for Sender<'_> {
+    fn transmit(&mut self, datagram: &[u8], endpoint: SocketAddr) -> bool {
+        let Some(socket) = self.sockets.for_addr(&endpoint) else {
+            self.drops.device(DeviceDrop::UdpSend);
+            return false;
+        };
+        match socket2::SockRef::from(&socket.udp).send_to(datagram, &endpoint.into()) {
+            Ok(_) => true,
+            Err(error) => {
+                tracing::trace!(%error, %endpoint, "UDP send failed");
+                self.drops.device(DeviceDrop::UdpSend);
+                false
+            }
+        }
     }
 }
 

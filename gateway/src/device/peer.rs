@@ -22,7 +22,6 @@ pub struct Peer {
     pub tunn: Mutex<TunnCell>,
     /// Where datagrams for this peer go; updated by roaming.
     endpoint: ArcSwapOption<SocketAddr>,
-    /// Counters.
     pub stats: PeerStats,
     /// Connectivity check state. Taken after `tunn` when both are held (a PONG is recorded
     /// while decrypting), never the other way round.
@@ -59,7 +58,8 @@ pub struct PeerStats {
     pub last_sent_ms: AtomicU64,
     /// When the current run of unanswered handshake initiations began; 0 when none is pending.
     pub handshake_pending_since_ms: AtomicU64,
-    /// When the `Tunn` took the key it uses (created, or moved during a key rotation).
+    /// When the `Tunn` moved to the key it uses during a key rotation; 0 for the key it was
+    /// created with (every handshake it completed was made with that key).
     pub key_since_ms: AtomicU64,
 }
 
@@ -70,10 +70,7 @@ impl Peer {
             index,
             tunn: Mutex::new(tunn),
             endpoint: ArcSwapOption::from_pointee(endpoint),
-            stats: PeerStats {
-                key_since_ms: AtomicU64::new(crate::clock::unix_ms()),
-                ..PeerStats::default()
-            },
+            stats: PeerStats::default(),
             // A random first sequence number: PONGs meant for a previous session's prober
             // of this peer do not match.
             conncheck: Mutex::new(Prober::new(rand_core::OsRng.next_u32())),

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::ApplyError;
-use super::datapath::Shared;
+use super::shared::Shared;
 use crate::clock::unix_ms;
 use crate::state::{DesiredState, Endpoint};
 

@@ -23,7 +23,6 @@ pub const HANDSHAKE_RATE_LIMIT: u64 = 100;
 /// rotation also the previous pair, which serves the peers that have not completed a handshake
 /// with the new key yet.
 pub struct Identity {
-    /// The private key.
     pub private: StaticSecret,
     /// Its public key.
     pub public: PublicKey,
@@ -156,6 +155,19 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// Generation 0: `state` with no key, no peers and no routes, before the first apply.
+    pub fn initial(state: DesiredState) -> Snapshot {
+        Snapshot {
+            generation: 0,
+            state,
+            identity: None,
+            peers: Vec::new(),
+            by_index: IndexMap::default(),
+            by_key: HashMap::new(),
+            remap: RemapTable::empty(),
+        }
+    }
+
     /// The slot of peer `id`.
     pub fn peer(&self, id: PeerId) -> Option<&PeerSlot> {
         self.peers.get(id as usize).and_then(Option::as_ref)

@@ -212,6 +212,19 @@ impl TunWriter {
         self.pool.is_full()
     }
 
+    /// The packets waiting to be written, in commit order.
+    pub fn packets(&self) -> impl Iterator<Item = &[u8]> {
+        self.pool
+            .used_slice()
+            .iter()
+            .map(|packet| &packet.as_ref()[WRITE_OFFSET..])
+    }
+
+    /// Forgets the pending packets without writing them.
+    pub fn clear(&mut self) {
+        self.pool.clear();
+    }
+
     /// Writes every pending packet (coalesced where the device has offloads) and empties
     /// the batch, whether or not a write failed. Returns the bytes written; an error is the
     /// last failed write's.

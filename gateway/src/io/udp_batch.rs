@@ -243,9 +243,7 @@ impl std::fmt::Debug for RecvBatch {
 /// One received WireGuard datagram.
 #[derive(Debug, Clone, Copy)]
 pub struct Datagram<'a> {
-    /// Where it came from.
     pub source: SocketAddr,
-    /// Its bytes.
     pub bytes: &'a [u8],
     /// Where it sits in its batch, to find it again with [`RecvBatch::get`].
     pub position: Position,
@@ -396,6 +394,29 @@ impl RecvBatch {
             bytes: &self.data[start..start + position.len as usize],
             position,
         }
+    }
+
+    /// Forgets the last receive.
+    pub fn clear(&mut self) {
+        self.filled = 0;
+    }
+
+    /// Adds `datagram` from `source` as the next message, as a receive would (without GRO);
+    /// `false` (nothing added) when every message is in use or it is longer than a message.
+    /// Lets the data-path core be driven without a socket.
+    pub fn push(&mut self, source: SocketAddr, datagram: &[u8]) -> bool {
+        if self.filled == self.metas.len() || datagram.len() > RECV_BUFFER_LEN {
+            return false;
+        }
+        let start = self.filled * RECV_BUFFER_LEN;
+        self.data[start..start + datagram.len()].copy_from_slice(datagram);
+        self.metas[self.filled] = RecvMeta {
+            source: Some(source),
+            len: datagram.len(),
+            segment: datagram.len(),
+        };
+        self.filled += 1;
+        true
     }
 
     /// How many messages the last receive left out: truncated, or with a source of an
@@ -659,6 +680,19 @@ impl SendBatch {
     /// The error of the last failed message of the last flush, if any.
     pub fn take_last_error(&mut self) -> Option<io::Error> {
         self.last_error.take()
+    }
+
+    /// The datagrams waiting to be sent with their destinations, in commit order (GSO
+    /// messages split at their segment size).
+    pub fn datagrams(&self) -> impl Iterator<Item = (SocketAddr, &[u8])> {
+        self.messages[self.cursor..]
+            .iter()
+            .flat_map(move |message| {
+                let bytes = &self.data[message.start..message.start + message.len];
+                bytes
+                    .chunks(message.segment.max(1))
+                    .map(move |datagram| (message.dest, datagram))
+            })
     }
 
     /// Drops everything pending.

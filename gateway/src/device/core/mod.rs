@@ -1,0 +1,135 @@
+//! The data-path core: everything the gateway does to packets and datagrams, synchronous and
+//! without IO. The shells ([`super::datapath`], [`super::handshake`], [`super::probe`])
+//! read the TUN device and the sockets, hand the core batches, and write what it produced.
+//!
+//! - [`egress::Egress`]: a batch of IP packets from the TUN device → probe-address check →
+//!   remap (view → real, peer by longest prefix) → per peer, under one `Tunn` lock per fill,
+//!   encryption straight into the [`Outbox`] arena (GSO runs form as datagrams are committed).
+//! - [`ingress::Ingress`]: a batch of received datagrams → classification by message type
+//!   and receiver index → handshake messages to a [`HandshakeSink`] (the shell's queue) →
+//!   per peer, under one `Tunn` lock per fill, decryption straight into the TUN write batch
+//!   → connectivity probes consumed (PONGs recorded, PINGs answered) → remap (source check,
+//!   ACL, real → view).
+//! - [`handshake::process`]: one handshake message → rate limiter, cookie, peer lookup,
+//!   `Tunn` → replies and the packets queued during the handshake.
+//! - [`timers`]: per peer, boringtun's timers and the persistent keepalive; the initiations
+//!   sent after an apply; the connectivity probes.
+//!
+//! What leaves the core is explicit: datagrams in the [`Outbox`] or the TUN batch (the two
+//! batch paths, which stop with [`Step::Flush`] when their arena is full and resume after
+//! the shell wrote it), single datagrams through [`Transmit`] (handshake replies, cookies,
+//! timer messages, probes), handshake messages through [`HandshakeSink`], and drops counted
+//! in [`super::drops::Drops`] by reason. Time comes in as [`Now`]; nothing here reads a clock, except that
+//! boringtun's `Tunn` and rate limiter read their own (see `ARCHITECTURE.md`).
+//!
+//! Nothing here allocates after construction.
+
+pub mod egress;
+pub mod handshake;
+pub mod ingress;
+pub mod timers;
+
+#[cfg(all(test, feature = "mock-clock"))]
+mod clock_tests;
+#[cfg(test)]
+mod tests;
+
+use std::net::SocketAddr;
+
+use super::dispatch::is_initiation;
+use super::peer::Peer;
+pub use crate::clock::Now;
+use crate::io::udp_batch::SendBatch;
+
+/// Largest IP packet or UDP datagram handled.
+pub const MAX_PACKET: usize = 65536;
+/// Room boringtun needs beyond the plaintext when encapsulating (header + tag). Every
+/// buffer is also far above the 148 bytes of the largest handshake message.
+pub const OVERHEAD: usize = 32;
+/// The smallest buffer boringtun writes a handshake initiation into.
+pub const HANDSHAKE_ROOM: usize = 148;
+/// Send-arena room per datagram of a batch: a full 1420-byte MTU packet once encrypted.
+const TYPICAL_DATAGRAM: usize = 1420 + OVERHEAD;
+/// Room for an encrypted probe, or the handshake initiation boringtun sends instead when the
+/// peer has no session yet (148 bytes).
+pub const PROBE_ROOM: usize = 256;
+
+/// Whether a batch step finished or stopped at a full arena.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Step {
+    /// Everything of the batch is processed.
+    Done,
+    /// The output arena is full: write it out, then call again to continue.
+    Flush,
+}
+
+/// Sends single datagrams that leave the core outside the batch arenas.
+pub trait Transmit {
+    /// Sends `datagram` to `endpoint` without waiting; true when it left (a failure is the
+    /// sender's to count).
+    fn transmit(&mut self, datagram: &[u8], endpoint: SocketAddr) -> bool;
+}
+
+/// Takes the handshake messages found in a receive batch.
+pub trait HandshakeSink {
+    /// Queues a handshake message from `source`; false when it was refused (full).
+    fn offer(&mut self, source: SocketAddr, datagram: &[u8]) -> bool;
+}
+
+/// Sends `datagram` to `peer` at `endpoint`, recording it in the peer's counters (and a
+/// handshake initiation as pending) when it left.
+pub fn transmit_to_peer(
+    sink: &mut impl Transmit,
+    peer: &Peer,
+    datagram: &[u8],
+    endpoint: SocketAddr,
+    now: Now,
+) {
+    if is_initiation(datagram) {
+        peer.record_initiation(now.unix_ms);
+    }
+    if sink.transmit(datagram, endpoint) {
+        peer.record_sent(datagram.len(), now.unix_ms);
+    }
+}
+
+/// Outgoing datagrams of one egress task, per address family: the arena the core encrypts
+/// into and the shell hands to `sendmmsg` (with GSO).
+#[derive(Debug)]
+pub struct Outbox {
+    /// IPv4 destinations.
+    pub v4: SendBatch,
+    /// IPv6 destinations.
+    pub v6: SendBatch,
+}
+
+impl Outbox {
+    /// Room for `batch` full-size datagrams and one maximal one per family.
+    pub fn new(batch: usize) -> Self {
+        let bytes = batch * TYPICAL_DATAGRAM + MAX_PACKET + OVERHEAD;
+        Self {
+            v4: SendBatch::new(batch, bytes),
+            v6: SendBatch::new(batch, bytes),
+        }
+    }
+
+    /// The family's arena for `endpoint`.
+    pub fn batch_for(&mut self, endpoint: &SocketAddr) -> &mut SendBatch {
+        match endpoint {
+            SocketAddr::V4(_) => &mut self.v4,
+            SocketAddr::V6(_) => &mut self.v6,
+        }
+    }
+
+    /// Every datagram waiting, IPv4 first, with its destination.
+    pub fn datagrams(&self) -> impl Iterator<Item = (SocketAddr, &[u8])> {
+        self.v4.datagrams().chain(self.v6.datagrams())
+    }
+
+    /// Drops everything waiting.
+    pub fn clear(&mut self) {
+        self.v4.clear();
+        self.v6.clear();
+    }
+}

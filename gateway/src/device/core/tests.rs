@@ -1,0 +1,541 @@
+//! Two in-memory gateways driven through the core, passing datagrams to each other by hand:
+//! no TUN device, no socket, no root. Time is what the test says it is (boringtun's own
+//! clock aside; see `clock_tests` for the timers it runs).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::atomic::Ordering::Relaxed;
+
+use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
+
+use super::egress::Egress;
+use super::ingress::Ingress;
+use super::{HandshakeSink, Now, Outbox, Step, Transmit, handshake, timers};
+use crate::device::conncheck::ConnCheckConfig;
+use crate::device::drops::Drops;
+use crate::device::plan::next_snapshot;
+use crate::device::snapshot::Snapshot;
+use crate::io::tun_offload::TunWriter;
+use crate::io::udp_batch::RecvBatch;
+use crate::key::Key;
+use crate::state::{DesiredState, Endpoint, InterfaceConfig, PeerConfig, RouteConfig};
+
+const BATCH: usize = 16;
+
+/// Datagrams sent through [`Transmit`], or handshake messages offered, in order.
+#[derive(Debug, Default)]
+pub(super) struct Wire(pub Vec<(SocketAddr, Vec<u8>)>);
+
+impl Transmit for Wire {
+    fn transmit(&mut self, datagram: &[u8], endpoint: SocketAddr) -> bool {
+        self.0.push((endpoint, datagram.to_vec()));
+        true
+    }
+}
+
+impl HandshakeSink for Wire {
+    fn offer(&mut self, source: SocketAddr, datagram: &[u8]) -> bool {
+        self.0.push((source, datagram.to_vec()));
+        true
+    }
+}
+
+/// One side: its real prefix, how the other side sees it, its key and underlay address.
+#[derive(Clone)]
+pub(super) struct Side {
+    pub address: SocketAddr,
+    pub key: Key,
+    pub real: &'static str,
+    pub view: &'static str,
+}
+
+pub(super) fn side_a() -> Side {
+    Side {
+        address: "192.0.2.1:51820".parse().expect("address"),
+        key: Key::generate_private(),
+        real: "10.10.0.0/24",
+        view: "10.110.0.0/24",
+    }
+}
+
+pub(super) fn side_b() -> Side {
+    Side {
+        address: "192.0.2.2:51820".parse().expect("address"),
+        key: Key::generate_private(),
+        real: "10.20.0.0/24",
+        view: "10.120.0.0/24",
+    }
+}
+
+/// A gateway as the data-path tasks see it: a snapshot, counters and the batch buffers.
+pub(super) struct Gateway {
+    pub address: SocketAddr,
+    pub snapshot: Snapshot,
+    pub drops: Drops,
+    egress: Egress,
+    ingress: Ingress,
+    outbox: Outbox,
+    writer: TunWriter,
+    inbound: RecvBatch,
+    scratch: Vec<u8>,
+}
+
+/// What one delivery of datagrams to a gateway produced.
+#[derive(Debug, Default)]
+pub(super) struct Received {
+    /// Packets written to the TUN device.
+    pub packets: Vec<Vec<u8>>,
+    /// Datagrams sent back (handshake replies, probe answers, queued packets).
+    pub replies: Vec<(SocketAddr, Vec<u8>)>,
+}
+
+impl Gateway {
+    pub fn new(this: &Side, other: &Side, keepalive: u16) -> Gateway {
+        let mut peer = PeerConfig::new(other.key.public_key());
+        peer.endpoint = Some(Endpoint::Addr(other.address));
+        peer.persistent_keepalive = keepalive;
+        peer.routes = vec![RouteConfig {
+            real: other.real.parse().expect("real prefix"),
+            view: other.view.parse().expect("view prefix"),
+        }];
+        let state = DesiredState {
+            version: "core-test".to_owned(),
+            interface: InterfaceConfig {
+                private_key: Some(this.key),
+                listen_port: this.address.port(),
+                conncheck: Some(ConnCheckConfig::default()),
+                ..InterfaceConfig::default()
+            },
+            peers: vec![peer],
+        };
+        state.validate().expect("valid state");
+        let initial = Snapshot::initial(DesiredState::default());
+        let snapshot = next_snapshot(&initial, &state, &[Some(other.address)]).expect("snapshot");
+        Gateway {
+            address: this.address,
+            snapshot,
+            drops: Drops::default(),
+            egress: Egress::new(BATCH),
+            ingress: Ingress::new(BATCH),
+            outbox: Outbox::new(BATCH),
+            writer: TunWriter::new(BATCH),
+            inbound: RecvBatch::new(BATCH),
+            scratch: vec![0u8; super::MAX_PACKET + super::OVERHEAD],
+        }
+    }
+
+    /// Packets read from the TUN device: remapped, encrypted; the datagrams that left.
+    pub fn send(&mut self, mut packets: Vec<Vec<u8>>, now: Now) -> Vec<(SocketAddr, Vec<u8>)> {
+        let mut sent = Vec::new();
+        self.egress.route(&self.snapshot, &self.drops, &mut packets);
+        loop {
+            let step =
+                self.egress
+                    .encrypt(&self.snapshot, &self.drops, &packets, &mut self.outbox, now);
+            sent.extend(
+                self.outbox
+                    .datagrams()
+                    .map(|(to, datagram)| (to, datagram.to_vec())),
+            );
+            self.outbox.clear();
+            if step == Step::Done {
+                return sent;
+            }
+        }
+    }
+
+    /// Datagrams arriving from `from`: classified, decrypted (handshakes processed as the
+    /// worker would, after the batch).
+    pub fn receive(&mut self, from: SocketAddr, datagrams: &[Vec<u8>], now: Now) -> Received {
+        let mut received = Received::default();
+        let mut handshakes = Wire::default();
+        let mut replies = Wire::default();
+        for chunk in datagrams.chunks(BATCH) {
+            self.inbound.clear();
+            for datagram in chunk {
+                assert!(self.inbound.push(from, datagram), "batch has room");
+            }
+            self.ingress
+                .classify(&self.snapshot, &self.drops, &self.inbound, &mut handshakes);
+            loop {
+                let step = self.ingress.decrypt(
+                    &self.snapshot,
+                    &self.drops,
+                    &self.inbound,
+                    &mut self.writer,
+                    &mut replies,
+                    now,
+                );
+                received
+                    .packets
+                    .extend(self.writer.packets().map(<[u8]>::to_vec));
+                self.writer.clear();
+                if step == Step::Done {
+                    break;
+                }
+            }
+        }
+        for (source, message) in handshakes.0 {
+            handshake::process(
+                &self.snapshot,
+                &self.drops,
+                source,
+                &message,
+                &mut self.scratch,
+                &mut replies,
+                now,
+            );
+        }
+        received.replies = replies.0;
+        received
+    }
+
+    /// One timer tick at `now`: what the timers sent.
+    pub fn tick(&mut self, now: Now) -> Vec<(SocketAddr, Vec<u8>)> {
+        let mut wire = Wire::default();
+        timers::tick(&self.snapshot, now, &mut wire, &mut self.scratch);
+        wire.0
+    }
+
+    pub fn drop_count(&self, reason: &str) -> u64 {
+        self.drops
+            .snapshot()
+            .into_iter()
+            .find(|(name, _)| *name == reason)
+            .map_or_else(|| panic!("no drop reason {reason}"), |(_, count)| count)
+    }
+
+    pub fn peer(&self) -> &crate::device::peer::Peer {
+        self.snapshot
+            .slots()
+            .next()
+            .and_then(|(_, slot)| slot.runtime.as_deref())
+            .expect("one peer with a runtime")
+    }
+}
+
+pub(super) fn at(unix_ms: u64) -> Now {
+    Now {
+        unix_ms,
+        mono_us: unix_ms * 1000,
+    }
+}
+
+pub(super) fn payloads(datagrams: &[(SocketAddr, Vec<u8>)]) -> Vec<Vec<u8>> {
+    datagrams.iter().map(|(_, d)| d.clone()).collect()
+}
+
+/// Delivers datagrams back and forth between `a` and `b` until neither answers; returns
+/// the packets each wrote to its TUN device.
+pub(super) fn settle(
+    a: &mut Gateway,
+    b: &mut Gateway,
+    from_a: Vec<(SocketAddr, Vec<u8>)>,
+    now: Now,
+) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let (mut at_a, mut at_b) = (Vec::new(), Vec::new());
+    let mut to_b = from_a;
+    for _ in 0..8 {
+        assert!(to_b.iter().all(|(to, _)| *to == b.address), "sent to B");
+        let received = b.receive(a.address, &payloads(&to_b), now);
+        at_b.extend(received.packets);
+        if received.replies.is_empty() {
+            return (at_a, at_b);
+        }
+        let received = a.receive(b.address, &payloads(&received.replies), now);
+        at_a.extend(received.packets);
+        to_b = received.replies;
+        if to_b.is_empty() {
+            return (at_a, at_b);
+        }
+    }
+    panic!("the gateways kept answering each other");
+}
+
+pub(super) fn udp(src: &str, dst: &str, payload: &[u8]) -> Vec<u8> {
+    let src: Ipv4Addr = src.parse().expect("source");
+    let dst: Ipv4Addr = dst.parse().expect("destination");
+    let mut out = Vec::new();
+    PacketBuilder::ipv4(src.octets(), dst.octets(), 64)
+        .udp(40000, 9000)
+        .write(&mut out, payload)
+        .expect("serialize");
+    out
+}
+
+/// Source, destination and UDP payload of an IPv4/UDP packet; checksums verified.
+pub(super) fn parse_udp(packet: &[u8]) -> (IpAddr, IpAddr, Vec<u8>) {
+    let sliced = SlicedPacket::from_ip(packet).expect("an IP packet");
+    let Some(NetSlice::Ipv4(ip)) = sliced.net else {
+        panic!("IPv4 expected");
+    };
+    let header = ip.header().to_header();
+    assert_eq!(header.header_checksum, header.calc_header_checksum());
+    let Some(TransportSlice::Udp(udp)) = sliced.transport else {
+        panic!("UDP expected");
+    };
+    let checksum = udp
+        .to_header()
+        .calc_checksum_ipv4(&header, udp.payload())
+        .expect("checksum");
+    assert_eq!(udp.checksum(), checksum, "UDP checksum after the rewrite");
+    (
+        IpAddr::V4(header.source.into()),
+        IpAddr::V4(header.destination.into()),
+        udp.payload().to_vec(),
+    )
+}
+
+/// Two gateways with a session: A's first packet starts the handshake and is delivered
+/// once it completes.
+pub(super) fn connected(keepalive: u16, now: Now) -> (Gateway, Gateway, Side) {
+    let (sa, sb) = (side_a(), side_b());
+    let mut a = Gateway::new(&sa, &sb, keepalive);
+    let mut b = Gateway::new(&sb, &sa, keepalive);
+    let first = a.send(vec![udp("10.10.0.5", "10.120.0.7", b"first")], now);
+    assert_eq!(
+        first.len(),
+        1,
+        "a handshake initiation instead of the packet"
+    );
+    let (_, at_b) = settle(&mut a, &mut b, first, now);
+    assert_eq!(
+        at_b.len(),
+        1,
+        "the queued packet arrives after the handshake"
+    );
+    (a, b, sb)
+}
+
+#[test]
+fn handshake_then_data_both_ways_with_remap() {
+    let now = at(1_000_000);
+    let (sa, sb) = (side_a(), side_b());
+    let mut a = Gateway::new(&sa, &sb, 0);
+    let mut b = Gateway::new(&sb, &sa, 0);
+
+    // No session yet: boringtun queues the packet and sends an initiation.
+    let first = a.send(vec![udp("10.10.0.5", "10.120.0.7", b"first")], now);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].0, sb.address);
+    assert_eq!(first[0].1.len(), 148, "a handshake initiation");
+    assert_eq!(
+        a.peer().stats.handshake_pending_since_ms.load(Relaxed),
+        now.unix_ms
+    );
+
+    let (at_a, at_b) = settle(&mut a, &mut b, first, now);
+    assert!(at_a.is_empty());
+    assert_eq!(at_b.len(), 1);
+    // A's pod wrote to B's view; B's pod sees A's view as the source.
+    let (src, dst, payload) = parse_udp(&at_b[0]);
+    assert_eq!(src, "10.110.0.5".parse::<IpAddr>().expect("ip"));
+    assert_eq!(dst, "10.20.0.7".parse::<IpAddr>().expect("ip"));
+    assert_eq!(payload, b"first");
+    for gateway in [&a, &b] {
+        let stats = &gateway.peer().stats;
+        assert_eq!(stats.handshakes.load(Relaxed), 1);
+        assert_eq!(stats.last_handshake_ms.load(Relaxed), now.unix_ms);
+    }
+
+    // With the session up, data goes straight through, both ways, in batches.
+    let batch: Vec<Vec<u8>> = (0..40u8)
+        .map(|n| udp("10.20.0.7", "10.110.0.5", &[n; 100]))
+        .collect();
+    let rx_before = a.peer().stats.rx_packets.load(Relaxed);
+    let sent = b.send(batch, now);
+    assert_eq!(
+        sent.len(),
+        40,
+        "one datagram per packet, across outbox flushes"
+    );
+    let received = a.receive(sb.address, &payloads(&sent), now);
+    assert!(received.replies.is_empty());
+    assert_eq!(received.packets.len(), 40);
+    for (n, packet) in received.packets.iter().enumerate() {
+        let (src, dst, payload) = parse_udp(packet);
+        assert_eq!(src, "10.120.0.7".parse::<IpAddr>().expect("ip"));
+        assert_eq!(dst, "10.10.0.5".parse::<IpAddr>().expect("ip"));
+        assert_eq!(payload, vec![n as u8; 100], "arrival order kept");
+    }
+    assert_eq!(a.peer().stats.rx_packets.load(Relaxed) - rx_before, 40);
+    for gateway in [&a, &b] {
+        assert!(
+            gateway
+                .drops
+                .snapshot()
+                .iter()
+                .all(|(_, count)| *count == 0),
+            "nothing dropped: {:?}",
+            gateway.drops.snapshot()
+        );
+    }
+}
+
+#[test]
+fn remap_drops_what_it_cannot_route_or_did_not_allow() {
+    let now = at(1_000_000);
+    let (mut a, mut b, _) = connected(0, now);
+    // No view covers the destination: dropped before any crypto.
+    assert!(
+        a.send(vec![udp("10.10.0.5", "10.99.0.1", b"x")], now)
+            .is_empty()
+    );
+    assert_eq!(a.drop_count("no_route"), 1);
+    // Local traffic may not pose as a connectivity probe.
+    assert!(
+        a.send(vec![udp("10.10.0.5", "169.254.90.2", b"x")], now)
+            .is_empty()
+    );
+    assert_eq!(a.drop_count("probe_address"), 1);
+    // A source outside A's real prefix is refused by B after decryption.
+    let spoofed = a.send(vec![udp("10.99.0.5", "10.120.0.7", b"spoof")], now);
+    assert_eq!(spoofed.len(), 1);
+    let received = b.receive(a.address, &payloads(&spoofed), now);
+    assert!(received.packets.is_empty());
+    assert_eq!(b.drop_count("source_not_allowed"), 1);
+}
+
+#[test]
+fn replayed_and_garbage_datagrams_are_dropped_and_counted() {
+    let now = at(1_000_000);
+    let (mut a, mut b, sb) = connected(0, now);
+    let sent = a.send(vec![udp("10.10.0.5", "10.120.0.7", b"once")], now);
+    assert_eq!(b.receive(a.address, &payloads(&sent), now).packets.len(), 1);
+    // The same datagram again: boringtun's replay window refuses it.
+    let again = b.receive(a.address, &payloads(&sent), now);
+    assert!(again.packets.is_empty() && again.replies.is_empty());
+    assert_eq!(b.drop_count("rejected"), 1);
+
+    // A flipped bit in the ciphertext fails authentication.
+    let mut forged = sent[0].1.clone();
+    let last = forged.len() - 1;
+    forged[last] ^= 1;
+    assert!(b.receive(a.address, &[forged], now).packets.is_empty());
+    assert_eq!(b.drop_count("rejected"), 2);
+
+    // Not WireGuard at all, truncated, and data for a receiver index nobody has.
+    let mut unknown = sent[0].1.clone();
+    unknown[4..8].copy_from_slice(&0xdead_beefu32.to_le_bytes());
+    let garbage = vec![
+        vec![],
+        vec![0xff; 3],
+        vec![4, 0, 0, 0, 1],
+        vec![9; 200],
+        sent[0].1[..20].to_vec(),
+        unknown,
+    ];
+    let received = b.receive(a.address, &garbage, now);
+    assert!(received.packets.is_empty() && received.replies.is_empty());
+    // The empty datagram yields nothing to classify (as an empty receive); the rest count.
+    assert_eq!(b.drop_count("invalid_datagram"), 4);
+    assert_eq!(b.drop_count("unknown_receiver"), 1);
+
+    // A handshake initiation that is not from a configured key.
+    let stranger = Side {
+        address: "192.0.2.9:51820".parse().expect("address"),
+        ..side_a()
+    };
+    let mut c = Gateway::new(&stranger, &sb, 0);
+    let initiation = c.send(vec![udp("10.10.0.5", "10.120.0.7", b"x")], now);
+    let received = b.receive(stranger.address, &payloads(&initiation), now);
+    assert!(received.replies.is_empty());
+    assert_eq!(b.drop_count("unknown_initiator"), 1);
+    // One addressed to another key fails its MAC.
+    let other = side_b();
+    let mut d = Gateway::new(&stranger, &other, 0);
+    let initiation = d.send(vec![udp("10.10.0.5", "10.120.0.7", b"x")], now);
+    assert!(
+        b.receive(stranger.address, &payloads(&initiation), now)
+            .replies
+            .is_empty()
+    );
+    assert_eq!(b.drop_count("rejected"), 3);
+
+    // The real session is unharmed.
+    let sent = a.send(vec![udp("10.10.0.5", "10.120.0.7", b"still")], now);
+    assert_eq!(b.receive(a.address, &payloads(&sent), now).packets.len(), 1);
+}
+
+#[test]
+fn persistent_keepalive_follows_the_injected_clock() {
+    let start = 1_000_000;
+    let (mut a, _b, _) = connected(25, at(start));
+    let last_sent = a.peer().stats.last_sent_ms.load(Relaxed);
+    assert_eq!(last_sent, start);
+    // Not due yet.
+    assert!(a.tick(at(start + 24_999)).is_empty());
+    // Due: one keepalive (an empty data message, 32 bytes) to B.
+    let sent = a.tick(at(start + 25_000));
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].1.len(), 32);
+    assert_eq!(a.peer().stats.last_sent_ms.load(Relaxed), start + 25_000);
+    assert!(
+        a.tick(at(start + 26_000)).is_empty(),
+        "not again until the next period"
+    );
+}
+
+#[test]
+fn connectivity_probe_round_trip_measures_the_injected_rtt() {
+    let start = 1_000_000;
+    let (mut a, mut b, _) = connected(0, at(start));
+    let ping = a
+        .peer()
+        .conncheck
+        .lock()
+        .next_ping(at(start).mono_us, 2_000_000);
+    let mut wire = Wire::default();
+    let mut out = [0u8; super::PROBE_ROOM];
+    let direct = timers::send_probe(a.peer(), b.address, ping, &mut wire, &mut out, at(start));
+    assert!(direct, "sent through the session");
+    // B consumes the PING (nothing reaches its TUN device) and answers with a PONG.
+    let received = b.receive(a.address, &payloads(&wire.0), at(start + 3));
+    assert!(received.packets.is_empty());
+    assert_eq!(received.replies.len(), 1);
+    let answered = a.receive(b.address, &payloads(&received.replies), at(start + 7));
+    assert!(answered.packets.is_empty(), "the PONG is the gateway's own");
+    let reading = a.peer().conncheck.lock().reading();
+    assert_eq!(reading.last_rtt_us, Some(7_000));
+    assert_eq!(reading.consecutive_losses, 0);
+}
+
+#[test]
+fn initiation_after_apply_only_without_a_session() {
+    let now = at(1_000_000);
+    let (sa, sb) = (side_a(), side_b());
+    let a = Gateway::new(&sa, &sb, 0);
+    let mut wire = Wire::default();
+    let mut out = [0u8; 256];
+    let (_, slot) = a.snapshot.slots().next().expect("a peer");
+    assert!(timers::initiate_session(slot, now, &mut wire, &mut out));
+    assert_eq!(wire.0.len(), 1);
+    assert_eq!(wire.0[0].0, sb.address);
+    let (a, _b, _) = connected(0, now);
+    let (_, slot) = a.snapshot.slots().next().expect("a peer");
+    assert!(!timers::initiate_session(slot, now, &mut wire, &mut out));
+}
+
+#[test]
+fn a_handshake_flood_is_answered_with_cookies() {
+    let now = at(1_000_000);
+    let (sa, sb) = (side_a(), side_b());
+    let mut a = Gateway::new(&sa, &sb, 0);
+    let mut b = Gateway::new(&sb, &sa, 0);
+    let initiation = a.send(vec![udp("10.10.0.5", "10.120.0.7", b"x")], now);
+    let flood: Vec<Vec<u8>> = std::iter::repeat_n(initiation[0].1.clone(), 150).collect();
+    let received = b.receive(sa.address, &flood, now);
+    let cookies = received
+        .replies
+        .iter()
+        .filter(|(to, reply)| *to == sa.address && reply.len() == 64 && reply[0] == 3)
+        .count();
+    // Past the limiter's allowance (100 a second, counted by our check and the peer's)
+    // only cookie replies: no Diffie-Hellman.
+    assert!(cookies >= 50, "{cookies} cookie replies");
+    assert_eq!(b.drop_count("under_load"), cookies as u64);
+    assert_eq!(
+        b.peer().stats.handshakes.load(Relaxed),
+        1,
+        "the first one completes"
+    );
+}

@@ -1,0 +1,54 @@
+//! What the device's tasks share: the snapshot, the sockets, the TUN queues, the drop
+//! counters and the handshake queue. Below every shell (data path, handshake worker,
+//! prober, resolver), which all take it from here.
+
+use std::sync::Arc;
+
+use arc_swap::{ArcSwap, Cache};
+
+use super::drops::Drops;
+use super::handshake_queue::HandshakeQueue;
+use super::net::Sockets;
+use super::snapshot::Snapshot;
+use crate::io::IoOptions;
+
+/// What the data-path tasks share.
+pub struct Shared {
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    /// Kept out of the snapshot so that a task's cached snapshot never keeps an old port
+    /// bound after a listen-port change.
+    pub sockets: ArcSwap<Sockets>,
+    /// The I/O techniques in use.
+    pub io: IoOptions,
+    pub drops: Drops,
+    /// Handshake messages for the handshake worker.
+    pub handshakes: HandshakeQueue,
+    /// Set once a TUN reader has stopped (the interface was deleted or failed).
+    pub stopped: tokio::sync::watch::Sender<bool>,
+    /// Every queue of the TUN device, at least one: one per [`IoOptions::queues`], each
+    /// read by its own egress task.
+    pub tun_queues: Vec<Arc<tun_rs::AsyncDevice>>,
+}
+
+impl Shared {
+    /// The TUN device's first queue, which also serves device-wide calls (MTU).
+    pub fn tun(&self) -> &Arc<tun_rs::AsyncDevice> {
+        &self.tun_queues[0]
+    }
+
+    /// TUN queue `queue`; queues beyond the device's wrap around.
+    pub fn tun_queue(&self, queue: usize) -> &Arc<tun_rs::AsyncDevice> {
+        &self.tun_queues[queue % self.tun_queues.len()]
+    }
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("drops", &self.drops)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A task's lock-free cached view of the current snapshot.
+pub type SnapshotCache = Cache<Arc<ArcSwap<Snapshot>>, Arc<Snapshot>>;
