@@ -12,6 +12,8 @@
 //! - [`implementations`]: the compared implementations and where their executables are.
 //! - [`machine`]: what a result was measured on.
 //! - [`interrupt`]: a clean stop on SIGINT/SIGTERM.
+//! - [`scale`]: one gateway with many peers and one hub controller with many remote clusters
+//!   (`kubetun-scale`).
 //!
 //! The criterion micro-benchmarks live in `benches/`.
 
@@ -23,6 +25,7 @@ pub mod latency;
 pub mod machine;
 pub mod model;
 pub mod report;
+pub mod scale;
 pub mod stats;
 pub mod testbed;
 pub mod udp_drops;

@@ -6,13 +6,15 @@
 //! whole state is applied again. A state the gateway rejected is not retried until it
 //! changes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+
+use futures::StreamExt as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams};
-use kubetun_crds::TunnelEndpoint;
+use kubetun_crds::{TunnelEndpoint, TunnelEndpointStatus};
 
 use crate::context::Context;
 use crate::error::Error;
@@ -25,6 +27,10 @@ use crate::reconcile::tunnel_endpoint::{self, GatewayReport};
 const WATCH_INTERVAL: Duration = Duration::from_secs(1);
 /// How long one sync (API reads, Apply, status writes) may take before it starts over.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(5);
+/// After a sync timed out, the next may take twice as long, up to this: with hundreds of
+/// TunnelEndpoints on a slow API server a pass needs more than [`SYNC_TIMEOUT`], and a fixed
+/// deadline started it over without end.
+const SYNC_TIMEOUT_MAX: Duration = Duration::from_secs(60);
 /// How long opening the gateway's status watch may take.
 const WATCH_OPEN_TIMEOUT: Duration = Duration::from_secs(2);
 /// Full resync even without any trigger.
@@ -32,6 +38,24 @@ const RESYNC: Duration = Duration::from_secs(30);
 /// First and largest delay between attempts to reach a gateway that is down.
 const RECONNECT_MIN: Duration = Duration::from_millis(100);
 const RECONNECT_MAX: Duration = Duration::from_secs(1);
+/// Counter-only status writes are spread so that all TunnelEndpoints together cause at most
+/// one per this interval: bytes change all the time (probes, keepalives), and 500 peers
+/// refreshed every [`COUNTER_REFRESH`] were 50 writes per second on a quiet hub.
+const COUNTER_WRITE_SPACING: Duration = Duration::from_millis(200);
+
+/// How often one TunnelEndpoint's counters alone are written when there are `endpoints`:
+/// `configured`, or longer so the total stays within [`COUNTER_WRITE_SPACING`]. Zero (tests)
+/// stays zero.
+fn counter_refresh_for(configured: Duration, endpoints: usize) -> Duration {
+    if configured.is_zero() {
+        return configured;
+    }
+    let spread = COUNTER_WRITE_SPACING.saturating_mul(u32::try_from(endpoints).unwrap_or(u32::MAX));
+    configured.max(spread)
+}
+
+/// TunnelEndpoint status writes one sync keeps in flight.
+const STATUS_WRITES_IN_FLIGHT: usize = 16;
 /// How often changed counters (bytes, latency) alone are written to TunnelEndpoint statuses.
 const COUNTER_REFRESH: Duration = Duration::from_secs(10);
 
@@ -60,6 +84,8 @@ pub struct GatewaySync {
     /// The TunnelEndpoints as of the last sync, with the statuses written since: watch
     /// updates are matched against these instead of listing the API every second.
     endpoints: Vec<TunnelEndpoint>,
+    /// How long the next pass may take ([`SYNC_TIMEOUT`], doubled after each timeout).
+    pass_timeout: Duration,
 }
 
 impl GatewaySync {
@@ -73,6 +99,7 @@ impl GatewaySync {
             rejected: None,
             last_write: HashMap::new(),
             endpoints: Vec::new(),
+            pass_timeout: SYNC_TIMEOUT,
         }
     }
 
@@ -88,7 +115,9 @@ impl GatewaySync {
         self.ctx.metrics.reconciled("gateway");
         let api: Api<TunnelEndpoint> =
             Api::namespaced(self.ctx.client.clone(), &self.ctx.namespace);
+        let started = Instant::now();
         let mut endpoints = api.list(&ListParams::default()).await?.items;
+        let listed = started.elapsed();
         endpoints.sort_by_key(|te| te.name_any());
         let specs: Vec<_> = endpoints.iter().map(|te| te.spec.clone()).collect();
         let desired = planner::desired_state(&self.ctx.gateway_settings(), &specs);
@@ -97,6 +126,7 @@ impl GatewaySync {
         self.desired_version = Some(version.clone());
 
         let pushed = self.push(desired).await;
+        let pushed_at = started.elapsed();
         let applied = matches!(pushed, Ok((_, true)));
         let report = match &pushed {
             Ok((status, _)) => {
@@ -112,6 +142,13 @@ impl GatewaySync {
             }
         };
         let written = self.write_statuses(&mut endpoints, report).await;
+        tracing::debug!(
+            endpoints = endpoints.len(),
+            list_ms = listed.as_millis(),
+            push_ms = (pushed_at - listed).as_millis(),
+            status_writes_ms = (started.elapsed() - pushed_at).as_millis(),
+            "gateway sync pass"
+        );
         self.endpoints = endpoints;
         written?;
         Ok(GatewaySyncOutcome {
@@ -172,38 +209,66 @@ impl GatewaySync {
         report: GatewayReport<'_>,
     ) -> Result<(), Error> {
         let now = self.ctx.now();
-        for endpoint in endpoints.iter_mut() {
+        let refresh = counter_refresh_for(self.counter_refresh, endpoints.len());
+        let mut due_writes = Vec::new();
+        for (index, endpoint) in endpoints.iter().enumerate() {
             let status = tunnel_endpoint::status_from_report(endpoint, report, now.clone());
-            let name = endpoint.name_any();
             let due = self
                 .last_write
-                .get(&name)
-                .is_none_or(|at| at.elapsed() >= self.counter_refresh);
+                .get(endpoint.name_any().as_str())
+                .is_none_or(|at| at.elapsed() >= refresh);
             let write = tunnel_endpoint::differs_significantly(endpoint.status.as_ref(), &status)
                 || (due && endpoint.status.as_ref() != Some(&status));
             if write {
-                tunnel_endpoint::write_status(&self.ctx, endpoint, &status).await?;
-                self.last_write.insert(name, Instant::now());
-                endpoint.status = Some(status);
+                due_writes.push((index, status));
             }
         }
-        self.last_write
-            .retain(|name, _| endpoints.iter().any(|e| e.name_any() == *name));
-        Ok(())
+        // Concurrently: one request after another, hundreds of peers took longer than a
+        // pass may (SYNC_TIMEOUT), and the pass started over without end.
+        let ctx = &self.ctx;
+        let endpoints_ref: &[TunnelEndpoint] = endpoints;
+        let results: Vec<(usize, TunnelEndpointStatus, Result<(), Error>)> =
+            futures::stream::iter(due_writes.into_iter().map(|(index, status)| async move {
+                let written =
+                    tunnel_endpoint::write_status(ctx, &endpoints_ref[index], &status).await;
+                (index, status, written)
+            }))
+            .buffer_unordered(STATUS_WRITES_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut first_error = None;
+        for (index, status, written) in results {
+            match written {
+                Ok(()) => {
+                    let endpoint = &mut endpoints[index];
+                    self.last_write.insert(endpoint.name_any(), Instant::now());
+                    endpoint.status = Some(status);
+                }
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        let present: HashSet<String> = endpoints.iter().map(|e| e.name_any()).collect();
+        self.last_write.retain(|name, _| present.contains(name));
+        first_error.map_or(Ok(()), Err)
     }
 
     async fn sync_logged(&mut self) {
         // API requests have no deadline of their own (kube's read timeout is sized for
         // watches); a sync stuck on one gives up and starts over.
-        let Ok(result) = tokio::time::timeout(SYNC_TIMEOUT, self.sync()).await else {
+        let timeout = self.pass_timeout;
+        let Ok(result) = tokio::time::timeout(timeout, self.sync()).await else {
+            self.pass_timeout = (timeout * 2).min(SYNC_TIMEOUT_MAX);
             if self.ctx.health.is_down() {
-                tracing::debug!(timeout = ?SYNC_TIMEOUT, "gateway sync timed out; retrying");
+                tracing::debug!(?timeout, "gateway sync timed out; retrying");
             } else {
-                tracing::warn!(timeout = ?SYNC_TIMEOUT, "gateway sync timed out; retrying");
+                tracing::warn!(?timeout, next_timeout = ?self.pass_timeout, "gateway sync timed out; retrying");
             }
             self.ctx.wake_gateway_sync();
             return;
         };
+        self.pass_timeout = SYNC_TIMEOUT;
         match result {
             Ok(outcome) => {
                 if let Some(error) = outcome.error {
@@ -327,5 +392,19 @@ impl GatewaySync {
             tracing::debug!(%error, "cannot update TunnelEndpoint statuses; resyncing");
             self.sync_logged().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counter_refresh_spreads_with_many_endpoints() {
+        let ten = Duration::from_secs(10);
+        assert_eq!(counter_refresh_for(ten, 1), ten);
+        assert_eq!(counter_refresh_for(ten, 50), ten);
+        assert_eq!(counter_refresh_for(ten, 500), Duration::from_secs(100));
+        assert_eq!(counter_refresh_for(Duration::ZERO, 500), Duration::ZERO);
     }
 }

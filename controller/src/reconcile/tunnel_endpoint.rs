@@ -217,13 +217,12 @@ pub fn status_from_report(
                     "the gateway state does not contain this peer".to_owned(),
                 )
             } else {
+                // Not the state's version or generation: they change whenever any peer
+                // does, and every TunnelEndpoint's status would be rewritten for it.
                 (
                     true,
                     reason::APPLIED,
-                    format!(
-                        "in gateway state {desired_version} (generation {})",
-                        gateway.generation
-                    ),
+                    "the gateway runs this peer".to_owned(),
                 )
             };
             conditions::set(

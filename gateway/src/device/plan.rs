@@ -384,7 +384,7 @@ mod tests {
         let old = s1.identity.as_ref().expect("old identity");
         assert!(
             Arc::ptr_eq(&previous.rate_limiter, &old.rate_limiter),
-            "the old tunnels' limiter is the one the timer resets"
+            "the old key's gate keeps its cookie secret and count"
         );
 
         // Peer 2 completed a handshake with the new key (what the handshake worker records).

@@ -15,8 +15,8 @@ use crate::key::Key;
 use crate::remap::{PeerId, RemapTable};
 use crate::state::{DesiredState, PeerConfig};
 
-/// Handshakes per second across all peers before cookies are demanded (boringtun's device
-/// default).
+/// Handshake initiations (and unsolicited responses) per second across all peers before
+/// cookies are demanded (boringtun's device default).
 pub const HANDSHAKE_RATE_LIMIT: u64 = 100;
 
 /// The interface's key pair and the rate limiter bound to its public key; during a key
@@ -26,9 +26,16 @@ pub struct Identity {
     pub private: StaticSecret,
     /// Its public key.
     pub public: PublicKey,
-    /// Shared by every peer's `Tunn` made with this key; verified before peer lookup; reset
-    /// every second.
+    /// The gate of initiations and unsolicited responses: verified before the peer lookup,
+    /// reset every second, answers with cookies beyond [`HANDSHAKE_RATE_LIMIT`].
     pub rate_limiter: Arc<RateLimiter>,
+    /// Given to every peer's `Tunn` made with this key, and checks the MAC of responses to
+    /// our own initiations: it never demands a cookie. After an apply the gateway initiates
+    /// with every peer at once; with the gate inside the `Tunn`s too, a thousand peers'
+    /// responses got cookie replies and waited for the 5 s retry. Those responses cost
+    /// Diffie-Hellman only once per initiation we sent (a `Tunn` rejects a response that
+    /// does not match its pending handshake before any), so the gate has nothing to guard.
+    pub tunnel_limiter: Arc<RateLimiter>,
     /// The key pair used before this one, while a rotation is in progress.
     pub previous: Option<Arc<Identity>>,
 }
@@ -39,27 +46,30 @@ impl Identity {
         let private = StaticSecret::from(*private_key.as_bytes());
         let public = PublicKey::from(&private);
         let rate_limiter = Arc::new(RateLimiter::new(&public, HANDSHAKE_RATE_LIMIT));
+        let tunnel_limiter = Arc::new(RateLimiter::new(&public, u64::MAX));
         Self {
             private,
             public,
             rate_limiter,
+            tunnel_limiter,
             previous: None,
         }
     }
 
-    /// The pair of `private_key`, taking the rate limiter of the pair in `known` with the same
-    /// key (the `Tunn`s made with that key hold it, and only a limiter that is reset lets
-    /// their handshakes through).
+    /// The pair of `private_key`, taking the limiters of the pair in `known` with the same
+    /// key (a cookie the gate issued stays valid, its count carries over, and the `Tunn`s
+    /// made with that key share one limiter).
     pub fn reusing(private_key: &Key, known: &[&Identity]) -> Self {
         let mut identity = Self::new(private_key);
         if let Some(same) = known.iter().find(|k| k.public == identity.public) {
             identity.rate_limiter = Arc::clone(&same.rate_limiter);
+            identity.tunnel_limiter = Arc::clone(&same.tunnel_limiter);
         }
         identity
     }
 
     /// A fresh `Tunn` with `peer`, made with this pair, local index `index` and this pair's
-    /// rate limiter, tagged with our public key.
+    /// tunnel limiter, tagged with our public key.
     pub fn tunn(&self, peer: &PeerConfig, index: u32) -> TunnCell {
         let tunn = Tunn::new(
             self.private.clone(),
@@ -67,7 +77,7 @@ impl Identity {
             peer.preshared_key.map(|k| *k.as_bytes()),
             None,
             index,
-            Some(Arc::clone(&self.rate_limiter)),
+            Some(Arc::clone(&self.tunnel_limiter)),
         );
         TunnCell(tunn, self.public_key())
     }
@@ -82,7 +92,7 @@ impl Identity {
         std::iter::once(self).chain(self.previous.as_deref())
     }
 
-    /// Starts the next second of every rate limiter.
+    /// Starts the next second of every gate.
     pub fn reset_rate_limiters(&self) {
         for pair in self.pairs() {
             pair.rate_limiter.reset_count();

@@ -124,6 +124,15 @@ fn decapsulate<'o>(
     }
 }
 
+/// Whether the peer with local index `receiver` has an initiation of ours unanswered.
+fn awaits_response(snapshot: &Snapshot, receiver: u32) -> bool {
+    snapshot
+        .by_index
+        .get(&receiver)
+        .and_then(|id| snapshot.peer(*id)?.runtime.as_deref())
+        .is_some_and(|peer| peer.stats.handshake_pending_since_ms.load(Ordering::Relaxed) != 0)
+}
+
 fn accepted(peer: &Peer, kind: Incoming, source: SocketAddr, len: usize) {
     if kind.authenticates_source() {
         peer.roam(source);
@@ -151,8 +160,10 @@ fn flush_queued(
 }
 
 /// The receiver lookup: by index for responses and cookies; by decrypting the initiator's
-/// static key for initiations. Initiations and responses pass the shared rate limiter first,
-/// which answers with a cookie reply when over the allowance. During a key rotation a message
+/// static key for initiations. Initiations and unsolicited responses pass the shared rate
+/// limiter first, which answers with a cookie reply when over the allowance; a response to
+/// an initiation of ours still unanswered only has its MAC checked (see
+/// [`Identity::tunnel_limiter`]). During a key rotation a message
 /// whose MAC does not match the current key is tried with the previous one; for an initiation
 /// the pair it was addressed to is returned too (its peer's tunnel may have to move to it).
 fn find_peer<'s>(
@@ -175,16 +186,20 @@ fn find_peer<'s>(
             return None;
         }
         Incoming::Initiation | Incoming::Response { .. } => {
-            let mut verified = current
-                .rate_limiter
-                .verify_packet(Some(source.ip()), datagram, out);
+            let solicited = matches!(kind, Incoming::Response { receiver } if awaits_response(snapshot, receiver));
+            let limiter = |identity: &'s Identity| {
+                if solicited {
+                    &identity.tunnel_limiter
+                } else {
+                    &identity.rate_limiter
+                }
+            };
+            let mut verified = limiter(current).verify_packet(Some(source.ip()), datagram, out);
             if matches!(verified, Err(TunnResult::Err(WireGuardError::InvalidMac)))
                 && let Some(previous) = current.previous.as_deref()
             {
                 identity = previous;
-                verified = previous
-                    .rate_limiter
-                    .verify_packet(Some(source.ip()), datagram, out);
+                verified = limiter(previous).verify_packet(Some(source.ip()), datagram, out);
             }
             let packet = match verified {
                 Ok(packet) => packet,

@@ -529,8 +529,7 @@ fn a_handshake_flood_is_answered_with_cookies() {
         .iter()
         .filter(|(to, reply)| *to == sa.address && reply.len() == 64 && reply[0] == 3)
         .count();
-    // Past the limiter's allowance (100 a second, counted by our check and the peer's)
-    // only cookie replies: no Diffie-Hellman.
+    // Past the gate's allowance (100 a second) only cookie replies: no Diffie-Hellman.
     assert!(cookies >= 50, "{cookies} cookie replies");
     assert_eq!(b.drop_count("under_load"), cookies as u64);
     assert_eq!(
@@ -538,4 +537,45 @@ fn a_handshake_flood_is_answered_with_cookies() {
         1,
         "the first one completes"
     );
+}
+
+#[test]
+fn responses_to_our_initiations_pass_a_gate_a_flood_exhausted() {
+    let now = at(1_000_000);
+    let (sa, sb) = (side_a(), side_b());
+    let mut a = Gateway::new(&sa, &sb, 0);
+    let mut b = Gateway::new(&sb, &sa, 0);
+    let initiation = a.send(vec![udp("10.10.0.5", "10.120.0.7", b"x")], now);
+    let response = b.receive(sa.address, &payloads(&initiation), now).replies;
+    assert_eq!(response.len(), 1, "B answers the initiation");
+
+    // Meanwhile a stranger exhausts A's gate with initiations for A's key.
+    let stranger: SocketAddr = "198.51.100.9:40000".parse().expect("address");
+    let mut tunn = boringtun::noise::Tunn::new(
+        boringtun::x25519::StaticSecret::from(*Key::generate_private().as_bytes()),
+        boringtun::x25519::PublicKey::from(*sa.key.public_key().as_bytes()),
+        None,
+        None,
+        1,
+        None,
+    );
+    let mut out = [0u8; 256];
+    let flood_message = match tunn.format_handshake_initiation(&mut out, false) {
+        boringtun::noise::TunnResult::WriteToNetwork(datagram) => datagram.to_vec(),
+        _ => panic!("an initiation"),
+    };
+    a.receive(stranger, &vec![flood_message; 150], now);
+    let cookies = a.drop_count("under_load");
+    assert_eq!(cookies, 50, "the gate let 100 through");
+
+    // B's response to A's own initiation is still accepted: no cookie, the session is up.
+    let received = a.receive(sb.address, &payloads(&response), now);
+    assert_eq!(a.drop_count("under_load"), cookies, "no cookie for our response");
+    assert_eq!(a.peer().stats.handshakes.load(Relaxed), 1);
+    assert!(received.replies.iter().all(|(to, _)| *to == sb.address));
+
+    // The same response again is unsolicited now: it meets the gate, which answers a cookie.
+    a.receive(sb.address, &payloads(&response), now);
+    assert_eq!(a.drop_count("under_load"), cookies + 1);
+    assert_eq!(a.peer().stats.handshakes.load(Relaxed), 1);
 }
