@@ -58,6 +58,8 @@ impl Direction {
 }
 
 /// The link as observed by one [`Connector::sync`] pass.
+///
+/// [`Connector::sync`]: super::Connector::sync
 #[derive(Debug, Clone, PartialEq)]
 pub struct LinkState {
     /// The local cluster's info (overrides applied).
