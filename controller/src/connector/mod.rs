@@ -1,0 +1,144 @@
+//! The connector: links two clusters by exchanging their NetworkConfigs, the same way for the
+//! `kubetun network` CLI and the hub's ShortcutConnection operator.
+//!
+//! For clusters A and B it
+//! 1. reads both [`ClusterInfo`]s (endpoint and MTU overrides applied),
+//! 2. applies A's `to-<B>` NetworkConfig in A and its copy `from-<A>` in B (and the reverse),
+//! 3. once B has processed `from-<A>` (its status maps A's CIDRs), mirrors that status onto
+//!    A's `to-<B>`, so A's controller can build the TunnelEndpoint (and the reverse),
+//! 4. reads both TunnelEndpoints' connection state.
+//!
+//! [`Connector::sync`] does one non-blocking pass of these steps (what a reconciler calls);
+//! [`Connector::connect`] repeats it until the link is processed (and, with `wait`,
+//! connected) or a deadline passes. Every write is preceded by a comparison, so a second run
+//! changes nothing. Every object the connector makes carries [`MANAGED_BY_LABEL`] and
+//! [`PEER_LABEL`]; [`Connector::disconnect`] and [`forget`] delete exactly those.
+//!
+//! [`PEER_LABEL`]: crate::planner::PEER_LABEL
+
+mod cluster;
+mod error;
+mod link;
+mod progress;
+mod publish;
+mod state;
+mod status;
+mod teardown;
+
+use std::time::Duration;
+
+pub use cluster::ClusterHandle;
+pub use error::{Error, error_chain};
+pub use progress::{Progress, TracingProgress};
+pub use publish::link_owner;
+pub use state::{Direction, LinkState, describe_views};
+pub use status::{CidrKind, LinkStatus, link_statuses};
+pub use teardown::{Removed, forget, reset, wait_removed};
+
+use crate::cluster_info::ClusterInfo;
+
+/// Label marking every object the connector creates.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// [`MANAGED_BY_LABEL`] value of the connector.
+pub const MANAGED_BY_CONNECTOR: &str = "kubetun-connector";
+/// Field manager of the connector's writes.
+pub const FIELD_MANAGER: &str = "kubetun-connector";
+/// Annotation on the NetworkConfigs of a link a hub manages: `namespace/name` of the
+/// ShortcutConnection on the hub.
+pub const SHORTCUT_ANNOTATION: &str = "net.kubetun.io/shortcut";
+/// Annotation naming the hub (its cluster id) next to [`SHORTCUT_ANNOTATION`].
+pub const HUB_ANNOTATION: &str = "net.kubetun.io/hub";
+
+/// Who manages a link besides whoever runs the connector: the hub's ShortcutConnection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkOwner {
+    /// `namespace/name` of the ShortcutConnection on the hub.
+    pub shortcut: String,
+    /// The hub's cluster id.
+    pub hub: String,
+}
+
+/// Bounds of [`Connector::connect`] and [`Connector::disconnect`].
+#[derive(Debug, Clone, Copy)]
+pub struct WaitOptions {
+    /// Also wait for both tunnels to connect (connect) or both TunnelEndpoints to go (disconnect).
+    pub wait: bool,
+    /// Upper bound of the whole operation.
+    pub timeout: Duration,
+    /// Pause between two observations.
+    pub poll_interval: Duration,
+}
+
+impl Default for WaitOptions {
+    fn default() -> Self {
+        Self {
+            wait: false,
+            timeout: Duration::from_secs(120),
+            poll_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Links two clusters. `local` and `remote` are only names: the link is symmetric.
+#[derive(Debug, Clone)]
+pub struct Connector {
+    local: ClusterHandle,
+    remote: ClusterHandle,
+    mtu: Option<u32>,
+    owner: Option<LinkOwner>,
+}
+
+impl Connector {
+    /// A connector between `local` and `remote`.
+    pub fn new(local: ClusterHandle, remote: ClusterHandle) -> Self {
+        Self {
+            local,
+            remote,
+            mtu: None,
+            owner: None,
+        }
+    }
+
+    /// Marks the link's NetworkConfigs as managed by a hub's ShortcutConnection, so a direct
+    /// `disconnect` on a leaf refuses to break it.
+    #[must_use]
+    pub fn with_owner(mut self, owner: Option<LinkOwner>) -> Self {
+        self.owner = owner;
+        self
+    }
+
+    /// Announces `mtu` on both sides instead of each cluster's own.
+    #[must_use]
+    pub fn with_mtu(mut self, mtu: Option<u32>) -> Self {
+        self.mtu = mtu;
+        self
+    }
+
+    /// The local handle.
+    pub fn local(&self) -> &ClusterHandle {
+        &self.local
+    }
+
+    /// The remote handle.
+    pub fn remote(&self) -> &ClusterHandle {
+        &self.remote
+    }
+
+    /// Reads both cluster infos (overrides applied) and checks they differ.
+    pub async fn load_infos(&self) -> Result<(ClusterInfo, ClusterInfo), Error> {
+        let (local, remote) = tokio::join!(self.local.load_info(), self.remote.load_info());
+        let (mut local, mut remote) = (local?, remote?);
+        if local.cluster.id == remote.cluster.id {
+            return Err(Error::SameCluster {
+                local: self.local.label.clone(),
+                remote: self.remote.label.clone(),
+                id: local.cluster.id,
+            });
+        }
+        if let Some(mtu) = self.mtu {
+            local.mtu = mtu;
+            remote.mtu = mtu;
+        }
+        Ok((local, remote))
+    }
+}

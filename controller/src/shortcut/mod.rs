@@ -1,0 +1,139 @@
+//! The ShortcutConnection operator: runs on the hub and links two leaf clusters directly,
+//! with the same [`Connector`] the `kubetun network` CLI uses.
+//!
+//! For each ShortcutConnection it builds a client per leaf (by default from the kubeconfig
+//! Secrets the spec names; injectable through [`LeafClients`]), runs one non-blocking
+//! [`Connector::sync`] pass and writes, with server-side apply on the status, how each leaf
+//! sees the other (every CIDR and its remapped CIDR) and each tunnel's state. A finalizer
+//! tears the link down on both leaves when the ShortcutConnection is deleted, then deletes
+//! the kubeconfig Secrets `kubetun shortcut create` made for it (their owner reference only
+//! helps where a garbage collector runs). A leaf that cannot be reached shows up as a
+//! `LeafReachable=False` condition and is retried with exponential backoff.
+//!
+//! The operator reacts to events, not a timer: besides its own objects and the labelled
+//! kubeconfig Secrets, it watches, through each shortcut's leaf clients, the leaves'
+//! NetworkConfigs and TunnelEndpoints ([`LeafWatches`]) and reconciles the shortcut when one
+//! changes in a way that can change the outcome (processed, rejected, connection state).
+//! The requeue intervals are only a safety net.
+//!
+//! [`Connector`]: crate::connector::Connector
+//! [`Connector::sync`]: crate::connector::Connector::sync
+
+mod backoff;
+mod leaf;
+mod reconcile;
+mod status;
+mod watch;
+
+use kube::ResourceExt as _;
+use kube::runtime::finalizer;
+use kubetun_crds::ShortcutConnection;
+
+use crate::connector;
+
+pub use backoff::{Backoff, Intervals};
+pub use leaf::{LeafClients, LeafError, SecretKubeconfigs};
+pub use reconcile::{Context, error_policy, reconcile, run};
+pub use status::status_from;
+pub use watch::LeafWatches;
+
+/// Finalizer that keeps a ShortcutConnection until the link is removed from both leaves.
+pub const FINALIZER: &str = "net.kubetun.io/shortcut-cleanup";
+/// Field manager of the operator's status writes.
+pub const FIELD_MANAGER: &str = "kubetun-shortcut";
+/// Key of the kubeconfig in a leaf's Secret unless the spec names another.
+pub const DEFAULT_SECRET_KEY: &str = "kubeconfig";
+/// Label on the kubeconfig Secrets `kubetun shortcut create` makes, naming the shortcut; the
+/// operator watches Secrets with this label and retries the shortcut when one changes.
+pub const SHORTCUT_LABEL: &str = "net.kubetun.io/shortcut";
+
+/// Condition type: both tunnels are connected.
+pub const READY: &str = "Ready";
+/// Condition type: the hub reaches both leaves.
+pub const LEAF_REACHABLE: &str = "LeafReachable";
+
+/// Condition reasons of a ShortcutConnection.
+pub mod reason {
+    /// Both leaves answered.
+    pub const REACHABLE: &str = "Reachable";
+    /// The kubeconfig Secret or its key does not exist.
+    pub const KUBECONFIG_MISSING: &str = "KubeconfigMissing";
+    /// The kubeconfig does not parse or has no usable context.
+    pub const KUBECONFIG_INVALID: &str = "KubeconfigInvalid";
+    /// A leaf's API server does not answer or refuses the credentials.
+    pub const LEAF_UNREACHABLE: &str = "LeafUnreachable";
+    /// kubetun is not running on a leaf (no cluster info).
+    pub const KUBETUN_MISSING: &str = "KubetunMissing";
+    /// Both leaves are the same cluster, or an object is in the way.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// A leaf refused the other's NetworkConfig.
+    pub const REJECTED: &str = "Rejected";
+    /// Waiting for the leaves to process each other's NetworkConfig.
+    pub const PROCESSING: &str = "Processing";
+    /// Waiting for the tunnels.
+    pub const CONNECTING: &str = "Connecting";
+    /// A tunnel reports an error.
+    pub const CONNECTION_ERROR: &str = "ConnectionError";
+    /// Both tunnels are up.
+    pub const CONNECTED: &str = "Connected";
+    /// The link is being removed.
+    pub const DELETING: &str = "Deleting";
+}
+
+/// A failure of the operator.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A leaf client cannot be built.
+    #[error(transparent)]
+    Leaf(#[from] LeafError),
+    /// The connector failed on a leaf.
+    #[error(transparent)]
+    Connector(#[from] connector::Error),
+    /// The hub's API failed.
+    #[error("hub: cannot {action}")]
+    Hub {
+        /// What was attempted.
+        action: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The finalizer could not be added or removed.
+    #[error("finalizer {FINALIZER}")]
+    Finalizer(#[source] Box<finalizer::Error<Error>>),
+    /// The object has no namespace (the CRD is namespaced; this is a bug elsewhere).
+    #[error("ShortcutConnection {0} has no namespace")]
+    NoNamespace(String),
+}
+
+impl Error {
+    /// Condition type and reason describing this error.
+    fn condition(&self) -> (&'static str, &'static str) {
+        match self {
+            Self::Leaf(leaf) => (LEAF_REACHABLE, leaf.reason),
+            Self::Connector(connector::Error::ClusterInfo { source, .. }) => match source {
+                crate::cluster_info::ClusterInfoError::Kube(_) => {
+                    (LEAF_REACHABLE, reason::LEAF_UNREACHABLE)
+                }
+                _ => (READY, reason::KUBETUN_MISSING),
+            },
+            Self::Connector(connector::Error::Api { .. }) => {
+                (LEAF_REACHABLE, reason::LEAF_UNREACHABLE)
+            }
+            Self::Connector(connector::Error::Rejected { .. }) => (READY, reason::REJECTED),
+            Self::Connector(_) => (READY, reason::INVALID_SPEC),
+            Self::Hub { .. } | Self::Finalizer(_) | Self::NoNamespace(_) => {
+                (READY, reason::INVALID_SPEC)
+            }
+        }
+    }
+}
+
+/// `namespace/name`: the key of a shortcut's backoff and leaf watches.
+fn key_of(shortcut: &ShortcutConnection) -> String {
+    format!(
+        "{}/{}",
+        shortcut.namespace().unwrap_or_default(),
+        shortcut.name_any()
+    )
+}

@@ -1,0 +1,366 @@
+//! The operator's loop: [`run`] watches ShortcutConnections, their kubeconfig Secrets and
+//! their leaves; [`reconcile`] links the leaves (or, on deletion, tears the link down).
+
+use std::fmt;
+use std::sync::Arc;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::ResourceExt as _;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{self, Event, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kubetun_crds::{LeafCluster, ShortcutConnection, ShortcutPhase};
+
+use super::status::{record_error, status_from, write_status};
+use super::{
+    Backoff, Error, FINALIZER, Intervals, LeafClients, LeafWatches, READY, SHORTCUT_LABEL,
+    SecretKubeconfigs, key_of,
+};
+use crate::cluster_info::DEFAULT_NAMESPACE;
+use crate::conditions;
+use crate::connector::{self, ClusterHandle, Connector, LinkOwner, TracingProgress, WaitOptions};
+use crate::runtime::{self, ApiHealth};
+
+/// What the reconciler needs.
+pub struct Context {
+    pub hub: kube::Client,
+    /// The hub's cluster id, recorded on the leaves' NetworkConfigs so a leaf can tell whose
+    /// link it is.
+    pub hub_id: String,
+    /// Builds leaf clients.
+    pub leaves: Arc<dyn LeafClients>,
+    /// Requeue and backoff intervals.
+    pub intervals: Intervals,
+    /// Consecutive failures per shortcut (`namespace/name`).
+    pub backoff: Backoff,
+    /// Watches of the leaves that trigger reconciles.
+    pub leaf_watches: LeafWatches,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("intervals", &self.intervals)
+            .field("backoff", &self.backoff)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// A context with default intervals, no leaf watches and no hub id.
+    pub fn new(hub: kube::Client, leaves: Arc<dyn LeafClients>) -> Self {
+        Self {
+            hub,
+            hub_id: String::new(),
+            leaves,
+            intervals: Intervals::default(),
+            backoff: Backoff::default(),
+            leaf_watches: LeafWatches::default(),
+        }
+    }
+
+    /// Sets the hub's cluster id.
+    #[must_use]
+    pub fn with_hub_id(mut self, hub_id: impl Into<String>) -> Self {
+        self.hub_id = hub_id.into();
+        self
+    }
+
+    /// Uses `watches` to trigger reconciles on leaf changes.
+    #[must_use]
+    pub fn with_leaf_watches(mut self, watches: LeafWatches) -> Self {
+        self.leaf_watches = watches;
+        self
+    }
+}
+
+/// One reconciliation of a ShortcutConnection (adds the finalizer first; on deletion tears
+/// the link down and releases the finalizer).
+pub async fn reconcile(
+    shortcut: Arc<ShortcutConnection>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let namespace = shortcut
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(shortcut.name_any()))?;
+    let api: Api<ShortcutConnection> = Api::namespaced(ctx.hub.clone(), &namespace);
+    let key = key_of(&shortcut);
+    let shortcut = with_finalizer(&api, shortcut).await?;
+    let action = finalizer(&api, FINALIZER, shortcut, |event| async {
+        match event {
+            Event::Apply(shortcut) => apply(&api, &shortcut, &ctx).await,
+            Event::Cleanup(shortcut) => cleanup(&api, &shortcut, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| match e {
+        finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => inner,
+        other => Error::Finalizer(Box::new(other)),
+    })?;
+    ctx.backoff.reset(&key);
+    Ok(action)
+}
+
+/// Adds [`FINALIZER`] unless present or the object is going away, with a merge patch guarded
+/// by the resourceVersion (a concurrent writer makes it fail and retry rather than lose a
+/// finalizer). `finalizer()` would add it with a JSON patch testing for an absent list,
+/// which only real API servers accept.
+async fn with_finalizer(
+    api: &Api<ShortcutConnection>,
+    shortcut: Arc<ShortcutConnection>,
+) -> Result<Arc<ShortcutConnection>, Error> {
+    if shortcut.metadata.deletion_timestamp.is_some()
+        || shortcut.finalizers().iter().any(|f| f == FINALIZER)
+    {
+        return Ok(shortcut);
+    }
+    let mut finalizers = shortcut.finalizers().to_vec();
+    finalizers.push(FINALIZER.to_owned());
+    let patch = serde_json::json!({
+        "metadata": { "finalizers": finalizers, "resourceVersion": shortcut.resource_version() }
+    });
+    let updated = api
+        .patch(
+            &shortcut.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(|source| Error::Hub {
+            action: format!(
+                "add finalizer {FINALIZER} to ShortcutConnection {}",
+                key_of(&shortcut)
+            ),
+            source,
+        })?;
+    Ok(Arc::new(updated))
+}
+
+/// Retry with exponential backoff per shortcut.
+pub fn error_policy(shortcut: Arc<ShortcutConnection>, error: &Error, ctx: Arc<Context>) -> Action {
+    let delay = ctx.backoff.next(&key_of(&shortcut), &ctx.intervals);
+    tracing::warn!(shortcut = %key_of(&shortcut), retry_in = ?delay, "{}", connector::error_chain(error));
+    Action::requeue(delay)
+}
+
+async fn connector_for(
+    shortcut: &ShortcutConnection,
+    namespace: &str,
+    ctx: &Context,
+) -> Result<Connector, Error> {
+    let spec = &shortcut.spec;
+    let handle = |leaf: &LeafCluster, client: kube::Client| ClusterHandle {
+        label: leaf.name.clone(),
+        client,
+        namespace: leaf
+            .namespace
+            .clone()
+            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned()),
+        endpoint_override: leaf.endpoint_override.clone(),
+    };
+    let left = ctx.leaves.client(namespace, &spec.left).await?;
+    let right = ctx.leaves.client(namespace, &spec.right).await?;
+    let owner = LinkOwner {
+        shortcut: key_of(shortcut),
+        hub: ctx.hub_id.clone(),
+    };
+    Ok(
+        Connector::new(handle(&spec.left, left), handle(&spec.right, right))
+            .with_mtu(spec.mtu)
+            .with_owner(Some(owner)),
+    )
+}
+
+async fn apply(
+    api: &Api<ShortcutConnection>,
+    shortcut: &ShortcutConnection,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let namespace = shortcut.namespace().unwrap_or_default();
+    let outcome = match connector_for(shortcut, &namespace, ctx).await {
+        Ok(connector) => {
+            ctx.leaf_watches.ensure(shortcut, &connector);
+            connector.sync(&TracingProgress).await.map_err(Error::from)
+        }
+        Err(error) => Err(error),
+    };
+    let current = shortcut.status.clone().unwrap_or_default();
+    let generation = shortcut.metadata.generation;
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    match outcome {
+        Ok(state) => {
+            let status = status_from(&state, shortcut, current, generation, now);
+            let connected = status.phase == ShortcutPhase::Connected;
+            write_status(api, shortcut, status).await?;
+            Ok(Action::requeue(if connected {
+                ctx.intervals.connected
+            } else {
+                ctx.intervals.pending
+            }))
+        }
+        Err(error) => {
+            let mut status = current;
+            status.phase = ShortcutPhase::Error;
+            status.observed_generation = generation;
+            record_error(&mut status.conditions, &error, generation, now);
+            write_status(api, shortcut, status).await?;
+            Err(error)
+        }
+    }
+}
+
+async fn cleanup(
+    api: &Api<ShortcutConnection>,
+    shortcut: &ShortcutConnection,
+    ctx: &Context,
+) -> Result<Action, Error> {
+    let namespace = shortcut.namespace().unwrap_or_default();
+    let generation = shortcut.metadata.generation;
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let mut status = shortcut.status.clone().unwrap_or_default();
+    status.phase = ShortcutPhase::Deleting;
+    let outcome = match connector_for(shortcut, &namespace, ctx).await {
+        Ok(connector) => connector
+            .disconnect(WaitOptions::default(), &TracingProgress)
+            .await
+            .map_err(Error::from),
+        Err(error) => Err(error),
+    };
+    match outcome {
+        Ok(_) => {
+            ctx.leaf_watches.stop(&key_of(shortcut));
+            delete_kubeconfig_secrets(ctx, shortcut, &namespace).await?;
+            Ok(Action::await_change())
+        }
+        Err(error) => {
+            record_error(&mut status.conditions, &error, generation, now);
+            let ready = conditions::find(&status.conditions, READY).map(|c| c.message.clone());
+            tracing::warn!(?ready, "teardown of {} failed", key_of(shortcut));
+            write_status(api, shortcut, status).await?;
+            Err(error)
+        }
+    }
+}
+
+/// Deletes the kubeconfig Secrets `kubetun shortcut create` made for `shortcut` (labelled
+/// with its name and named in its spec). Their owner reference would let a garbage collector
+/// do it, but not every API server has one, and kubeconfigs must not linger.
+async fn delete_kubeconfig_secrets(
+    ctx: &Context,
+    shortcut: &ShortcutConnection,
+    namespace: &str,
+) -> Result<(), Error> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.hub.clone(), namespace);
+    let name = shortcut.name_any();
+    for leaf in [&shortcut.spec.left, &shortcut.spec.right] {
+        let secret_name = &leaf.kubeconfig_secret.name;
+        let hub_error = |source| Error::Hub {
+            action: format!("delete the kubeconfig Secret {namespace}/{secret_name} of {name}"),
+            source,
+        };
+        let Some(secret) = secrets.get_opt(secret_name).await.map_err(hub_error)? else {
+            continue;
+        };
+        // A Secret the user made and referenced is theirs to keep.
+        if secret.labels().get(SHORTCUT_LABEL) != Some(&name) {
+            continue;
+        }
+        match secrets
+            .delete(secret_name, &kube::api::DeleteParams::default())
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(shortcut = %key_of(shortcut), secret = %secret_name, "kubeconfig Secret deleted")
+            }
+            Err(kube::Error::Api(status)) if status.is_not_found() => {}
+            Err(source) => return Err(hub_error(source)),
+        }
+    }
+    Ok(())
+}
+
+/// Runs the operator until the process is signalled: watches ShortcutConnections (in
+/// `namespace`, or all), the labelled kubeconfig Secrets and each shortcut's leaves, reading
+/// leaf kubeconfigs from Secrets. `hub_id` is this (the hub) cluster's id. Fails at once when
+/// the CRD is not installed.
+pub async fn run(
+    client: kube::Client,
+    namespace: Option<String>,
+    hub_id: String,
+    health: ApiHealth,
+) -> Result<(), Error> {
+    let health = &health;
+    let (shortcuts, secrets): (Api<ShortcutConnection>, Api<Secret>) = match &namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    shortcuts
+        .list(&ListParams::default().limit(1))
+        .await
+        .map_err(|source| Error::Hub {
+            action: "list ShortcutConnections (is the CRD installed?)".to_owned(),
+            source,
+        })?;
+    let (leaf_watches, leaf_changes) = LeafWatches::new();
+    let ctx = Arc::new(
+        Context::new(client.clone(), Arc::new(SecretKubeconfigs::new(client)))
+            .with_hub_id(hub_id)
+            .with_leaf_watches(leaf_watches),
+    );
+    let controller = runtime::controller(
+        shortcuts,
+        watcher::Config::default(),
+        health,
+        "ShortcutConnection",
+    );
+    let store = controller.store();
+    let secrets_ctx = ctx.clone();
+    let secret_changes = runtime::watch(
+        secrets,
+        watcher::Config::default().labels(SHORTCUT_LABEL),
+        health,
+        "Secret",
+    )
+    .touched_objects();
+    controller
+        .watches_stream(secret_changes, move |secret: Secret| {
+            let secret_name = secret.name_any();
+            let secret_namespace = secret.namespace();
+            let affected: Vec<_> = store
+                .state()
+                .into_iter()
+                .filter(|sc| {
+                    sc.namespace() == secret_namespace
+                        && [&sc.spec.left, &sc.spec.right]
+                            .iter()
+                            .any(|leaf| leaf.kubeconfig_secret.name == secret_name)
+                })
+                .collect();
+            // New credentials: the leaf watches restart with them on the next reconcile.
+            for sc in &affected {
+                secrets_ctx.leaf_watches.stop(&key_of(sc));
+            }
+            affected
+                .iter()
+                .map(|sc| ObjectRef::from_obj(&**sc))
+                .collect::<Vec<_>>()
+        })
+        .reconcile_on(leaf_changes)
+        .graceful_shutdown_on(crate::shutdown::signal())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::debug!(shortcut = %object, "reconciled"),
+                Err(error) => tracing::debug!("{error}"),
+            }
+        })
+        .await;
+    Ok(())
+}
