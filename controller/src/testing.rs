@@ -81,6 +81,7 @@ impl Service {
                 .map_or(0, |i| i.listen_port),
             peers,
             drops: Default::default(),
+            host_errors: Vec::new(),
         }
     }
 }
@@ -109,6 +110,7 @@ impl Gateway for Service {
         Ok(Response::new(ApplyResponse {
             generation: generation.0,
             changed: generation.1,
+            host_errors: Vec::new(),
         }))
     }
 

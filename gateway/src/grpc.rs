@@ -76,6 +76,7 @@ impl Gateway for GatewayService {
         Ok(Response::new(proto::ApplyResponse {
             generation: outcome.generation,
             changed: outcome.changed,
+            host_errors: outcome.host_errors,
         }))
     }
 

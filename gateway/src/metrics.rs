@@ -168,6 +168,14 @@ impl Collector for DeviceCollector {
             prometheus_client::metrics::MetricType::Gauge,
         )?;
         ConstGauge::new(report.peers.len() as i64).encode(peers)?;
+
+        let host_errors = encoder.encode_descriptor(
+            "kubetun_host_config_errors",
+            "Host configuration items (MTU, addresses, routes) failing and being retried",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        ConstGauge::new(report.host_errors.len() as i64).encode(host_errors)?;
         Ok(())
     }
 }

@@ -112,6 +112,7 @@ pub fn status_response(report: &DeviceReport, now_ms: u64) -> proto::StatusRespo
             .iter()
             .map(|(reason, count)| ((*reason).to_owned(), *count))
             .collect(),
+        host_errors: report.host_errors.clone(),
     }
 }
 
@@ -162,6 +163,7 @@ mod tests {
             peers: vec![peer],
             drops: Vec::new(),
             remap_rules,
+            host_errors: Vec::new(),
         }
     }
 

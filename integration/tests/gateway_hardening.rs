@@ -767,3 +767,89 @@ fn an_unanswered_dns_name_fails_the_apply_fast_with_a_log_line() {
         "the failure must be logged:\n{text}"
     );
 }
+
+#[test]
+fn host_configuration_that_fails_is_reported_and_retried_until_it_holds() {
+    if !skip_unless_ready("host_configuration_is_retried", &[]) {
+        return;
+    }
+    use kubetun_controller::gateway_api as api;
+    use kubetun_controller::gateway_client::GatewayClient;
+
+    // IPv6 off in the namespace: the IPv6 address cannot be added until it is switched on.
+    let ns = Netns::new("kh-host").expect("namespace");
+    for key in ["all", "default"] {
+        ns.exec(&[
+            "sysctl",
+            "-qw",
+            &format!("net.ipv6.conf.{key}.disable_ipv6=1"),
+        ])
+        .expect("disable IPv6");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("gateway.log");
+    let _gateway = kubetun(&ns, "khhost", Some(&log), "info");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let client = {
+        let _context = runtime.enter();
+        GatewayClient::new("/var/run/kubetun/test-khhost.grpc.sock")
+    };
+    let state = api::DesiredState {
+        version: "host".into(),
+        interface: Some(api::Interface {
+            addresses: vec!["10.77.0.1/24".into(), "fd00:77::1/64".into()],
+            ..Default::default()
+        }),
+        peers: vec![],
+    };
+    let applied = runtime.block_on(client.apply(state)).expect("apply");
+    assert!(applied.changed);
+    assert!(
+        applied.host_errors.iter().any(|e| e.contains("addresses")),
+        "the apply must say what failed: {:?}",
+        applied.host_errors
+    );
+    let status = runtime.block_on(client.status()).expect("status");
+    assert_eq!(
+        status.host_errors, applied.host_errors,
+        "status shows it too"
+    );
+
+    for key in ["all", "khhost"] {
+        ns.exec(&[
+            "sysctl",
+            "-qw",
+            &format!("net.ipv6.conf.{key}.disable_ipv6=0"),
+        ])
+        .expect("enable IPv6");
+    }
+    // No further apply: the gateway's own retry (every 2 s) must finish the job.
+    let deadline = Instant::now() + Duration::from_secs(6);
+    let mut status = runtime.block_on(client.status()).expect("status");
+    while !status.host_errors.is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        status = runtime.block_on(client.status()).expect("status");
+    }
+    assert!(
+        status.host_errors.is_empty(),
+        "still failing after IPv6 came back: {:?}",
+        status.host_errors
+    );
+    let addresses = ns
+        .exec(&["ip", "-6", "address", "show", "dev", "khhost"])
+        .expect("ip address");
+    assert!(addresses.contains("fd00:77::1/64"), "{addresses}");
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert_eq!(
+        text.matches("host configuration failed").count(),
+        1,
+        "one warning per distinct failure, not one per retry:\n{text}"
+    );
+    assert!(
+        text.contains("host configuration applied after earlier failures"),
+        "{text}"
+    );
+}

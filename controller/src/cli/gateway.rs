@@ -113,6 +113,9 @@ pub async fn run(args: GatewayArgs) -> Result<(), GatewayCliError> {
                     "unchanged"
                 }
             );
+            for error in &response.host_errors {
+                eprintln!("warning: host configuration failed (the gateway retries it): {error}");
+            }
         }
         GatewayCommand::Show(show) => {
             let status = client.status().await?;
@@ -248,6 +251,9 @@ pub fn render_status(status: &StatusResponse, now_unix_ms: i64) -> String {
             out.push_str(&format!(" {reason}={count}"));
         }
         out.push('\n');
+    }
+    for error in &status.host_errors {
+        out.push_str(&format!("host configuration failing (retried): {error}\n"));
     }
     out
 }

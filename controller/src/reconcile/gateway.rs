@@ -190,6 +190,9 @@ impl GatewaySync {
                     previous = current.version,
                     "desired state applied to the gateway"
                 );
+                for error in &response.host_errors {
+                    tracing::warn!(%error, "the gateway's host configuration failed; it retries");
+                }
             }
             Err(error) => {
                 if let GatewayClientError::Rejected { message, .. } = &error {

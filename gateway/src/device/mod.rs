@@ -22,8 +22,9 @@ pub mod shared;
 pub mod snapshot;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use ipnet::IpNet;
@@ -83,13 +84,19 @@ pub enum ApplyError {
 }
 
 /// The result of an [`Device::apply`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApplyOutcome {
     /// The generation now active.
     pub generation: u64,
     /// Whether anything changed.
     pub changed: bool,
+    /// What of the host configuration (MTU, addresses, routes) could not be applied; the
+    /// device retries it every [`HOST_RETRY`] until it succeeds.
+    pub host_errors: Vec<String>,
 }
+
+/// How often host configuration that failed is tried again.
+pub const HOST_RETRY: Duration = Duration::from_secs(2);
 
 /// Host configuration applied so far, and the UDP reader tasks of the current sockets.
 #[derive(Debug, Default)]
@@ -98,6 +105,8 @@ struct Control {
     addresses: Vec<IpNet>,
     routes: Vec<IpNet>,
     mtu: u16,
+    /// The failures of the last host sync; empty when the host matches the state.
+    host_errors: Vec<String>,
     /// The snapshots the last swaps replaced, kept to reuse their tables' memory.
     retired: retired::Retired,
 }
@@ -109,6 +118,9 @@ pub struct Device {
     shared: Arc<Shared>,
     control: tokio::sync::Mutex<Control>,
     tasks: parking_lot::Mutex<Vec<JoinHandle<()>>>,
+    /// A copy of [`Control`]'s host errors for status readers, which must not wait for
+    /// an apply.
+    host_errors: parking_lot::Mutex<Vec<String>>,
     changes: watch::Sender<u64>,
 }
 
@@ -187,10 +199,13 @@ impl Device {
                     .collect(),
             ),
             changes: watch::channel(0).0,
+            host_errors: parking_lot::Mutex::default(),
         });
         if let Ok(mut control) = device.control.try_lock() {
             control.readers = spawn_readers(&shared, &shared.sockets.load());
         }
+        let retry = tokio::spawn(host_retry_loop(Arc::downgrade(&device)));
+        device.tasks.lock().push(retry);
         Ok(device)
     }
 
@@ -252,9 +267,14 @@ impl Device {
             let next = change(&current.state)?;
             next.validate()?;
             if current.state == next {
+                let mut control = control;
+                if !control.host_errors.is_empty() {
+                    self.sync_host(&mut control, &next).await;
+                }
                 return Ok(ApplyOutcome {
                     generation: current.generation,
                     changed: false,
+                    host_errors: control.host_errors.clone(),
                 });
             }
             if !resolve::has_names(&next) || attempt > OPTIMISTIC_ATTEMPTS {
@@ -315,23 +335,27 @@ impl Device {
         Ok(ApplyOutcome {
             generation,
             changed: true,
+            host_errors: control.host_errors.clone(),
         })
     }
 
-    /// Brings MTU, addresses and routes in line with `state`. Failures are logged: the data
-    /// path already runs the new state, and the next apply retries.
+    /// Brings MTU, addresses and routes in line with `state`. Failures do not fail the
+    /// apply (the data path already runs the new state): they are recorded, reported in the
+    /// apply's answer, the status and the metrics, and retried every [`HOST_RETRY`].
     async fn sync_host(&self, control: &mut Control, state: &DesiredState) {
         let iface = &state.interface;
+        let mut errors = Vec::new();
         if control.mtu != iface.mtu {
             match self.shared.tun().set_mtu(iface.mtu) {
                 Ok(()) => control.mtu = iface.mtu,
-                Err(error) => tracing::warn!(%error, mtu = iface.mtu, "cannot set MTU"),
+                Err(error) => errors.push(format!("cannot set MTU {}: {error}", iface.mtu)),
             }
         }
         if control.addresses != iface.addresses {
-            match host::sync_addresses(&self.name, &control.addresses, &iface.addresses).await {
-                Ok(()) => control.addresses = iface.addresses.clone(),
-                Err(error) => tracing::warn!(%error, "cannot set interface addresses"),
+            if let Err(error) =
+                host::sync_addresses(&self.name, &mut control.addresses, &iface.addresses).await
+            {
+                errors.push(format!("cannot set interface addresses: {error}"));
             }
         }
         let routes: Vec<IpNet> = if iface.manage_routes {
@@ -347,11 +371,21 @@ impl Device {
             Vec::new()
         };
         if control.routes != routes {
-            match host::sync_routes(&self.name, &control.routes, &routes).await {
-                Ok(()) => control.routes = routes,
-                Err(error) => tracing::warn!(%error, "cannot install view routes"),
+            if let Err(error) = host::sync_routes(&self.name, &mut control.routes, routes).await {
+                errors.push(format!("cannot install view routes: {error}"));
             }
         }
+        // Logged when the failures change, not on every retry.
+        if errors != control.host_errors {
+            if errors.is_empty() {
+                tracing::info!("host configuration applied after earlier failures");
+            }
+            for error in &errors {
+                tracing::warn!(%error, "host configuration failed; retrying");
+            }
+        }
+        control.host_errors.clone_from(&errors);
+        *self.host_errors.lock() = errors;
     }
 
     /// Stops every task; the TUN device disappears and the sockets close once the last
@@ -392,7 +426,27 @@ impl Device {
                 .collect(),
             drops: self.shared.drops.snapshot(),
             remap_rules: snapshot.remap.len(),
+            host_errors: self.host_errors.lock().clone(),
         }
+    }
+}
+
+/// Tries failed host configuration again until it succeeds (a route whose device or
+/// address was missing, an `ip` that failed), also when no further apply comes.
+async fn host_retry_loop(device: Weak<Device>) {
+    let mut interval = tokio::time::interval(HOST_RETRY);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let Some(device) = device.upgrade() else {
+            return;
+        };
+        let mut control = device.control.lock().await;
+        if control.host_errors.is_empty() {
+            continue;
+        }
+        let state = device.shared.snapshot.load().state.clone();
+        device.sync_host(&mut control, &state).await;
     }
 }
 
@@ -415,6 +469,8 @@ pub struct DeviceReport {
     pub drops: Vec<(&'static str, u64)>,
     /// Number of remap rules.
     pub remap_rules: usize,
+    /// Host configuration that failed and is being retried (see [`ApplyOutcome`]).
+    pub host_errors: Vec<String>,
 }
 
 /// A status reading of one peer.

@@ -130,7 +130,12 @@ fn awaits_response(snapshot: &Snapshot, receiver: u32) -> bool {
         .by_index
         .get(&receiver)
         .and_then(|id| snapshot.peer(*id)?.runtime.as_deref())
-        .is_some_and(|peer| peer.stats.handshake_pending_since_ms.load(Ordering::Relaxed) != 0)
+        .is_some_and(|peer| {
+            peer.stats
+                .handshake_pending_since_ms
+                .load(Ordering::Relaxed)
+                != 0
+        })
 }
 
 fn accepted(peer: &Peer, kind: Incoming, source: SocketAddr, len: usize) {

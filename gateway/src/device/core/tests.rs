@@ -570,7 +570,11 @@ fn responses_to_our_initiations_pass_a_gate_a_flood_exhausted() {
 
     // B's response to A's own initiation is still accepted: no cookie, the session is up.
     let received = a.receive(sb.address, &payloads(&response), now);
-    assert_eq!(a.drop_count("under_load"), cookies, "no cookie for our response");
+    assert_eq!(
+        a.drop_count("under_load"),
+        cookies,
+        "no cookie for our response"
+    );
     assert_eq!(a.peer().stats.handshakes.load(Relaxed), 1);
     assert!(received.replies.iter().all(|(to, _)| *to == sb.address));
 
