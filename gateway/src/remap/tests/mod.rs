@@ -4,6 +4,16 @@
 //! The topology follows the seed: this cluster (Europe) owns pods 10.200.0.0/16 and external
 //! 10.70.0.0/16; Rome (pods 10.202.0.0/16) and Milan (pods 10.203.0.0/16) both use external
 //! 10.70.0.0/16, seen here as 10.68.0.0/16 and 10.69.0.0/16.
+//!
+//! This module holds what the topic modules share: the packet builders, the checksum oracle
+//! and the transport strategy that several property tests draw from.
+
+mod icmp;
+mod properties;
+mod rewrite;
+mod robustness;
+mod routing;
+mod validation;
 
 use std::net::IpAddr;
 
@@ -15,13 +25,6 @@ use proptest::prelude::*;
 
 use super::fuzz::{FUZZ_MILAN as MILAN, FUZZ_ROME as ROME, fuzz_table};
 use super::*;
-
-mod icmp;
-mod properties;
-mod rewrite;
-mod robustness;
-mod routing;
-mod validation;
 
 fn net(s: &str) -> IpNet {
     s.parse().expect("valid prefix")
@@ -183,6 +186,7 @@ fn src_of(pkt: &[u8]) -> IpAddr {
     }
 }
 
+/// The transports the property tests draw from: each takes its own checksum or clamping path.
 fn l4_strategy() -> impl Strategy<Value = L4> {
     prop_oneof![
         Just(L4::Tcp),
