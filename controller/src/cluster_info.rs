@@ -49,7 +49,6 @@ pub enum ClusterInfoError {
 pub struct ClusterInfo {
     /// Identity.
     pub cluster: ClusterRef,
-    /// Pod CIDRs.
     pub pod_cidrs: Vec<IpNet>,
     /// External CIDRs (non-pod endpoints reachable through this cluster).
     #[serde(default)]

@@ -121,7 +121,6 @@ pub struct Context {
     gateway_settings: RwLock<GatewaySettings>,
     /// The local gateway, if one is configured.
     pub gateway: Option<GatewayClient>,
-    /// Metrics.
     pub metrics: Metrics,
     /// Per-object retry backoff.
     pub backoff: ErrorBackoff,

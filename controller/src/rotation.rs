@@ -91,7 +91,6 @@ pub enum Error {
     NotApplied {
         /// Role of the cluster.
         cluster: String,
-        /// Its id.
         cluster_id: String,
         /// The public key the cluster info announces.
         announced: String,

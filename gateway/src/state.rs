@@ -64,11 +64,9 @@ pub enum StateError {
     /// A route's view differs from its real prefix in family or length.
     #[error("peer {peer}: view {view} must have the same family and length as real {real}")]
     ViewShape {
-        /// The peer.
         peer: String,
         /// The real prefix.
         real: IpNet,
-        /// The view.
         view: IpNet,
     },
     /// The same view prefix is used twice.
@@ -90,7 +88,6 @@ pub enum StateError {
     /// An endpoint is not `host:port` / `[v6]:port`.
     #[error("peer {peer}: invalid endpoint {value:?} (expected host:port or [v6]:port)")]
     Endpoint {
-        /// The peer.
         peer: String,
         /// The offending text.
         value: String,
@@ -98,7 +95,6 @@ pub enum StateError {
     /// A numeric field is out of range.
     #[error("{field}: {value} is out of range {min}..={max}")]
     OutOfRange {
-        /// The field.
         field: &'static str,
         /// The value given.
         value: u64,

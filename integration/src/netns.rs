@@ -314,7 +314,6 @@ impl NsChild {
         Ok(Self { child })
     }
 
-    /// The PID.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

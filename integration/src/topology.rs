@@ -76,7 +76,6 @@ pub enum TopologyError {
     TooSmall {
         /// Where it was found.
         context: String,
-        /// The CIDR.
         cidr: Ipv4Net,
         /// How many host addresses are needed.
         needed: u32,
@@ -92,7 +91,6 @@ pub enum TopologyError {
     /// External endpoints without an external CIDR, or too many endpoints.
     #[error("cluster {cluster}: {message}")]
     Endpoints {
-        /// The cluster.
         cluster: String,
         /// What is wrong.
         message: String,
@@ -131,7 +129,6 @@ pub enum TopologyError {
     /// Too few or too many nodes, or a pod CIDR too small to give each node a slice.
     #[error("cluster {cluster}: {message}")]
     Nodes {
-        /// The cluster.
         cluster: String,
         /// What is wrong.
         message: String,

@@ -88,7 +88,6 @@ fn already_gone(error: &rtnetlink::Error) -> bool {
 /// The node's underlay interface, as far as the plan needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Underlay {
-    /// Its MTU.
     pub mtu: u32,
     /// The subnet of the node's address on it: a gateway node inside it shares the L2.
     pub network: IpNet,

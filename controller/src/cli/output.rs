@@ -182,7 +182,6 @@ pub struct ShortcutListOutput {
 pub struct ShortcutOutput {
     /// Its namespace on the hub.
     pub namespace: String,
-    /// Its name.
     pub name: String,
     /// The left leaf's name.
     pub left: String,

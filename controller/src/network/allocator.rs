@@ -52,7 +52,6 @@ pub enum ClaimOutcome {
     Claimed(u32),
     /// Someone else holds it (`holder` is `None` when it vanished while we looked).
     Taken {
-        /// The ID.
         id: u32,
         /// Its current claimer.
         holder: Option<ClaimRef>,

@@ -24,7 +24,6 @@ pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(120);
 pub enum Claimer {
     /// An object with this UID exists under the claimRef's namespace/name.
     Present {
-        /// Its UID.
         uid: String,
     },
     /// Nothing exists under the claimRef's namespace/name.

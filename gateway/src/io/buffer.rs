@@ -29,7 +29,6 @@ impl PacketBuf {
         }
     }
 
-    /// The capacity.
     pub fn capacity(&self) -> usize {
         self.storage.len()
     }

@@ -153,11 +153,9 @@ pub enum RemapError {
         "peer {peer}: view {view} does not match real prefix {real} (family and length must be equal)"
     )]
     RouteMismatch {
-        /// The peer.
         peer: PeerId,
         /// The real prefix.
         real: IpNet,
-        /// The view.
         view: IpNet,
     },
     /// A prefix has bits set beyond its length.
@@ -183,7 +181,6 @@ pub enum RemapError {
         "view {view} is used twice: by peer {first} (real {first_real}) and by peer {second} (real {second_real})"
     )]
     DuplicateView {
-        /// The view.
         view: IpNet,
         /// The peer that added it first.
         first: PeerId,
@@ -199,13 +196,10 @@ pub enum RemapError {
         "peer {peer}: real prefix {real} is mapped to two views, {first_view} and {second_view}"
     )]
     ConflictingViews {
-        /// The peer.
         peer: PeerId,
         /// The real prefix.
         real: IpNet,
-        /// The first view.
         first_view: IpNet,
-        /// The second view.
         second_view: IpNet,
     },
     /// The peer was added twice.

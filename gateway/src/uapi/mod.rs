@@ -486,7 +486,6 @@ pub struct InterfaceView {
     pub listen_port: Option<u16>,
     /// `SO_MARK`; 0 = none.
     pub fwmark: u32,
-    /// The peers.
     pub peers: Vec<PeerView>,
 }
 

@@ -94,7 +94,6 @@ pub enum LabError {
     /// A gateway failed to start or rejected its state.
     #[error("gateway of {cluster}: {message}")]
     Gateway {
-        /// The cluster.
         cluster: String,
         /// What happened.
         message: String,
@@ -102,7 +101,6 @@ pub enum LabError {
     /// The gRPC call to a gateway failed.
     #[error("gateway of {cluster}: {error}")]
     Rpc {
-        /// The cluster.
         cluster: String,
         /// The client's error.
         error: Box<GatewayClientError>,
@@ -140,7 +138,6 @@ pub enum LabError {
 /// How to build a lab.
 #[derive(Debug, Clone)]
 pub struct LabOptions {
-    /// The topology.
     pub topology: Topology,
     /// Prefix of every name (empty for the user's lab; tests use their own).
     pub prefix: String,

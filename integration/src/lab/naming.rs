@@ -44,7 +44,6 @@ impl Naming {
         }
     }
 
-    /// The prefix.
     pub fn prefix(&self) -> &str {
         &self.prefix
     }

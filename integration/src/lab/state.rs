@@ -41,7 +41,6 @@ pub enum StateError {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Member {
-    /// The namespace.
     pub namespace: String,
     /// Its address (in the cluster's pod or external CIDR).
     pub address: Ipv4Addr,

@@ -46,9 +46,7 @@ pub struct ClusterStatus {
     /// The nodes of a multi-node cluster.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeState>,
-    /// The pod CIDR.
     pub pod_cidr: String,
-    /// The external CIDR.
     pub external_cidr: Option<String>,
     /// The pods and their addresses.
     pub pods: Vec<Member>,
