@@ -86,6 +86,26 @@ fn kubetun(ns: &Netns, ifname: &str, log: Option<&Path>, rust_log: &str) -> Proc
     proc
 }
 
+/// A current-thread runtime and a gRPC client of the gateway [`kubetun`] started for `ifname`.
+fn grpc_client(
+    ifname: &str,
+) -> (
+    tokio::runtime::Runtime,
+    kubetun_controller::gateway_client::GatewayClient,
+) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let client = {
+        let _context = runtime.enter();
+        kubetun_controller::gateway_client::GatewayClient::new(format!(
+            "/var/run/kubetun/test-{ifname}.grpc.sock"
+        ))
+    };
+    (runtime, client)
+}
+
 fn wireguard_go(ns: &Netns, ifname: &str) -> Proc {
     let mut cmd = ns.command("wireguard-go");
     cmd.args(["-f", ifname])
@@ -259,7 +279,6 @@ fn malformed_key_lines_never_reach_any_log_level() {
         return;
     }
     use kubetun_controller::gateway_api as api;
-    use kubetun_controller::gateway_client::GatewayClient;
 
     let ns = Netns::new("kh-secret").expect("namespace");
     let dir = tempfile::tempdir().expect("tempdir");
@@ -293,14 +312,7 @@ fn malformed_key_lines_never_reach_any_log_level() {
         exchange(&socket, request.as_bytes());
     }
     // gRPC with a malformed private key (the base64 key with one character changed).
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let client = {
-        let _context = runtime.enter();
-        GatewayClient::new("/var/run/kubetun/test-khsec.grpc.sock")
-    };
+    let (runtime, client) = grpc_client("khsec");
     let mut broken = private.clone();
     broken.insert(10, '!');
     let rejected = runtime
@@ -672,7 +684,6 @@ fn an_unanswered_dns_name_fails_the_apply_fast_with_a_log_line() {
         return;
     }
     use kubetun_controller::gateway_api as api;
-    use kubetun_controller::gateway_client::GatewayClient;
 
     // `ip netns exec` reads /etc/netns/<ns>/resolv.conf: a server whose packets vanish, so
     // lookups wait for the resolver's own timeouts (5 s per try).
@@ -709,14 +720,7 @@ fn an_unanswered_dns_name_fails_the_apply_fast_with_a_log_line() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("gateway.log");
     let _gateway = kubetun(&ns, "khdns", Some(&log), "info");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let client = {
-        let _context = runtime.enter();
-        GatewayClient::new("/var/run/kubetun/test-khdns.grpc.sock")
-    };
+    let (runtime, client) = grpc_client("khdns");
     let state = api::DesiredState {
         version: "dns".into(),
         interface: Some(api::Interface::default()),
@@ -774,7 +778,6 @@ fn host_configuration_that_fails_is_reported_and_retried_until_it_holds() {
         return;
     }
     use kubetun_controller::gateway_api as api;
-    use kubetun_controller::gateway_client::GatewayClient;
 
     // IPv6 off in the namespace: the IPv6 address cannot be added until it is switched on.
     let ns = Netns::new("kh-host").expect("namespace");
@@ -789,14 +792,7 @@ fn host_configuration_that_fails_is_reported_and_retried_until_it_holds() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("gateway.log");
     let _gateway = kubetun(&ns, "khhost", Some(&log), "info");
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let client = {
-        let _context = runtime.enter();
-        GatewayClient::new("/var/run/kubetun/test-khhost.grpc.sock")
-    };
+    let (runtime, client) = grpc_client("khhost");
     let state = api::DesiredState {
         version: "host".into(),
         interface: Some(api::Interface {

@@ -68,11 +68,11 @@ pub async fn sync_routes(
     for prefix in desired.iter().filter(|p| !current_set.contains(p)) {
         commands.push_str(&format!("route replace {prefix} dev {ifname}\n"));
     }
-    if !commands.is_empty() {
-        if let Err(error) = ip_batch(&commands).await {
-            *current = installed_routes(ifname).await.unwrap_or_default();
-            return Err(error);
-        }
+    if !commands.is_empty()
+        && let Err(error) = ip_batch(&commands).await
+    {
+        *current = installed_routes(ifname).await.unwrap_or_default();
+        return Err(error);
     }
     *current = desired;
     Ok(())

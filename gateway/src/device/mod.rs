@@ -351,12 +351,11 @@ impl Device {
                 Err(error) => errors.push(format!("cannot set MTU {}: {error}", iface.mtu)),
             }
         }
-        if control.addresses != iface.addresses {
-            if let Err(error) =
+        if control.addresses != iface.addresses
+            && let Err(error) =
                 host::sync_addresses(&self.name, &mut control.addresses, &iface.addresses).await
-            {
-                errors.push(format!("cannot set interface addresses: {error}"));
-            }
+        {
+            errors.push(format!("cannot set interface addresses: {error}"));
         }
         let routes: Vec<IpNet> = if iface.manage_routes {
             let mut views: Vec<IpNet> = state
@@ -370,10 +369,10 @@ impl Device {
         } else {
             Vec::new()
         };
-        if control.routes != routes {
-            if let Err(error) = host::sync_routes(&self.name, &mut control.routes, routes).await {
-                errors.push(format!("cannot install view routes: {error}"));
-            }
+        if control.routes != routes
+            && let Err(error) = host::sync_routes(&self.name, &mut control.routes, routes).await
+        {
+            errors.push(format!("cannot install view routes: {error}"));
         }
         // Logged when the failures change, not on every retry.
         if errors != control.host_errors {
