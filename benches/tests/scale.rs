@@ -26,6 +26,7 @@ async fn a_gateway_with_100_peers_applies_handshakes_and_forwards_within_budget(
         gateway: bin_path("kubetun-gateway"),
         handshake_timeout: Duration::from_secs(20),
         rounds: 2,
+        gateway_log: None,
     };
     let report = gateway::run(&config).await.expect("gateway scale run");
     eprintln!("{report:#?}");

@@ -49,6 +49,9 @@ enum Command {
         /// Rounds of (busy peer alone, busy peer among all).
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        /// Write the gateway's info-level log here (each Apply's plan and host sync times).
+        #[arg(long)]
+        gateway_log: Option<PathBuf>,
     },
     /// One hub controller on a real API server, many remote clusters.
     Hub {
@@ -228,6 +231,7 @@ async fn main() -> anyhow::Result<ExitCode> {
             seconds,
             gateway,
             rounds,
+            gateway_log,
         } => {
             let config = GatewayScaleConfig {
                 peers,
@@ -235,6 +239,7 @@ async fn main() -> anyhow::Result<ExitCode> {
                 gateway: gateway.unwrap_or_else(|| sibling("kubetun-gateway")),
                 handshake_timeout: Duration::from_secs(30),
                 rounds,
+                gateway_log,
             };
             let report = gateway::run(&config).await.context("gateway scale run")?;
             let met = print_gateway(&report);

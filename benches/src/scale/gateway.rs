@@ -57,6 +57,8 @@ pub struct GatewayScaleConfig {
     /// Rounds of (busy peer alone, busy peer among all), interleaved so drift of a shared
     /// machine hits both sides alike.
     pub rounds: usize,
+    /// Where the gateway's info-level log goes; `None`: warnings only, discarded.
+    pub gateway_log: Option<PathBuf>,
 }
 
 /// What one run measured. Lists hold one value per round.
@@ -394,10 +396,14 @@ pub async fn run(config: &GatewayScaleConfig) -> Result<GatewayScaleReport, Scal
         .arg(&socket_path)
         .arg("--uapi-dir")
         .arg(dir.path())
-        .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stdout(Stdio::null());
+    match &config.gateway_log {
+        Some(path) => cmd
+            .env("RUST_LOG", "info")
+            .stderr(std::fs::File::create(path).map_err(ScaleError::io("the gateway log"))?),
+        None => cmd.env("RUST_LOG", "warn").stderr(Stdio::null()),
+    };
     let gateway_process = NsChild::spawn(&mut cmd)?;
     if !netns::wait_for_path(&socket_path, STARTUP) {
         return Err(ScaleError::Setup(

@@ -131,7 +131,10 @@ async fn main() -> anyhow::Result<()> {
         let args = kubetun_controller::agent::AgentArgs::parse_from(std::env::args_os().skip(1));
         let filter = EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
-        tracing_subscriber::fmt().with_env_filter(filter).init();
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(kubetun_controller::cli::colour(&std::io::stdout()))
+            .init();
         return kubetun_controller::agent::run(args)
             .await
             .context("route agent failed");
