@@ -23,9 +23,7 @@ pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(120);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claimer {
     /// An object with this UID exists under the claimRef's namespace/name.
-    Present {
-        uid: String,
-    },
+    Present { uid: String },
     /// Nothing exists under the claimRef's namespace/name.
     Absent,
 }
