@@ -1,5 +1,6 @@
-//! Shared state of the reconcilers: the API client, this cluster's identity and settings, the
-//! IPAM (rebuilt from the API on start), the gateway connection and the metrics.
+//! Shared state of the reconcilers: the API client and its watch-fed caches, this cluster's
+//! identity and settings, the IPAM (rebuilt from the API on start), the gateway connection
+//! and the metrics.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
@@ -21,6 +22,7 @@ use crate::gateway_client::GatewayClient;
 use crate::ipam::{Ipam, IpamConfig};
 use crate::keys::GatewayKeys;
 use crate::planner::{self, GatewaySettings, ROLE_LABEL, ROLE_REMOTE};
+use crate::reconcile::cache::Cache;
 use crate::runtime::{ApiHealth, ErrorBackoff};
 
 /// Static configuration of one controller instance.
@@ -115,6 +117,8 @@ pub struct Context {
     pub client: kube::Client,
     /// Namespace of every kubetun object.
     pub namespace: String,
+    /// What the reconcilers read: watch-fed while [`crate::reconcile::run`] runs.
+    pub cache: Cache,
     /// This cluster's identity and CIDRs.
     pub cluster: ClusterInfo,
     /// The local gateway's interface settings; the keys change with a rotation.
@@ -173,6 +177,7 @@ impl Context {
         }
         let health = ApiHealth::new(client.clone());
         Ok(Arc::new(Self {
+            cache: Cache::new(client.clone(), config.namespace.clone()),
             client,
             namespace: config.namespace,
             cluster: config.cluster,

@@ -8,6 +8,7 @@
 //! targets. [`acl_for_cluster`] turns Ready peerings into the prefixes a gateway may accept
 //! from a remote cluster, failing closed.
 
+use std::borrow::Borrow;
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -274,17 +275,16 @@ pub fn referencing<'a>(
 /// (matched by the peer UID, so a recreated remote Network does not inherit a stale peering).
 /// `None` when no Network mentions the cluster (no isolation configured); `Some(vec![])` when
 /// one does but nothing is Ready (fail closed). The result is sorted and deduplicated.
-pub fn acl_for_cluster(networks: &[Network], cluster_id: &str) -> Option<Vec<IpNet>> {
-    let remote_uids: BTreeSet<String> = networks
-        .iter()
+pub fn acl_for_cluster<N: Borrow<Network>>(networks: &[N], cluster_id: &str) -> Option<Vec<IpNet>> {
+    let networks = || networks.iter().map(Borrow::<Network>::borrow);
+    let remote_uids: BTreeSet<String> = networks()
         .filter(|n| n.spec.cluster_id.as_deref() == Some(cluster_id))
         .map(|n| n.uid().unwrap_or_default())
         .collect();
     if remote_uids.is_empty() {
         return None;
     }
-    let allowed: BTreeSet<IpNet> = networks
-        .iter()
+    let allowed: BTreeSet<IpNet> = networks()
         .filter(|n| n.spec.cluster_id.as_deref() != Some(cluster_id))
         .filter_map(|n| n.status.as_ref())
         .flat_map(|s| &s.peerings)

@@ -1,6 +1,9 @@
 //! The gateway sync: pushes the desired state built from every TunnelEndpoint to the local
 //! gateway and brings the gateway's status back into the TunnelEndpoints.
 //!
+//! The TunnelEndpoints come from [`Context::cache`]; the watch feeding it wakes the sync
+//! when one is created, changed in spec or deleted.
+//!
 //! The gateway is watched (gRPC `Watch`); whenever it reports a version other than the
 //! desired one (it restarted, someone else applied) or the stream breaks and comes back, the
 //! whole state is applied again. A state the gateway rejected is not retried until it
@@ -13,7 +16,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::ResourceExt as _;
-use kube::api::{Api, ListParams};
 use kubetun_crds::{TunnelEndpoint, TunnelEndpointStatus};
 
 use crate::context::Context;
@@ -54,6 +56,8 @@ fn counter_refresh_for(configured: Duration, endpoints: usize) -> Duration {
     configured.max(spread)
 }
 
+/// How long a status write may take to reach the cache through the TunnelEndpoint watch.
+const CACHE_LAG: Duration = Duration::from_secs(5);
 /// TunnelEndpoint status writes one sync keeps in flight.
 const STATUS_WRITES_IN_FLIGHT: usize = 16;
 /// How often changed counters (bytes, latency) alone are written to TunnelEndpoint statuses.
@@ -113,10 +117,9 @@ impl GatewaySync {
     /// runs it, then every TunnelEndpoint's status from the gateway's answer.
     pub async fn sync(&mut self) -> Result<GatewaySyncOutcome, Error> {
         self.ctx.metrics.reconciled("gateway");
-        let api: Api<TunnelEndpoint> =
-            Api::namespaced(self.ctx.client.clone(), &self.ctx.namespace);
         let started = Instant::now();
-        let mut endpoints = api.list(&ListParams::default()).await?.items;
+        let mut endpoints = self.ctx.cache.tunnel_endpoints().await?;
+        self.keep_recent_statuses(&mut endpoints);
         let listed = started.elapsed();
         endpoints.sort_by_key(|te| te.name_any());
         let specs: Vec<_> = endpoints.iter().map(|te| te.spec.clone()).collect();
@@ -157,6 +160,32 @@ impl GatewaySync {
             applied,
             error: pushed.err().map(|e| e.to_string()),
         })
+    }
+
+    /// Puts the statuses written within [`CACHE_LAG`] onto `endpoints`: the cache may not
+    /// show them yet, and each pass in between would write them again.
+    fn keep_recent_statuses(&self, endpoints: &mut [TunnelEndpoint]) {
+        let written: HashMap<&str, &TunnelEndpoint> = self
+            .endpoints
+            .iter()
+            .filter(|te| {
+                self.last_write
+                    .get(te.name_any().as_str())
+                    .is_some_and(|at| at.elapsed() < CACHE_LAG)
+            })
+            .filter_map(|te| Some((te.metadata.name.as_deref()?, te)))
+            .collect();
+        for endpoint in endpoints {
+            if let Some(previous) = endpoint
+                .metadata
+                .name
+                .as_deref()
+                .and_then(|name| written.get(name))
+                && previous.metadata.uid == endpoint.metadata.uid
+            {
+                endpoint.status.clone_from(&previous.status);
+            }
+        }
     }
 
     async fn push(

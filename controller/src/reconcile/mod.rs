@@ -5,11 +5,13 @@
 //!   its status from the gateway.
 //! - [`gateway`]: pushes the desired state of all TunnelEndpoints to the gateway.
 //! - [`keys`]: follows the gateway key Secret through a key rotation.
+//! - [`cache`]: watch-fed caches of what the others read, fed by [`run`].
 //!
 //! [`run`] wires them to watches with the kube-runtime `Controller`; [`sync_once`] is one
 //! complete pass over every object of the namespace (what the watches do over time), used
 //! by tests and benchmarks against in-memory API servers.
 
+pub mod cache;
 pub mod gateway;
 pub mod keys;
 pub mod network_config;
@@ -22,7 +24,7 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
-use kube::runtime::{PredicateConfig, WatchStreamExt as _, predicates, watcher};
+use kube::runtime::{PredicateConfig, WatchStreamExt as _, predicates, reflector, watcher};
 
 use kube::{Resource, ResourceExt as _};
 use kubetun_crds::{Network, NetworkConfig, TunnelEndpoint};
@@ -174,16 +176,26 @@ fn error_policy(nc: Arc<NetworkConfig>, error: &Error, ctx: Arc<Context>) -> Act
 
 /// Runs the NetworkConfig controller (owning TunnelEndpoints, re-run on Network changes for
 /// the ACLs), the periodic garbage collector and, when a gateway is configured, the gateway
-/// sync, until the process is asked to stop.
+/// sync, until the process is asked to stop. Their watches feed [`Context::cache`].
 pub async fn run(ctx: Arc<Context>) {
     let configs: Api<NetworkConfig> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let endpoints: Api<TunnelEndpoint> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let networks: Api<Network> = Api::all(ctx.client.clone());
     let health = &ctx.health;
+    let (network_store, network_writer) = reflector::store();
     let network_changes = runtime::watch(networks, watcher::Config::default(), health, "Network")
+        .reflect(network_writer)
         .touched_objects()
         .filter_map(|event| async move { event.ok().map(|_: Network| ()) });
 
+    // The gateway sync builds the desired state from the cache: it is woken once the cache
+    // shows a TunnelEndpoint created, changed in spec, deleted, or relisted.
+    let (endpoint_store, endpoint_writer) = reflector::store();
+    let wake = {
+        let ctx = ctx.clone();
+        move || ctx.wake_gateway_sync()
+    };
+    let wake_on_spec = wake.clone();
     // Owned TunnelEndpoints trigger their NetworkConfig on spec changes only: the gateway
     // sync rewrites their status all the time. A TunnelEndpoint deleted by hand comes back
     // with the periodic requeue.
@@ -193,31 +205,47 @@ pub async fn run(ctx: Arc<Context>) {
         health,
         "TunnelEndpoint",
     )
+    .reflect(endpoint_writer)
+    .inspect(move |event| {
+        if matches!(
+            event,
+            Ok(watcher::Event::Delete(_) | watcher::Event::InitDone)
+        ) {
+            wake();
+        }
+    })
     .touched_objects()
-    .predicate_filter(predicates::generation, PredicateConfig::default());
+    .predicate_filter(predicates::generation, PredicateConfig::default())
+    .inspect(move |_| wake_on_spec());
     let controller =
-        runtime::controller(configs, watcher::Config::default(), health, "NetworkConfig")
-            .owns_stream(endpoint_changes)
-            .reconcile_all_on(network_changes)
-            .graceful_shutdown_on(crate::shutdown::signal())
-            .run(
-                |nc, ctx: Arc<Context>| async move {
-                    let name = nc.name_any();
-                    let result = network_config::reconcile(nc, ctx.clone()).await;
-                    if result.is_ok() {
-                        ctx.backoff.succeeded(&name);
-                    }
-                    result
-                },
-                error_policy,
-                ctx.clone(),
-            )
-            .for_each(|result| async move {
-                match result {
-                    Ok((object, _)) => tracing::debug!(networkconfig = %object.name, "reconciled"),
-                    Err(error) => tracing::debug!(%error, "reconcile error"),
+        runtime::controller(configs, watcher::Config::default(), health, "NetworkConfig");
+    let _feeding = ctx.cache.feed(cache::Stores {
+        network_configs: controller.store(),
+        tunnel_endpoints: endpoint_store,
+        networks: network_store,
+    });
+    let controller = controller
+        .owns_stream(endpoint_changes)
+        .reconcile_all_on(network_changes)
+        .graceful_shutdown_on(crate::shutdown::signal())
+        .run(
+            |nc, ctx: Arc<Context>| async move {
+                let name = nc.name_any();
+                let result = network_config::reconcile(nc, ctx.clone()).await;
+                if result.is_ok() {
+                    ctx.backoff.succeeded(&name);
                 }
-            });
+                result
+            },
+            error_policy,
+            ctx.clone(),
+        )
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => tracing::debug!(networkconfig = %object.name, "reconciled"),
+                Err(error) => tracing::debug!(%error, "reconcile error"),
+            }
+        });
 
     let gc_ctx = ctx.clone();
     let gc = async move {

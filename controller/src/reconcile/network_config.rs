@@ -15,11 +15,13 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{self, Event};
 use kubetun_crds::{NetworkConfig, NetworkConfigStatus};
 
+use crate::cluster_info::FIELD_MANAGER;
 use crate::conditions::{self, reason};
 use crate::context::Context;
 use crate::error::Error;
 use crate::planner::{self, PEER_LABEL, PlanError, ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE};
-use crate::reconcile::{FINALIZER, apply_status, tunnel_endpoint};
+use crate::reconcile::{FINALIZER, tunnel_endpoint};
+use crate::runtime;
 
 /// How often a healthy NetworkConfig is reconciled anyway.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -69,7 +71,7 @@ pub async fn reconcile(nc: Arc<NetworkConfig>, ctx: Arc<Context>) -> Result<Acti
             .map_err(Error::from)
         }
         Some(Role::Local { peer }) => {
-            tunnel_endpoint::ensure(&ctx, peer).await?;
+            tunnel_endpoint::ensure(&ctx, peer, &nc).await?;
             Ok(Action::requeue(RESYNC))
         }
         None => {
@@ -173,11 +175,15 @@ async fn apply_remote(nc: &NetworkConfig, ctx: &Context) -> Result<Action, Error
             }
         }
     };
-    if nc.status.as_ref() != Some(&status) {
-        write_status(ctx, &name, &status).await?;
-    }
+    let written;
+    let nc = if nc.status.as_ref() == Some(&status) {
+        nc
+    } else {
+        written = write_status(ctx, &name, &status).await?;
+        &written
+    };
     if let Some(peer) = peer {
-        tunnel_endpoint::ensure(ctx, peer).await?;
+        tunnel_endpoint::ensure(ctx, peer, nc).await?;
     }
     Ok(action)
 }
@@ -195,11 +201,12 @@ async fn cleanup_remote(nc: &NetworkConfig, ctx: &Context) -> Result<Action, Err
     Ok(Action::await_change())
 }
 
+/// Writes `status`; returns the NetworkConfig as written.
 async fn write_status(
     ctx: &Context,
     name: &str,
     status: &NetworkConfigStatus,
-) -> Result<(), Error> {
+) -> Result<NetworkConfig, Error> {
     let api: Api<NetworkConfig> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    apply_status(&api, name, status).await
+    Ok(runtime::apply_status(&api, name, FIELD_MANAGER, status).await?)
 }

@@ -2,14 +2,15 @@
 //! a peer, and their status computed from what the gateway reports.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource as _;
 use kube::ResourceExt as _;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams};
 use kubetun_crds::{
-    ConnectionState, ConnectionStatus, Network, NetworkConfig, ProbeStatus, TunnelEndpoint,
+    ConnectionState, ConnectionStatus, NetworkConfig, ProbeStatus, TunnelEndpoint,
     TunnelEndpointStatus,
 };
 
@@ -22,20 +23,27 @@ use crate::gateway_client::GatewayClientError;
 use crate::planner::{self, PEER_LABEL};
 
 /// Creates or updates the TunnelEndpoint of `peer` when both NetworkConfigs exist and are
-/// processed for their current spec; removes it otherwise.
-pub async fn ensure(ctx: &Context, peer: &str) -> Result<(), Error> {
-    let configs: Api<NetworkConfig> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    let local = configs.get_opt(&planner::local_config_name(peer)).await?;
-    let remote = configs.get_opt(&planner::remote_config_name(peer)).await?;
-    let alive = |nc: &NetworkConfig| nc.metadata.deletion_timestamp.is_none();
+/// processed for their current spec; removes it otherwise. `fresh` is one of the two as the
+/// caller has just read or written it: the cache may not show the caller's own write yet, and
+/// removing the TunnelEndpoint for a status it no longer has would flap the peer.
+pub async fn ensure(ctx: &Context, peer: &str, fresh: &NetworkConfig) -> Result<(), Error> {
+    let config = |name: String| async move {
+        if fresh.metadata.name.as_deref() == Some(name.as_str()) {
+            return Ok(Some(Arc::new(fresh.clone())));
+        }
+        ctx.cache.network_config(&name).await
+    };
+    let local = config(planner::local_config_name(peer)).await?;
+    let remote = config(planner::remote_config_name(peer)).await?;
+    let alive = |nc: &Arc<NetworkConfig>| nc.metadata.deletion_timestamp.is_none();
     let (Some(local), Some(remote)) = (local.filter(alive), remote.filter(alive)) else {
-        return remove(ctx, peer).await;
+        return remove_unless_absent(ctx, peer).await;
     };
     let mut spec = match planner::tunnel_endpoint_spec(&local, &remote) {
         Ok(spec) => spec,
         Err(error) => {
             tracing::debug!(peer, %error, "TunnelEndpoint not ready");
-            return remove(ctx, peer).await;
+            return remove_unless_absent(ctx, peer).await;
         }
     };
     spec.allowed_prefixes = allowed_prefixes(ctx, peer).await?;
@@ -46,8 +54,9 @@ pub async fn ensure(ctx: &Context, peer: &str) -> Result<(), Error> {
             field: "metadata.uid",
         })?;
 
-    let endpoints: Api<TunnelEndpoint> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    if let Some(existing) = endpoints.get_opt(peer).await?
+    // A stale cache costs at most an apply that changes nothing, and the TunnelEndpoint's
+    // own watch event brings its owner back here.
+    if let Some(existing) = ctx.cache.tunnel_endpoint(peer).await?
         && existing.spec == spec
         && existing.owner_references().contains(&owner)
     {
@@ -64,6 +73,7 @@ pub async fn ensure(ctx: &Context, peer: &str) -> Result<(), Error> {
         spec,
         status: None,
     };
+    let endpoints: Api<TunnelEndpoint> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     endpoints
         .patch(
             peer,
@@ -74,6 +84,16 @@ pub async fn ensure(ctx: &Context, peer: &str) -> Result<(), Error> {
     tracing::info!(peer, "TunnelEndpoint applied");
     ctx.wake_gateway_sync();
     Ok(())
+}
+
+/// [`remove`], skipped when the cache holds no TunnelEndpoint of `peer`: every reconcile of a
+/// remote that is not ready yet deleted one that never existed. One applied but not cached yet
+/// is not missed: its watch event reconciles its owner (the remote NetworkConfig) again.
+async fn remove_unless_absent(ctx: &Context, peer: &str) -> Result<(), Error> {
+    if ctx.cache.lacks_tunnel_endpoint(peer) {
+        return Ok(());
+    }
+    remove(ctx, peer).await
 }
 
 /// Deletes the TunnelEndpoint of `peer` if it exists.
@@ -94,13 +114,11 @@ pub async fn remove(ctx: &Context, peer: &str) -> Result<(), Error> {
 /// [`crate::network::acl_for_cluster`]); `None` when no Network mentions it or the Network
 /// API is not installed.
 async fn allowed_prefixes(ctx: &Context, peer: &str) -> Result<Option<Vec<String>>, Error> {
-    let networks: Api<Network> = Api::all(ctx.client.clone());
-    match networks.list(&ListParams::default()).await {
-        Ok(list) => Ok(crate::network::acl_for_cluster(&list.items, peer)
-            .map(|prefixes| prefixes.iter().map(ToString::to_string).collect())),
-        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
-        Err(e) => Err(e.into()),
-    }
+    let Some(networks) = ctx.cache.networks().await? else {
+        return Ok(None);
+    };
+    Ok(crate::network::acl_for_cluster(&networks, peer)
+        .map(|prefixes| prefixes.iter().map(ToString::to_string).collect()))
 }
 
 /// What the gateway said about the last push.
