@@ -9,11 +9,11 @@ use std::sync::Arc;
 use rand_core::RngCore;
 
 use super::ApplyError;
-use super::peer::{Peer, TunnCell};
+use super::peer::Peer;
 use super::snapshot::{Identity, IndexMap, PeerSlot, Snapshot};
 use crate::key::Key;
 use crate::remap::{self, PeerId, RemapTable, TableBuilder};
-use crate::state::{DesiredState, PeerConfig};
+use crate::state::DesiredState;
 
 /// The snapshot implementing `next`, given the endpoints resolved for its peers (same order)
 /// Fails if the remap table rejects the routes.
@@ -38,9 +38,6 @@ pub fn next_snapshot(
         .map(|id| *id as usize + 1)
         .max()
         .unwrap_or(0);
-    let mut new_tunns = identity.as_ref().map_or_else(Vec::new, |identity| {
-        new_tunnels(identity, next, &plan.reused, &mut used_indices)
-    });
     let mut peers: Vec<Option<PeerSlot>> = Vec::with_capacity(slot_count);
     peers.resize_with(slot_count, || None);
     let mut by_index = IndexMap::default();
@@ -52,8 +49,8 @@ pub fn next_snapshot(
             .by_key
             .get(&config.public_key)
             .and_then(|id| current.peer(*id));
-        let runtime = match &plan.reused[i] {
-            Some(peer) => {
+        let runtime = match (&plan.reused[i], &identity) {
+            (Some(peer), _) => {
                 let endpoint_changed =
                     previous.map(|p| &p.config.endpoint) != Some(&config.endpoint);
                 if endpoint_changed {
@@ -61,10 +58,12 @@ pub fn next_snapshot(
                 }
                 Some(Arc::clone(peer))
             }
-            None => new_tunns
-                .get_mut(i)
-                .and_then(Option::take)
-                .map(|(index, tunn)| Arc::new(Peer::new(index, tunn, endpoint))),
+            (None, Some(identity)) => {
+                let index = allocate_index(&mut used_indices);
+                let tunn = identity.tunn(config, index);
+                Some(Arc::new(Peer::new(index, tunn, endpoint)))
+            }
+            (None, None) => None,
         };
         if let Some(runtime) = &runtime {
             by_index.insert(runtime.index, id);
@@ -201,58 +200,6 @@ fn plan_peers(current: &Snapshot, next: &DesiredState) -> Result<PeerPlan, Apply
 }
 
 /// A random, unused, non-zero 24-bit receiver index.
-/// The tunnels of the peers `reused` has none for (same order as `next.peers`), each with a
-/// fresh index. `Tunn::new` does a Diffie-Hellman (~50 µs): with many new peers the work is
-/// spread over the cores.
-fn new_tunnels(
-    identity: &Identity,
-    next: &DesiredState,
-    reused: &[Option<Arc<Peer>>],
-    used_indices: &mut HashSet<u32>,
-) -> Vec<Option<(u32, TunnCell)>> {
-    /// Below this many new peers one thread is faster than starting others.
-    const PER_THREAD: usize = 64;
-    let jobs: Vec<Option<(u32, &PeerConfig)>> = next
-        .peers
-        .iter()
-        .zip(reused)
-        .map(|(config, reused)| {
-            reused
-                .is_none()
-                .then(|| (allocate_index(used_indices), config))
-        })
-        .collect();
-    let count = jobs.iter().flatten().count();
-    let threads = std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(count.div_ceil(PER_THREAD))
-        .max(1);
-    let build = |chunk: &[Option<(u32, &PeerConfig)>]| -> Vec<Option<(u32, TunnCell)>> {
-        chunk
-            .iter()
-            .map(|job| job.map(|(index, config)| (index, identity.tunn(config, index))))
-            .collect()
-    };
-    if threads == 1 {
-        return build(&jobs);
-    }
-    let chunk = jobs.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = jobs
-            .chunks(chunk)
-            .map(|part| scope.spawn(move || build(part)))
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|worker| {
-                worker
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            })
-            .collect()
-    })
-}
-
 fn allocate_index(used: &mut HashSet<u32>) -> u32 {
     loop {
         let index = rand_core::OsRng.next_u32() & 0x00ff_ffff;
