@@ -584,7 +584,7 @@ impl PeerReport {
                 stats.handshake_pending_since_ms.load(Ordering::Relaxed);
             let (rtt_ms, tunnel_key) = {
                 let tunn = peer.tunn.lock();
-                let (_, _, _, _, rtt_ms) = tunn.0.stats();
+                let rtt_ms = tunn.0.made().and_then(|t| t.stats().4);
                 (rtt_ms, tunn.1)
             };
             report.previous_key =

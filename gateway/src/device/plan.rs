@@ -277,6 +277,25 @@ mod tests {
     }
 
     #[test]
+    fn a_new_peers_tunnel_is_made_on_first_use_not_in_the_apply() {
+        let s1 = apply(
+            &empty(),
+            &state(vec![peer(2, "10.70.0.0/16", "10.201.0.0/16", None)]),
+        );
+        let (_, session) = runtime(&s1, 2);
+        let mut cell = session.tunn.lock();
+        assert!(cell.0.made().is_none(), "no Diffie-Hellman in the Apply");
+        assert!(cell.0.made_mut().is_none());
+        assert_eq!(
+            cell.0.get().stats().0,
+            None,
+            "made on use, without a session"
+        );
+        assert!(cell.0.made().is_some(), "and kept");
+        assert_eq!(cell.1, key(1).public_key(), "tagged with our public key");
+    }
+
+    #[test]
     fn stripping_a_retired_snapshot_releases_its_sessions_and_keeps_its_table() {
         let mut s1 = apply(
             &empty(),

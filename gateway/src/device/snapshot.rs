@@ -6,11 +6,10 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
-use boringtun::noise::Tunn;
 use boringtun::noise::rate_limiter::RateLimiter;
 use boringtun::x25519::{PublicKey, StaticSecret};
 
-use super::peer::{Peer, TunnCell};
+use super::peer::{LazyTunn, Peer, TunnCell, TunnParams};
 use crate::key::Key;
 use crate::remap::{PeerId, RemapTable};
 use crate::state::{DesiredState, PeerConfig};
@@ -69,16 +68,15 @@ impl Identity {
     }
 
     /// A fresh `Tunn` with `peer`, made with this pair, local index `index` and this pair's
-    /// tunnel limiter, tagged with our public key.
+    /// tunnel limiter on first use, tagged with our public key.
     pub fn tunn(&self, peer: &PeerConfig, index: u32) -> TunnCell {
-        let tunn = Tunn::new(
-            self.private.clone(),
-            PublicKey::from(*peer.public_key.as_bytes()),
-            peer.preshared_key.map(|k| *k.as_bytes()),
-            None,
+        let tunn = LazyTunn::new(TunnParams {
+            private: self.private.clone(),
+            peer: PublicKey::from(*peer.public_key.as_bytes()),
+            preshared_key: peer.preshared_key.map(|k| *k.as_bytes()),
             index,
-            Some(Arc::clone(&self.tunnel_limiter)),
-        );
+            limiter: Arc::clone(&self.tunnel_limiter),
+        });
         TunnCell(tunn, self.public_key())
     }
 

@@ -99,7 +99,8 @@ impl Egress {
             let (mut bytes, mut datagrams, mut rejected) = (0usize, 0u64, 0u64);
             {
                 let out = outbox.batch_for(&endpoint);
-                let mut tunn = peer.tunn.lock();
+                let mut cell = peer.tunn.lock();
+                let tunn = cell.0.get();
                 while self.next < end {
                     let index = self.routed[self.next].1;
                     let packet = packets[usize::from(index)].as_ref();
@@ -114,7 +115,7 @@ impl Egress {
                         break;
                     };
                     self.next += 1;
-                    match tunn.0.encapsulate(packet, space) {
+                    match tunn.encapsulate(packet, space) {
                         TunnResult::WriteToNetwork(datagram) => {
                             let len = datagram.len();
                             if is_initiation(datagram) {

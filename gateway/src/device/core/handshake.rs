@@ -105,7 +105,7 @@ fn decapsulate<'o>(
                 && (to_current(identity) || !peer.proven_on_its_key()) =>
         {
             let mut moved = identity.tunn(&slot.config, peer.index);
-            let result = moved.0.decapsulate(Some(source.ip()), datagram, out);
+            let result = moved.0.get().decapsulate(Some(source.ip()), datagram, out);
             if matches!(&result, TunnResult::WriteToNetwork(reply) if !is_cookie_reply(reply)) {
                 *tunn = moved;
                 peer.stats
@@ -120,7 +120,7 @@ fn decapsulate<'o>(
             }
             result
         }
-        _ => tunn.0.decapsulate(Some(source.ip()), datagram, out),
+        _ => tunn.0.get().decapsulate(Some(source.ip()), datagram, out),
     }
 }
 
@@ -154,7 +154,7 @@ fn flush_queued(
     now: Now,
 ) {
     loop {
-        let result = peer.tunn.lock().0.decapsulate(None, &[], out);
+        let result = peer.tunn.lock().0.get().decapsulate(None, &[], out);
         match result {
             TunnResult::WriteToNetwork(datagram) => {
                 transmit_to_peer(transmit, peer, datagram, endpoint, now);

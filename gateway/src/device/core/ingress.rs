@@ -100,16 +100,14 @@ impl Ingress {
             let (mut bytes, mut accepted, mut rejected) = (0usize, 0u64, 0u64);
             let mut last_source = None;
             {
-                let mut tunn = peer.tunn.lock();
+                let mut cell = peer.tunn.lock();
+                let tunn = cell.0.get();
                 while self.next < end {
                     let position = self.pending[self.next].2;
                     let Some(space) = writer.space() else { break };
                     self.next += 1;
                     let datagram = batch.get(position);
-                    match tunn
-                        .0
-                        .decapsulate(Some(datagram.source.ip()), datagram.bytes, space)
-                    {
+                    match tunn.decapsulate(Some(datagram.source.ip()), datagram.bytes, space) {
                         TunnResult::WriteToTunnelV4(packet, _)
                         | TunnResult::WriteToTunnelV6(packet, _) => {
                             bytes += datagram.bytes.len();

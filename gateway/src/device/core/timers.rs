@@ -24,7 +24,10 @@ pub fn tick(snapshot: &Snapshot, now: Now, transmit: &mut impl Transmit, out: &m
 fn tick_peer(slot: &PeerSlot, now: Now, transmit: &mut impl Transmit, out: &mut [u8]) {
     let Some(peer) = &slot.runtime else { return };
     let endpoint = peer.endpoint();
-    let result = peer.tunn.lock().0.update_timers(out);
+    let result = match peer.tunn.lock().0.made_mut() {
+        Some(tunn) => tunn.update_timers(out),
+        None => TunnResult::Done,
+    };
     match result {
         TunnResult::WriteToNetwork(datagram) => {
             if let Some(endpoint) = endpoint {
@@ -38,7 +41,7 @@ fn tick_peer(slot: &PeerSlot, now: Now, transmit: &mut impl Transmit, out: &mut 
     let Some(endpoint) = endpoint else { return };
     let last_sent = peer.stats.last_sent_ms.load(Ordering::Relaxed);
     if keepalive_ms > 0 && now.unix_ms.saturating_sub(last_sent) >= keepalive_ms {
-        let result = peer.tunn.lock().0.encapsulate(&[], out);
+        let result = peer.tunn.lock().0.get().encapsulate(&[], out);
         if let TunnResult::WriteToNetwork(datagram) = result {
             transmit_to_peer(transmit, peer, datagram, endpoint, now);
         }
@@ -67,11 +70,12 @@ pub fn initiate_session(
         return false;
     };
     let length = {
-        let mut tunn = peer.tunn.lock();
-        if tunn.0.stats().0.is_some() {
+        let mut cell = peer.tunn.lock();
+        let tunn = cell.0.get();
+        if tunn.stats().0.is_some() {
             return false;
         }
-        match tunn.0.format_handshake_initiation(out, false) {
+        match tunn.format_handshake_initiation(out, false) {
             TunnResult::WriteToNetwork(datagram) => datagram.len(),
             _ => return false,
         }
@@ -92,7 +96,7 @@ pub fn send_probe(
     now: Now,
 ) -> bool {
     let packet = probe.encode();
-    let result = peer.tunn.lock().0.encapsulate(&packet, out);
+    let result = peer.tunn.lock().0.get().encapsulate(&packet, out);
     match result {
         TunnResult::WriteToNetwork(datagram) => {
             let direct = !is_initiation(datagram);
