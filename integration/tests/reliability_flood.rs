@@ -1,6 +1,5 @@
 //! A handshake flood from unknown keys: well-formed initiations (valid MAC1, so only the rate
-//! limiter can tell them apart) sent as fast as one thread can (over 100 000 a second here) at
-//! a gateway from another namespace. The gateway does the Diffie-Hellman work only for its
+//! limiter can tell them apart) sent at [`FLOOD_RATE`] at a gateway from another namespace. The gateway does the Diffie-Hellman work only for its
 //! limiter's allowance, answers with cookie replies, sheds what the flooding address's share
 //! of the handshake queue cannot hold, and keeps serving its real peer: pings during the flood
 //! are answered, and after the real peer restarts, its new handshake (cookie reply, then a
@@ -20,6 +19,12 @@ use kubetun_integration::netns::{
     Netns, bin_path, command_exists, require_root, run_in, veth, wait_for_path,
 };
 
+/// Initiations per second: 1 500 times the handshake allowance, and below what the gateway's
+/// socket reader drains in a debug build here (~400 000/s). An unpaced flood (~450 000/s from
+/// one thread) overflows the socket's receive buffer, and the kernel then drops the real
+/// peer's packets with the flood's before the gateway sees either: that measures the
+/// flooder's speed against the reader's, not the gateway's defences.
+const FLOOD_RATE: f64 = 150_000.0;
 /// The flood's bound, whatever happens.
 const FLOOD_LIMIT: Duration = Duration::from_secs(30);
 /// A restarted real peer's handshake meets a cookie reply, then retries with the cookie after
@@ -310,7 +315,7 @@ struct Flood {
     cookies: u64,
 }
 
-/// Sends the initiations round-robin as fast as one thread can until `stop` (at most
+/// Sends the initiations round-robin at [`FLOOD_RATE`] until `stop` (at most
 /// [`FLOOD_LIMIT`]), counting the cookie replies that come back.
 fn flood_until(stop: &AtomicBool, messages: &[Vec<u8>]) -> Flood {
     let socket = UdpSocket::bind("192.0.2.3:0").expect("attacker socket");
@@ -332,6 +337,10 @@ fn flood_until(stop: &AtomicBool, messages: &[Vec<u8>]) -> Flood {
             if len == 64 && reply[0] == 3 {
                 flood.cookies += 1;
             }
+        }
+        let due = Duration::from_secs_f64(flood.sent as f64 / FLOOD_RATE);
+        if let Some(ahead) = due.checked_sub(started.elapsed()) {
+            std::thread::sleep(ahead);
         }
     }
     flood
