@@ -153,31 +153,42 @@ impl Collector for DeviceCollector {
             ConstCounter::new(*count).encode(drops.encode_family(&labels)?)?;
         }
 
-        let rules = encoder.encode_descriptor(
+        gauge(
+            &mut encoder,
             "kubetun_remap_rules",
             "Routes in the active remap table",
-            None,
-            prometheus_client::metrics::MetricType::Gauge,
+            report.remap_rules,
         )?;
-        ConstGauge::new(report.remap_rules as i64).encode(rules)?;
-
-        let peers = encoder.encode_descriptor(
+        gauge(
+            &mut encoder,
             "kubetun_peers",
             "Configured peers",
-            None,
-            prometheus_client::metrics::MetricType::Gauge,
+            report.peers.len(),
         )?;
-        ConstGauge::new(report.peers.len() as i64).encode(peers)?;
-
-        let host_errors = encoder.encode_descriptor(
+        gauge(
+            &mut encoder,
             "kubetun_host_config_errors",
             "Host configuration items (MTU, addresses, routes) failing and being retried",
-            None,
-            prometheus_client::metrics::MetricType::Gauge,
+            report.host_errors.len(),
         )?;
-        ConstGauge::new(report.host_errors.len() as i64).encode(host_errors)?;
         Ok(())
     }
+}
+
+/// One unlabelled gauge.
+fn gauge(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    value: usize,
+) -> Result<(), std::fmt::Error> {
+    let metric = encoder.encode_descriptor(
+        name,
+        help,
+        None,
+        prometheus_client::metrics::MetricType::Gauge,
+    )?;
+    ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(metric)
 }
 
 /// `(upper bound in seconds, count)` per bucket, not cumulative (the encoder sums them up),

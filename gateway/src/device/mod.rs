@@ -105,8 +105,6 @@ struct Control {
     addresses: Vec<IpNet>,
     routes: Vec<IpNet>,
     mtu: u16,
-    /// The failures of the last host sync; empty when the host matches the state.
-    host_errors: Vec<String>,
     /// The snapshots the last swaps replaced, kept to reuse their tables' memory.
     retired: retired::Retired,
 }
@@ -118,8 +116,9 @@ pub struct Device {
     shared: Arc<Shared>,
     control: tokio::sync::Mutex<Control>,
     tasks: parking_lot::Mutex<Vec<JoinHandle<()>>>,
-    /// A copy of [`Control`]'s host errors for status readers, which must not wait for
-    /// an apply.
+    /// The failures of the last host sync; empty when the host matches the state. Outside
+    /// [`Control`] so that status readers need not wait for an apply; written only with
+    /// `control` held.
     host_errors: parking_lot::Mutex<Vec<String>>,
     changes: watch::Sender<u64>,
 }
@@ -262,19 +261,18 @@ impl Device {
         let mut attempt = 0;
         let (mut control, current, next, resolved) = loop {
             attempt += 1;
-            let control = self.control.lock().await;
+            let mut control = self.control.lock().await;
             let current = self.shared.snapshot.load_full();
             let next = change(&current.state)?;
             next.validate()?;
             if current.state == next {
-                let mut control = control;
-                if !control.host_errors.is_empty() {
+                if !self.host_errors.lock().is_empty() {
                     self.sync_host(&mut control, &next).await;
                 }
                 return Ok(ApplyOutcome {
                     generation: current.generation,
                     changed: false,
-                    host_errors: control.host_errors.clone(),
+                    host_errors: self.host_errors.lock().clone(),
                 });
             }
             if !resolve::has_names(&next) || attempt > OPTIMISTIC_ATTEMPTS {
@@ -360,7 +358,7 @@ impl Device {
         Ok(ApplyOutcome {
             generation,
             changed: true,
-            host_errors: control.host_errors.clone(),
+            host_errors: self.host_errors.lock().clone(),
         })
     }
 
@@ -400,7 +398,8 @@ impl Device {
             errors.push(format!("cannot install view routes: {error}"));
         }
         // Logged when the failures change, not on every retry.
-        if errors != control.host_errors {
+        let mut host_errors = self.host_errors.lock();
+        if errors != *host_errors {
             if errors.is_empty() {
                 tracing::info!("host configuration applied after earlier failures");
             }
@@ -408,8 +407,7 @@ impl Device {
                 tracing::warn!(%error, "host configuration failed; retrying");
             }
         }
-        control.host_errors.clone_from(&errors);
-        *self.host_errors.lock() = errors;
+        *host_errors = errors;
     }
 
     /// Stops every task; the TUN device disappears and the sockets close once the last
@@ -466,7 +464,7 @@ async fn host_retry_loop(device: Weak<Device>) {
             return;
         };
         let mut control = device.control.lock().await;
-        if control.host_errors.is_empty() {
+        if device.host_errors.lock().is_empty() {
             continue;
         }
         let state = device.shared.snapshot.load().state.clone();

@@ -39,12 +39,7 @@ pub struct TunnCell(pub LazyTunn, pub Key);
 
 impl std::fmt::Debug for TunnCell {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let made = if self.0.made().is_some() {
-            ""
-        } else {
-            ", not made yet"
-        };
-        write!(f, "Tunn({}{made})", self.1.to_base64())
+        write!(f, "{:?} with {}", self.0, self.1.to_base64())
     }
 }
 
@@ -53,9 +48,11 @@ impl std::fmt::Debug for TunnCell {
 /// 100 ms; made on first use, that work moves to the initiations sent after the Apply.
 pub struct LazyTunn(LazyState);
 
+// `Made` stays inline: the data path reaches the `Tunn` on every batch, as before it was lazy.
+#[allow(clippy::large_enum_variant)]
 enum LazyState {
     Pending(Box<TunnParams>),
-    Made(Box<Tunn>),
+    Made(Tunn),
 }
 
 /// What `Tunn::new` takes. No `Debug`: it holds the private key.
@@ -93,7 +90,7 @@ impl LazyTunn {
                 params.index,
                 Some(Arc::clone(&params.limiter)),
             );
-            self.0 = LazyState::Made(Box::new(tunn));
+            self.0 = LazyState::Made(tunn);
         }
         match &mut self.0 {
             LazyState::Made(tunn) => tunn,
