@@ -122,11 +122,7 @@ impl Cache {
         &self,
         name: &str,
     ) -> Result<Option<Arc<NetworkConfig>>, kube::Error> {
-        if let Some(store) = self.ready(|s| &s.network_configs) {
-            return Ok(store.get(&ObjectRef::new(name).within(&self.namespace)));
-        }
-        let api: Api<NetworkConfig> = Api::namespaced(self.client.clone(), &self.namespace);
-        Ok(api.get_opt(name).await?.map(Arc::new))
+        self.get(|s| &s.network_configs, name).await
     }
 
     /// TunnelEndpoint `name` of the namespace.
@@ -134,10 +130,26 @@ impl Cache {
         &self,
         name: &str,
     ) -> Result<Option<Arc<TunnelEndpoint>>, kube::Error> {
-        if let Some(store) = self.ready(|s| &s.tunnel_endpoints) {
+        self.get(|s| &s.tunnel_endpoints, name).await
+    }
+
+    /// Object `name` of the namespace from the store `pick` chooses, or from the API.
+    async fn get<K>(
+        &self,
+        pick: fn(&Stores) -> &Store<K>,
+        name: &str,
+    ) -> Result<Option<Arc<K>>, kube::Error>
+    where
+        K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + 'static,
+    {
+        if let Some(store) = self.ready(pick) {
             return Ok(store.get(&ObjectRef::new(name).within(&self.namespace)));
         }
-        let api: Api<TunnelEndpoint> = Api::namespaced(self.client.clone(), &self.namespace);
+        let api: Api<K> = Api::namespaced(self.client.clone(), &self.namespace);
         Ok(api.get_opt(name).await?.map(Arc::new))
     }
 
@@ -181,31 +193,11 @@ mod tests {
     use kube::runtime::reflector::store;
     use kube::runtime::watcher::Event;
     use kube_fake_client::ClientBuilder;
-    use kubetun_crds::{ClusterRef, Endpoint, TunnelEndpointSpec};
 
     const NAMESPACE: &str = "kubetun";
 
     fn endpoint(name: &str) -> TunnelEndpoint {
-        let mut te = TunnelEndpoint::new(
-            name,
-            TunnelEndpointSpec {
-                cluster: ClusterRef {
-                    id: name.into(),
-                    name: String::new(),
-                },
-                local_pod_cidrs: vec![],
-                local_external_cidrs: vec![],
-                remote_pod_cidrs: vec![],
-                remote_external_cidrs: vec![],
-                endpoint: Endpoint {
-                    address: "192.0.2.2".into(),
-                    port: 51820,
-                },
-                public_key: "KEY".into(),
-                mtu: None,
-                allowed_prefixes: None,
-            },
-        );
+        let mut te = super::super::tunnel_endpoint::tests::endpoint_named(name);
         te.metadata.namespace = Some(NAMESPACE.into());
         te
     }

@@ -336,16 +336,23 @@ pub async fn write_status(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use kubetun_crds::{ClusterRef, Endpoint, TunnelEndpointSpec};
 
     fn endpoint() -> TunnelEndpoint {
-        let mut te = TunnelEndpoint::new(
-            "rome",
+        let mut te = endpoint_named("rome");
+        te.metadata.generation = Some(3);
+        te
+    }
+
+    /// A TunnelEndpoint for peer `name` with empty CIDR lists (shared with the cache tests).
+    pub(in crate::reconcile) fn endpoint_named(name: &str) -> TunnelEndpoint {
+        TunnelEndpoint::new(
+            name,
             TunnelEndpointSpec {
                 cluster: ClusterRef {
-                    id: "rome".into(),
+                    id: name.into(),
                     name: String::new(),
                 },
                 local_pod_cidrs: vec![],
@@ -360,9 +367,7 @@ mod tests {
                 mtu: None,
                 allowed_prefixes: None,
             },
-        );
-        te.metadata.generation = Some(3);
-        te
+        )
     }
 
     fn now() -> Time {
