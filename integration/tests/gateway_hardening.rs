@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 use kubetun_integration::netns::{Netns, bin_path, command_exists, require_root, veth};
 
 const STARTUP: Duration = Duration::from_secs(10);
+/// The gRPC client's usual per-call deadline.
+const RPC_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A process killed (SIGKILL) and reaped on drop, by PID.
 struct Proc(Option<Child>);
@@ -86,9 +88,11 @@ fn kubetun(ns: &Netns, ifname: &str, log: Option<&Path>, rust_log: &str) -> Proc
     proc
 }
 
-/// A current-thread runtime and a gRPC client of the gateway [`kubetun`] started for `ifname`.
+/// A current-thread runtime and a gRPC client of the gateway [`kubetun`] started for `ifname`,
+/// with a per-call deadline of `timeout`.
 fn grpc_client(
     ifname: &str,
+    timeout: Duration,
 ) -> (
     tokio::runtime::Runtime,
     kubetun_controller::gateway_client::GatewayClient,
@@ -99,9 +103,10 @@ fn grpc_client(
         .expect("runtime");
     let client = {
         let _context = runtime.enter();
-        kubetun_controller::gateway_client::GatewayClient::new(format!(
-            "/var/run/kubetun/test-{ifname}.grpc.sock"
-        ))
+        kubetun_controller::gateway_client::GatewayClient::with_timeout(
+            format!("/var/run/kubetun/test-{ifname}.grpc.sock"),
+            timeout,
+        )
     };
     (runtime, client)
 }
@@ -312,7 +317,7 @@ fn malformed_key_lines_never_reach_any_log_level() {
         exchange(&socket, request.as_bytes());
     }
     // gRPC with a malformed private key (the base64 key with one character changed).
-    let (runtime, client) = grpc_client("khsec");
+    let (runtime, client) = grpc_client("khsec", RPC_TIMEOUT);
     let mut broken = private.clone();
     broken.insert(10, '!');
     let rejected = runtime
@@ -495,7 +500,6 @@ fn fifty_thousand_peers_apply_through_grpc() {
         return;
     }
     use kubetun_controller::gateway_api as api;
-    use kubetun_controller::gateway_client::GatewayClient;
 
     let ns = Netns::new("kh-grpc").expect("namespace");
     let _gateway = kubetun(&ns, "khgrpc", None, "info");
@@ -514,18 +518,8 @@ fn fifty_thousand_peers_apply_through_grpc() {
             }
         })
         .collect();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let client = {
-        let _context = runtime.enter();
-        // 0.8 s with a release build; a debug build takes tens of seconds.
-        GatewayClient::with_timeout(
-            "/var/run/kubetun/test-khgrpc.grpc.sock",
-            Duration::from_secs(120),
-        )
-    };
+    // 0.8 s with a release build; a debug build takes tens of seconds.
+    let (runtime, client) = grpc_client("khgrpc", Duration::from_secs(120));
     // No private key: the point is the message size (about 8 MB of state, as much status);
     // with a key each of the 50 000 sessions costs a Diffie-Hellman, which a debug build does
     // not finish within the client's 10 s deadline.
@@ -720,7 +714,7 @@ fn an_unanswered_dns_name_fails_the_apply_fast_with_a_log_line() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("gateway.log");
     let _gateway = kubetun(&ns, "khdns", Some(&log), "info");
-    let (runtime, client) = grpc_client("khdns");
+    let (runtime, client) = grpc_client("khdns", RPC_TIMEOUT);
     let state = api::DesiredState {
         version: "dns".into(),
         interface: Some(api::Interface::default()),
@@ -792,7 +786,7 @@ fn host_configuration_that_fails_is_reported_and_retried_until_it_holds() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("gateway.log");
     let _gateway = kubetun(&ns, "khhost", Some(&log), "info");
-    let (runtime, client) = grpc_client("khhost");
+    let (runtime, client) = grpc_client("khhost", RPC_TIMEOUT);
     let state = api::DesiredState {
         version: "host".into(),
         interface: Some(api::Interface {
