@@ -463,10 +463,11 @@ async fn host_retry_loop(device: Weak<Device>) {
         let Some(device) = device.upgrade() else {
             return;
         };
-        let mut control = device.control.lock().await;
+        // Checked before taking the control lock, which an apply may hold for a while.
         if device.host_errors.lock().is_empty() {
             continue;
         }
+        let mut control = device.control.lock().await;
         let state = device.shared.snapshot.load().state.clone();
         device.sync_host(&mut control, &state).await;
     }
