@@ -45,17 +45,17 @@ pub const FINALIZER: &str = "net.kubetun.io/ipam";
 /// How often the garbage collector of [`run`] looks for leftovers.
 const GC_INTERVAL: Duration = Duration::from_secs(60);
 
-/// Writes `status` with server-side apply on the status subresource.
+/// Writes `status` with server-side apply on the status subresource, as this controller's
+/// field manager; returns the object as written.
 pub(crate) async fn apply_status<K>(
     api: &Api<K>,
     name: &str,
     status: &impl Serialize,
-) -> Result<(), Error>
+) -> Result<K, Error>
 where
     K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    runtime::apply_status(api, name, FIELD_MANAGER, status).await?;
-    Ok(())
+    Ok(runtime::apply_status(api, name, FIELD_MANAGER, status).await?)
 }
 
 /// What one [`sync_once`] pass found and did.

@@ -15,13 +15,11 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{self, Event};
 use kubetun_crds::{NetworkConfig, NetworkConfigStatus};
 
-use crate::cluster_info::FIELD_MANAGER;
 use crate::conditions::{self, reason};
 use crate::context::Context;
 use crate::error::Error;
 use crate::planner::{self, PEER_LABEL, PlanError, ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE};
-use crate::reconcile::{FINALIZER, tunnel_endpoint};
-use crate::runtime;
+use crate::reconcile::{FINALIZER, apply_status, tunnel_endpoint};
 
 /// How often a healthy NetworkConfig is reconciled anyway.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -208,5 +206,5 @@ async fn write_status(
     status: &NetworkConfigStatus,
 ) -> Result<NetworkConfig, Error> {
     let api: Api<NetworkConfig> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    Ok(runtime::apply_status(&api, name, FIELD_MANAGER, status).await?)
+    apply_status(&api, name, status).await
 }

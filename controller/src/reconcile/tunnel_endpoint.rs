@@ -332,7 +332,9 @@ pub async fn write_status(
     status: &TunnelEndpointStatus,
 ) -> Result<(), Error> {
     let api: Api<TunnelEndpoint> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    crate::reconcile::apply_status(&api, &endpoint.name_any(), status).await
+    crate::reconcile::apply_status(&api, &endpoint.name_any(), status)
+        .await
+        .map(drop)
 }
 
 #[cfg(test)]
