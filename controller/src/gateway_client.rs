@@ -13,7 +13,8 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::gateway_api::gateway_client::GatewayClient as RawClient;
 use crate::gateway_api::{
-    ApplyRequest, ApplyResponse, DesiredState, StatusRequest, StatusResponse, WatchRequest,
+    ApplyRequest, ApplyResponse, DesiredState, HoldRequest, HoldResponse, StatusRequest,
+    StatusResponse, WatchRequest,
 };
 
 pub use crate::socket_paths::{DEFAULT_INTERFACE, grpc_socket_path};
@@ -104,6 +105,26 @@ impl GatewayClient {
         self.inner
             .clone()
             .apply(ApplyRequest { state: Some(state) })
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(|status| self.classify(status))
+    }
+
+    /// Puts the gateway under the lease: active for `active_for` from when it receives the
+    /// call, or on standby at once with zero. Fails after `deadline`: a hold that arrives
+    /// late would extend activity past what the lease allows.
+    pub async fn hold(
+        &self,
+        active_for: Duration,
+        deadline: Duration,
+    ) -> Result<HoldResponse, GatewayClientError> {
+        let mut request = tonic::Request::new(HoldRequest {
+            active_for_ms: u32::try_from(active_for.as_millis()).unwrap_or(u32::MAX),
+        });
+        request.set_timeout(deadline);
+        self.inner
+            .clone()
+            .hold(request)
             .await
             .map(tonic::Response::into_inner)
             .map_err(|status| self.classify(status))

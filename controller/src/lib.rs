@@ -32,6 +32,7 @@ pub mod connector;
 pub mod context;
 pub mod error;
 pub mod gateway_client;
+pub mod ha;
 pub mod ipam;
 pub mod keys;
 pub mod network;

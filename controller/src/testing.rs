@@ -18,7 +18,8 @@ use tonic::{Request, Response, Status};
 
 use crate::gateway_api::gateway_server::{Gateway, GatewayServer};
 use crate::gateway_api::{
-    ApplyRequest, ApplyResponse, ConnectionState, DesiredState, PeerStatus, StatusRequest,
+    ApplyRequest, ApplyResponse, ConnectionState, DesiredState, HoldRequest, HoldResponse,
+    PeerStatus, StatusRequest,
     StatusResponse, WatchRequest,
 };
 
@@ -28,6 +29,8 @@ struct State {
     generation: u64,
     history: Vec<DesiredState>,
     reject_with: Option<String>,
+    /// The `active_for_ms` of every Hold, in order.
+    holds: Vec<u32>,
 }
 
 #[derive(Debug, Clone)]
@@ -82,6 +85,9 @@ impl Service {
             peers,
             drops: Default::default(),
             host_errors: Vec::new(),
+            active: state.holds.last().is_none_or(|ms| *ms > 0),
+            leased: !state.holds.is_empty(),
+            ..StatusResponse::default()
         }
     }
 }
@@ -111,6 +117,17 @@ impl Gateway for Service {
             generation: generation.0,
             changed: generation.1,
             host_errors: Vec::new(),
+        }))
+    }
+
+    async fn hold(&self, request: Request<HoldRequest>) -> Result<Response<HoldResponse>, Status> {
+        let active_for_ms = request.into_inner().active_for_ms;
+        let mut state = self.lock();
+        let was_active = state.holds.last().is_none_or(|ms| *ms > 0);
+        state.holds.push(active_for_ms);
+        Ok(Response::new(HoldResponse {
+            was_active,
+            active: active_for_ms > 0,
         }))
     }
 

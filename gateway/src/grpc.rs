@@ -28,6 +28,9 @@ pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 const DEFAULT_WATCH_INTERVAL: Duration = Duration::from_millis(1000);
 /// Smallest Watch interval honoured.
 const MIN_WATCH_INTERVAL: Duration = Duration::from_millis(100);
+/// Longest hold accepted: leases are renewed every few seconds at most, and a hold far in
+/// the future would keep a lost replica active long after another took over.
+const MAX_HOLD_MS: u32 = 600_000;
 
 /// The `Gateway` service implementation.
 #[derive(Debug, Clone)]
@@ -85,6 +88,25 @@ impl Gateway for GatewayService {
         _request: Request<proto::StatusRequest>,
     ) -> Result<Response<proto::StatusResponse>, Status> {
         Ok(Response::new(self.status()))
+    }
+
+    async fn hold(
+        &self,
+        request: Request<proto::HoldRequest>,
+    ) -> Result<Response<proto::HoldResponse>, Status> {
+        let active_for_ms = request.into_inner().active_for_ms;
+        if active_for_ms > MAX_HOLD_MS {
+            return Err(Status::invalid_argument(format!(
+                "active_for_ms must be at most {MAX_HOLD_MS}"
+            )));
+        }
+        let transition = self
+            .device
+            .hold(Duration::from_millis(u64::from(active_for_ms)));
+        Ok(Response::new(proto::HoldResponse {
+            was_active: transition.was_active,
+            active: transition.active,
+        }))
     }
 
     type WatchStream =

@@ -74,6 +74,11 @@ struct Args {
     /// all the time, and the data path then has one thread.
     #[arg(long, env = "KUBETUN_BUSY_POLL")]
     busy_poll: bool,
+    /// Start on standby: one replica of several, active only once its controller holds the
+    /// cluster's gateway lease (gRPC `Hold`). A replica that restarts then never sends
+    /// before it knows it may.
+    #[arg(long, env = "KUBETUN_STANDBY")]
+    standby: bool,
     /// The TUN interface to create.
     ifname: String,
     /// Data-path I/O techniques (each can be switched off to measure it).
@@ -255,6 +260,9 @@ fn detach(args: &Args) -> anyhow::Result<()> {
 async fn run(args: Args, notify: bool) -> anyhow::Result<()> {
     let device =
         Device::create_with(&args.ifname, args.io.options()).context("creating the device")?;
+    if args.standby {
+        device.hold(std::time::Duration::ZERO);
+    }
     let uapi_path = socket_path(&args.uapi_dir, &args.ifname);
     let grpc_path = args
         .grpc_socket

@@ -171,6 +171,19 @@ impl Collector for DeviceCollector {
             "Host configuration items (MTU, addresses, routes) failing and being retried",
             report.host_errors.len(),
         )?;
+        gauge(
+            &mut encoder,
+            "kubetun_gateway_active",
+            "1 while this gateway carries traffic, 0 on standby (another replica holds the lease)",
+            usize::from(report.active),
+        )?;
+        let promotions = encoder.encode_descriptor(
+            "kubetun_gateway_promotions",
+            "How often this replica became the active gateway (failovers to it)",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        ConstCounter::new(report.promotions).encode(promotions)?;
         Ok(())
     }
 }

@@ -113,6 +113,13 @@ pub fn status_response(report: &DeviceReport, now_ms: u64) -> proto::StatusRespo
             .map(|(reason, count)| ((*reason).to_owned(), *count))
             .collect(),
         host_errors: report.host_errors.clone(),
+        active: report.active,
+        active_remaining_ms: report
+            .active_remaining
+            .filter(|_| report.active)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        leased: report.active_remaining.is_some(),
+        promotions: report.promotions,
     }
 }
 
@@ -164,6 +171,9 @@ mod tests {
             drops: Vec::new(),
             remap_rules,
             host_errors: Vec::new(),
+            active: true,
+            active_remaining: None,
+            promotions: 0,
         }
     }
 

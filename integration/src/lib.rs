@@ -8,6 +8,7 @@
 //! - [`iperf`]: bounded iperf3 runs between namespaces and their JSON reports.
 //! - [`multinode`]: a cluster with several nodes, the route agent run in-process on each.
 
+pub mod ha;
 pub mod iperf;
 pub mod lab;
 pub mod multinode;

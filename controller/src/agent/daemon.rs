@@ -16,6 +16,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use ipnet::Ipv4Net;
 use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
 use kube::runtime::utils::PredicateConfig;
 use kube::runtime::{WatchStreamExt as _, watcher};
@@ -27,7 +28,9 @@ use super::netlink::{Kernel, NetlinkError, Underlay};
 use super::plan::{
     AgentSettings, Attachment, DesiredState, OverlaySettings, PlanError, PlanInput, plan,
 };
-use super::source::{ClusterView, GatewayLocator, SourceError, node_fingerprint, read_cluster};
+use super::source::{
+    ClusterView, GatewayLocator, SourceError, lease_fingerprint, node_fingerprint, read_cluster,
+};
 use super::{cleanup, converge};
 use crate::cluster_info::DEFAULT_NAMESPACE;
 
@@ -75,6 +78,10 @@ pub struct AgentArgs {
     /// Label selector of the gateway pod.
     #[arg(long, env = "KUBETUN_GATEWAY_SELECTOR", default_value = DEFAULT_GATEWAY_SELECTOR)]
     pub gateway_selector: String,
+    /// Replicated gateways: follow the active replica's node, which this Lease names
+    /// (the controllers' `--lease-name`), instead of the gateway pod.
+    #[arg(long, env = "KUBETUN_GATEWAY_LEASE", conflicts_with = "gateway_node_ip")]
+    pub gateway_lease: Option<String>,
     /// How nodes reach the gateway node.
     #[arg(long, env = "KUBETUN_ATTACHMENT", value_enum, default_value_t = AttachmentMode::Auto)]
     pub attachment: AttachmentMode,
@@ -131,6 +138,9 @@ impl AgentArgs {
 
     /// Where the gateway's node is looked up.
     pub fn locator(&self) -> GatewayLocator {
+        if let Some(name) = &self.gateway_lease {
+            return GatewayLocator::Lease { name: name.clone() };
+        }
         self.gateway_node_ip.map_or_else(
             || GatewayLocator::Pod {
                 selector: self.gateway_selector.clone(),
@@ -285,9 +295,12 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
         }
         tokio::select! {
             () = &mut shutdown => break,
-            _ = triggers.next() => {
-                // Let a burst of changes (a gateway rollout) settle into one pass.
-                tokio::time::sleep(Duration::from_millis(300)).await;
+            trigger = triggers.next() => {
+                // Let a burst of changes (a gateway rollout) settle into one pass; a failover
+                // is one change, and every millisecond of it is traffic lost.
+                if trigger != Some(Trigger::Failover) {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
             }
             () = tokio::time::sleep(resync) => {}
         }
@@ -329,20 +342,31 @@ async fn pass(
     Ok(changes)
 }
 
+/// What woke the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trigger {
+    /// A TunnelEndpoint, Node or gateway pod changed.
+    Change,
+    /// The gateway Lease names another holder or node.
+    Failover,
+}
+
 /// One item per change of anything the plan reads.
-fn changes(client: &Client, config: &AgentConfig) -> impl Stream<Item = ()> + use<> {
+fn changes(client: &Client, config: &AgentConfig) -> impl Stream<Item = Trigger> + use<> {
     let endpoints = Api::<TunnelEndpoint>::namespaced(client.clone(), &config.namespace);
     let nodes = Api::<KubeNode>::all(client.clone());
     let pods = Api::<Pod>::namespaced(client.clone(), &config.namespace);
     let pod_selector = match &config.locator {
         GatewayLocator::Pod { selector } => selector.clone(),
-        GatewayLocator::Fixed(_) => DEFAULT_GATEWAY_SELECTOR.to_owned(),
+        GatewayLocator::Fixed(_) | GatewayLocator::Lease { .. } => {
+            DEFAULT_GATEWAY_SELECTOR.to_owned()
+        }
     };
-    futures::stream::select_all([
+    let mut streams = vec![
         watcher(endpoints, watcher::Config::default())
             .default_backoff()
             .touched_objects()
-            .map(drop)
+            .map(|_| Trigger::Change)
             .boxed(),
         // Node heartbeats are frequent and irrelevant: only address or pod CIDR changes count
         // (a deleted node is noticed at the next resync).
@@ -350,14 +374,26 @@ fn changes(client: &Client, config: &AgentConfig) -> impl Stream<Item = ()> + us
             .default_backoff()
             .touched_objects()
             .predicate_filter(node_fingerprint, PredicateConfig::default())
-            .map(drop)
+            .map(|_| Trigger::Change)
             .boxed(),
         watcher(pods, watcher::Config::default().labels(&pod_selector))
             .default_backoff()
             .touched_objects()
-            .map(drop)
+            .map(|_| Trigger::Change)
             .boxed(),
-    ])
+    ];
+    if let GatewayLocator::Lease { name } = &config.locator {
+        let leases = Api::<Lease>::namespaced(client.clone(), &config.namespace);
+        streams.push(
+            watcher(leases, watcher::Config::default().fields(&format!("metadata.name={name}")))
+                .default_backoff()
+                .touched_objects()
+                .predicate_filter(lease_fingerprint, PredicateConfig::default())
+                .map(|_| Trigger::Failover)
+                .boxed(),
+        );
+    }
+    futures::stream::select_all(streams)
 }
 
 /// True when the agent's DaemonSet is gone or being deleted (an uninstall, not a restart).

@@ -8,12 +8,14 @@
 use std::net::IpAddr;
 
 use ipnet::IpNet;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 use kubetun_crds::{TunnelEndpoint, TunnelEndpointSpec};
 
 use super::plan::Node;
+use crate::ha::NODE_IP_ANNOTATION;
 
 /// How the agent finds the gateway's node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +26,11 @@ pub enum GatewayLocator {
     Pod {
         /// Label selector of the gateway pod.
         selector: String,
+    },
+    /// The node the gateway Lease names (replicated gateways: the active replica's node).
+    Lease {
+        /// The Lease's name in the kubetun namespace.
+        name: String,
     },
 }
 
@@ -39,6 +46,14 @@ pub enum SourceError {
         /// The label selector.
         selector: String,
         /// The namespace searched.
+        namespace: String,
+    },
+    /// The gateway Lease is missing or names no node: no replica is active.
+    #[error("the gateway Lease {namespace}/{name} names no active node")]
+    NoActiveReplica {
+        /// The Lease's name.
+        name: String,
+        /// Its namespace.
         namespace: String,
     },
     /// A node has no usable InternalIP.
@@ -117,6 +132,22 @@ pub async fn read_cluster(
                 namespace: namespace.to_owned(),
             })?
         }
+        GatewayLocator::Lease { name } => {
+            let lease = Api::<Lease>::namespaced(client.clone(), namespace)
+                .get_opt(name)
+                .await?;
+            lease
+                .as_ref()
+                .and_then(lease_holder_ip)
+                .map(|host_ip| GatewayPlacement {
+                    host_ip,
+                    pod_ip: None,
+                })
+                .ok_or_else(|| SourceError::NoActiveReplica {
+                    name: name.clone(),
+                    namespace: namespace.to_owned(),
+                })?
+        }
     };
     Ok(ClusterView {
         endpoints,
@@ -158,6 +189,30 @@ pub fn node_facts(node: &KubeNode) -> Result<Node, SourceError> {
         ip,
         pod_cidrs,
     })
+}
+
+/// The node IP the gateway Lease names, if it has a holder.
+pub fn lease_holder_ip(lease: &Lease) -> Option<IpAddr> {
+    let holder = lease.spec.as_ref()?.holder_identity.as_deref()?;
+    if holder.is_empty() {
+        return None;
+    }
+    lease
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(NODE_IP_ANNOTATION)?
+        .parse()
+        .ok()
+}
+
+/// What the plan reads from the gateway Lease (holder and node), so that renewals, several a
+/// second, do not trigger passes.
+pub fn lease_fingerprint(lease: &Lease) -> Option<u64> {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut hasher = DefaultHasher::new();
+    lease_holder_ip(lease).hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 /// A hash of what the plan reads from a Node (its InternalIP and pod CIDRs), so that status

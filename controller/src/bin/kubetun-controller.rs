@@ -4,16 +4,18 @@
 //! `kubetun-controller agent` runs the per-node route agent instead (see `--help` there).
 //! Only the hub (`--hub`) runs the ShortcutConnection operator.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::time::Duration;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use clap::Parser;
 use ipnet::IpNet;
 use kubetun_controller::cluster_info::{ClusterInfo, DEFAULT_NAMESPACE};
 use kubetun_controller::context::{Context, ControllerConfig};
 use kubetun_controller::gateway_client::{DEFAULT_INTERFACE, GatewayClient, grpc_socket_path};
+use kubetun_controller::ha::{self, DEFAULT_LEASE_NAME, Election, Elector, HaMetrics, Timing};
 use kubetun_controller::ipam::{IpamConfig, rfc1918_pools};
 use kubetun_controller::keys::GatewayKeys;
 use kubetun_controller::network::{self, NetworkOptions};
@@ -123,6 +125,52 @@ struct Args {
     /// Log as JSON lines.
     #[arg(long, env = "KUBETUN_LOG_JSON")]
     log_json: bool,
+    /// Gateway replicas (high availability).
+    #[command(flatten)]
+    replicas: ReplicaArgs,
+}
+
+/// With `--replica`, this controller and its gateway are one of several replicas of the
+/// cluster's gateway: a Lease elects the active one, the others keep their gateways on
+/// standby with the same state.
+#[derive(Debug, clap::Args)]
+struct ReplicaArgs {
+    /// This replica's unique name (the pod name); enables the gateway lease election. The
+    /// gateway must then run with `--standby`.
+    #[arg(long, env = "KUBETUN_REPLICA")]
+    replica: Option<String>,
+    /// Name of the gateway Lease in the kubetun namespace.
+    #[arg(long, env = "KUBETUN_LEASE_NAME", default_value = DEFAULT_LEASE_NAME)]
+    lease_name: String,
+    /// Underlay IP of this replica's node; the Lease names it so that the route agents send
+    /// traffic for remote clusters to the active replica's node.
+    #[arg(long, env = "KUBETUN_NODE_IP")]
+    node_ip: Option<IpAddr>,
+    /// A replica takes the lease over once it saw it unrenewed this long (whole seconds).
+    #[arg(long, env = "KUBETUN_LEASE_DURATION_SECONDS", default_value_t = Timing::default().lease_duration.as_secs(), value_parser = clap::value_parser!(u64).range(1..=300))]
+    lease_duration_seconds: u64,
+    /// The active replica steps down when it could not renew for this long.
+    #[arg(long, env = "KUBETUN_RENEW_DEADLINE_MS", default_value_t = millis(Timing::default().renew_deadline))]
+    renew_deadline_ms: u64,
+    /// Time between attempts to acquire or renew the lease.
+    #[arg(long, env = "KUBETUN_RETRY_PERIOD_MS", default_value_t = millis(Timing::default().retry_period))]
+    retry_period_ms: u64,
+}
+
+const fn millis(duration: Duration) -> u64 {
+    duration.as_millis() as u64
+}
+
+impl ReplicaArgs {
+    fn timing(&self) -> anyhow::Result<Timing> {
+        Timing {
+            lease_duration: Duration::from_secs(self.lease_duration_seconds),
+            renew_deadline: Duration::from_millis(self.renew_deadline_ms),
+            retry_period: Duration::from_millis(self.retry_period_ms),
+        }
+        .validate()
+        .context("invalid lease timing (--lease-duration-seconds, --renew-deadline-ms, --retry-period-ms)")
+    }
 }
 
 #[tokio::main]
@@ -172,9 +220,26 @@ async fn main() -> anyhow::Result<()> {
             })?)
         }
     };
-    let keys = GatewayKeys::load_or_create(client.clone(), &args.namespace).await?;
-    let key = &keys.current;
-    let info = ClusterInfo {
+    let socket = args
+        .gateway_socket
+        .clone()
+        .unwrap_or_else(|| grpc_socket_path(&args.gateway_interface));
+    let gateway = (!args.no_gateway).then(|| GatewayClient::new(&socket));
+
+    let registry = Arc::new(RwLock::new(Registry::default()));
+    let ha_metrics = HaMetrics::default();
+    ha_metrics.register(&mut registry.write().unwrap_or_else(PoisonError::into_inner));
+    let ctx_slot: Arc<OnceLock<Arc<Context>>> = Arc::default();
+    let mut http = match metrics_listener {
+        Some(listener) => tokio::spawn(serve_http(
+            listener,
+            registry.clone(),
+            ctx_slot.clone(),
+        )),
+        None => tokio::spawn(std::future::pending()),
+    };
+
+    let mut info = ClusterInfo {
         cluster: ClusterRef {
             id: args.cluster_id.clone(),
             name: args
@@ -189,14 +254,9 @@ async fn main() -> anyhow::Result<()> {
             address: args.endpoint_address.clone(),
             port: args.endpoint_port,
         },
-        public_key: key.public_base64().to_owned(),
+        public_key: String::new(),
         mtu: args.mtu,
     };
-    info.publish(&client, &args.namespace)
-        .await
-        .context("cannot publish the cluster info")?;
-    tracing::info!(cluster = %info.cluster.id, public_key = info.public_key, "cluster info published");
-
     let mut settings = GatewaySettings {
         listen_port: u32::from(args.listen_port.unwrap_or(args.endpoint_port)),
         mtu: args.mtu,
@@ -215,6 +275,44 @@ async fn main() -> anyhow::Result<()> {
         conncheck_loss_threshold: args.conncheck_loss_threshold,
         ..GatewaySettings::default()
     };
+
+    // A replica stays a standby until it holds the gateway lease; only then does it run the
+    // controllers (their writes must come from one replica at a time).
+    let mut elector = match &args.replicas.replica {
+        Some(replica) => {
+            let Some(gateway) = gateway.clone() else {
+                bail!("--replica elects the active gateway: it needs a local gateway (drop --no-gateway)");
+            };
+            let timing = args.replicas.timing()?;
+            let mut elector = Elector::new(
+                client.clone(),
+                &args.namespace,
+                &args.replicas.lease_name,
+                args.replicas.node_ip,
+                Election::new(replica.clone(), timing),
+                Some(gateway.clone()),
+                ha_metrics.clone(),
+            );
+            tracing::info!(replica, lease = args.replicas.lease_name, "replica: standby until it holds the gateway lease");
+            tokio::select! {
+                () = elector.acquire() => {}
+                () = ha::standby::run(client.clone(), args.namespace.clone(), settings.clone(), gateway) => {}
+                () = kubetun_controller::shutdown::signal() => {
+                    tracing::info!("stopped while on standby");
+                    return Ok(());
+                }
+            }
+            Some(elector)
+        }
+        None => None,
+    };
+
+    let keys = GatewayKeys::load_or_create(client.clone(), &args.namespace).await?;
+    info.public_key = keys.current.public_base64().to_owned();
+    info.publish(&client, &args.namespace)
+        .await
+        .context("cannot publish the cluster info")?;
+    tracing::info!(cluster = %info.cluster.id, public_key = info.public_key, "cluster info published");
     settings.set_keys(&keys.current, keys.previous.as_ref());
     let config = ControllerConfig {
         namespace: args.namespace.clone(),
@@ -229,16 +327,13 @@ async fn main() -> anyhow::Result<()> {
         },
         gateway: settings,
     };
-    let socket = args
-        .gateway_socket
-        .clone()
-        .unwrap_or_else(|| grpc_socket_path(&args.gateway_interface));
-    let gateway = (!args.no_gateway).then(|| GatewayClient::new(&socket));
     let ctx = Context::new(client.clone(), config, gateway).await?;
-
-    let mut registry = Registry::default();
-    ctx.metrics.register(&mut registry);
-    ctx.health.register(&mut registry);
+    {
+        let mut registry = registry.write().unwrap_or_else(PoisonError::into_inner);
+        ctx.metrics.register(&mut registry);
+        ctx.health.register(&mut registry);
+    }
+    let _ = ctx_slot.set(ctx.clone());
     let network_options = NetworkOptions {
         min_vni: args.min_vni,
         max_vni: args.max_vni,
@@ -259,9 +354,9 @@ async fn main() -> anyhow::Result<()> {
             std::future::pending().await
         }
     };
-    let http = async {
-        match metrics_listener {
-            Some(listener) => serve_http(listener, Arc::new(registry), ctx.clone()).await,
+    let lease_lost = async {
+        match elector.as_mut() {
+            Some(elector) => elector.keep().await,
             None => std::future::pending().await,
         }
     };
@@ -274,9 +369,15 @@ async fn main() -> anyhow::Result<()> {
         result = network::run(client.clone(), None, network_options, ctx.health.clone()) => {
             result.context("the Network controllers failed")?;
         }
-        result = http => {
-            result.context("cannot serve metrics (--metrics-addr)")?;
+        result = &mut http => {
+            result.context("the metrics server stopped")?.context("cannot serve metrics (--metrics-addr)")?;
         }
+        () = lease_lost => {
+            bail!("this replica lost the gateway lease; exiting to start again as a standby");
+        }
+    }
+    if let Some(elector) = elector.as_mut() {
+        elector.release().await;
     }
     Ok(())
 }
@@ -330,8 +431,8 @@ fn parse_metrics_addr(text: &str) -> Result<MetricsAddr, String> {
 /// if any, answered the last sync).
 async fn serve_http(
     listener: tokio::net::TcpListener,
-    registry: Arc<Registry>,
-    ctx: Arc<Context>,
+    registry: Arc<RwLock<Registry>>,
+    ctx: Arc<OnceLock<Arc<Context>>>,
 ) -> std::io::Result<()> {
     use axum::http::{StatusCode, header};
     use axum::routing::get;
@@ -340,7 +441,11 @@ async fn serve_http(
         let registry = registry.clone();
         async move {
             let mut body = String::new();
-            match prometheus_client::encoding::text::encode(&mut body, &registry) {
+            let encoded = {
+                let registry = registry.read().unwrap_or_else(PoisonError::into_inner);
+                prometheus_client::encoding::text::encode(&mut body, &registry)
+            };
+            match encoded {
                 Ok(()) => (
                     StatusCode::OK,
                     [(
@@ -363,7 +468,10 @@ async fn serve_http(
         .route(
             "/readyz",
             get(move || {
-                let ready = ctx.gateway.is_none() || ctx.gateway_status().is_some();
+                // A standby replica (no context yet) is ready: it runs as it should.
+                let ready = ctx
+                    .get()
+                    .is_none_or(|ctx| ctx.gateway.is_none() || ctx.gateway_status().is_some());
                 async move {
                     if ready {
                         (StatusCode::OK, "ready")

@@ -86,9 +86,15 @@ pub async fn tun_loop(shared: Arc<Shared>, queue: usize) {
         shared
             .drops
             .device_many(DeviceDrop::TunRead, reader.take_skipped());
+        let now = clock::now();
+        if !shared.role.is_active(now.mono_us) {
+            shared
+                .drops
+                .device_many(DeviceDrop::Standby, reader.packets().len() as u64);
+            continue;
+        }
         let snapshot = cache.load();
         egress.route(snapshot, &shared.drops, reader.packets_mut());
-        let now = clock::now();
         while egress.encrypt(snapshot, &shared.drops, reader.packets(), &mut outbox, now)
             == Step::Flush
         {
@@ -155,9 +161,15 @@ pub async fn udp_loop(shared: Arc<Shared>, socket: Arc<WgSocket>, queue: usize) 
             tracing::debug!(%error, "UDP receive failed");
             continue;
         }
+        let now = clock::now();
+        if !shared.role.is_active(now.mono_us) {
+            shared
+                .drops
+                .device_many(DeviceDrop::Standby, inbound.datagrams().count() as u64);
+            continue;
+        }
         let snapshot = cache.load();
         ingress.classify(snapshot, &shared.drops, &inbound, &mut &shared.handshakes);
-        let now = clock::now();
         loop {
             let step = {
                 let sockets = shared.sockets.load();
@@ -187,20 +199,38 @@ async fn flush_tun(shared: &Shared, tun: &AsyncDevice, writer: &mut TunWriter) {
     }
 }
 
-/// Sends a handshake initiation to every peer of `snapshot` that has an endpoint, no session
-/// and no handshake in flight. Run after every applied change, so a restarted gateway (or a
+/// Which peers [`initiate_sessions`] initiates with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Initiate {
+    /// Those with an endpoint, no session and no handshake in flight: after an apply.
+    WithoutSession,
+    /// Every peer with an endpoint: after a promotion, when the remotes' sessions and
+    /// endpoints belong to the replica that was active before.
+    All,
+}
+
+/// Sends a handshake initiation to the peers of `snapshot` that `which` names, unless this
+/// replica is on standby. Run after every applied change, so a restarted gateway (or a
 /// re-applied state) reaches its peers in one round trip instead of waiting for the remote's
 /// rekey timer, which only fires when it has something to send and no answer for 5 s + jitter
-/// (15 s and more in practice). Peers with a session are left alone.
-pub(super) async fn initiate_sessions(shared: Arc<Shared>, snapshot: Arc<Snapshot>) {
+/// (15 s and more in practice); and after a promotion.
+pub(super) async fn initiate_sessions(
+    shared: Arc<Shared>,
+    snapshot: Arc<Snapshot>,
+    which: Initiate,
+) {
     // A handshake initiation is 148 bytes.
     let mut out = [0u8; 256];
     let mut sent = 0usize;
     for (_, slot) in snapshot.slots() {
+        let now = clock::now();
+        if !shared.role.is_active(now.mono_us) {
+            return;
+        }
         let initiated = {
             let sockets = shared.sockets.load();
             let mut sender = Sender::new(&sockets, &shared.drops);
-            timers::initiate_session(slot, clock::now(), &mut sender, &mut out)
+            timers::initiate_session(slot, now, &mut sender, &mut out, which == Initiate::All)
         };
         if !initiated {
             continue;
@@ -212,10 +242,7 @@ pub(super) async fn initiate_sessions(shared: Arc<Shared>, snapshot: Arc<Snapsho
         }
     }
     if sent > 0 {
-        tracing::debug!(
-            peers = sent,
-            "handshake initiated with peers without a session"
-        );
+        tracing::debug!(peers = sent, ?which, "handshakes initiated");
     }
 }
 
@@ -226,15 +253,26 @@ pub async fn timer_loop(shared: Arc<Shared>) {
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let mut out = vec![0u8; MAX_PACKET + OVERHEAD];
     let mut ticks: u64 = 0;
+    let mut was_active = true;
     loop {
         interval.tick().await;
         ticks = ticks.wrapping_add(1);
+        let now = clock::now();
+        // A standby keeps quiet: no keepalive, retry or rekey may move a remote to it.
+        let active = shared.role.is_active(now.mono_us);
+        if was_active && !active && shared.role.is_leased() {
+            tracing::info!("standby: the lease was not renewed in time");
+        }
+        was_active = active;
+        if !active {
+            continue;
+        }
         let snapshot = shared.snapshot.load_full();
         if ticks.is_multiple_of(RATE_LIMIT_RESET_TICKS) {
             timers::reset_rate_limiters(&snapshot);
         }
         let sockets = shared.sockets.load();
         let mut sender = Sender::new(&sockets, &shared.drops);
-        timers::tick(&snapshot, clock::now(), &mut sender, &mut out);
+        timers::tick(&snapshot, now, &mut sender, &mut out);
     }
 }

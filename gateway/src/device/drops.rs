@@ -31,11 +31,14 @@ pub enum DeviceDrop {
     UdpSend,
     /// A packet from the TUN device addressed to the connectivity probe prefix.
     ProbeAddress,
+    /// A packet or datagram read while this replica is on standby (another one holds the
+    /// gateway lease).
+    Standby,
 }
 
 impl DeviceDrop {
     /// Every reason, in counter order.
-    pub const ALL: [DeviceDrop; 12] = [
+    pub const ALL: [DeviceDrop; 13] = [
         DeviceDrop::InvalidDatagram,
         DeviceDrop::UnknownReceiver,
         DeviceDrop::UnknownInitiator,
@@ -48,6 +51,7 @@ impl DeviceDrop {
         DeviceDrop::TunWrite,
         DeviceDrop::UdpSend,
         DeviceDrop::ProbeAddress,
+        DeviceDrop::Standby,
     ];
 
     /// The snake_case metric label.
@@ -65,6 +69,7 @@ impl DeviceDrop {
             DeviceDrop::TunWrite => "tun_write",
             DeviceDrop::UdpSend => "udp_send",
             DeviceDrop::ProbeAddress => "probe_address",
+            DeviceDrop::Standby => "standby",
         }
     }
 }

@@ -30,6 +30,12 @@ fn run_worker(shared: &Weak<Shared>, queue: &HandshakeReceiver) {
         let Some(shared) = shared.upgrade() else {
             return;
         };
+        let now = clock::now();
+        // Answering would move the remote's endpoint to a standby.
+        if !shared.role.is_active(now.mono_us) {
+            shared.drops.device(super::drops::DeviceDrop::Standby);
+            continue;
+        }
         let snapshot = shared.snapshot.load();
         let sockets = shared.sockets.load();
         let mut sender = Sender::new(&sockets, &shared.drops);
@@ -41,7 +47,7 @@ fn run_worker(shared: &Weak<Shared>, queue: &HandshakeReceiver) {
             datagram,
             &mut out,
             &mut sender,
-            clock::now(),
+            now,
         );
     }
 }

@@ -18,6 +18,7 @@ mod plan;
 pub mod probe;
 mod resolve;
 mod retired;
+pub mod role;
 pub mod shared;
 pub mod snapshot;
 
@@ -32,6 +33,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use self::net::Sockets;
+use self::role::{Role, Transition};
 use self::shared::Shared;
 use self::snapshot::{PeerSlot, Snapshot};
 use crate::io::IoOptions;
@@ -177,6 +179,7 @@ impl Device {
             handshakes,
             stopped: watch::channel(false).0,
             tun_queues,
+            role: Role::default(),
         });
         handshake::spawn_worker(Arc::downgrade(&shared), handshake_queue)
             .map_err(DeviceError::Worker)?;
@@ -343,6 +346,7 @@ impl Device {
         tokio::spawn(datapath::initiate_sessions(
             Arc::clone(&self.shared),
             self.shared.snapshot.load_full(),
+            datapath::Initiate::WithoutSession,
         ));
         tracing::info!(
             generation,
@@ -423,9 +427,31 @@ impl Device {
         }
     }
 
+    /// Puts the gateway under its controller's lease: active for `active_for` from now (a
+    /// renewal), or on standby at once with zero (see [`role`]). A promotion initiates a
+    /// handshake with every peer, so that the remotes' endpoints move to this replica.
+    pub fn hold(&self, active_for: Duration) -> Transition {
+        let transition = self.shared.role.hold(active_for, crate::clock::mono_us());
+        if transition.promoted() {
+            tracing::info!(
+                active_for_ms = active_for.as_millis(),
+                "active: this replica holds the gateway lease; initiating with every peer"
+            );
+            tokio::spawn(datapath::initiate_sessions(
+                Arc::clone(&self.shared),
+                self.shared.snapshot.load_full(),
+                datapath::Initiate::All,
+            ));
+        } else if transition.was_active && !transition.active {
+            tracing::info!("standby: another replica carries the traffic");
+        }
+        transition
+    }
+
     /// A reading of the whole device for status reports.
     pub fn report(&self) -> DeviceReport {
         let snapshot = self.snapshot();
+        let now_us = crate::clock::mono_us();
         // During a rotation: the new public key, which a tunnel must use and have completed
         // a handshake with to count as moved.
         let rotating_to = snapshot
@@ -449,6 +475,9 @@ impl Device {
             drops: self.shared.drops.snapshot(),
             remap_rules: snapshot.remap.len(),
             host_errors: self.host_errors.lock().clone(),
+            active: self.shared.role.is_active(now_us),
+            active_remaining: self.shared.role.remaining(now_us),
+            promotions: self.shared.role.promotions(),
         }
     }
 }
@@ -494,6 +523,12 @@ pub struct DeviceReport {
     pub remap_rules: usize,
     /// Host configuration that failed and is being retried (see [`ApplyOutcome`]).
     pub host_errors: Vec<String>,
+    /// Whether this replica carries traffic (see [`role`]).
+    pub active: bool,
+    /// How long it stays active without a lease renewal; `None` for a gateway alone.
+    pub active_remaining: Option<Duration>,
+    /// How often it became active under a lease.
+    pub promotions: u64,
 }
 
 /// A status reading of one peer.

@@ -33,6 +33,10 @@ pub async fn prober_loop(shared: Arc<Shared>) {
             tokio::time::sleep(CONFIG_POLL).await;
             continue;
         };
+        if !shared.role.is_active(clock::mono_us()) {
+            tokio::time::sleep(CONFIG_POLL).await;
+            continue;
+        }
         let now = tokio::time::Instant::now();
         if now < next_round {
             tokio::time::sleep_until(next_round.min(now + CONFIG_POLL)).await;

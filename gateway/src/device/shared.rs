@@ -9,6 +9,7 @@ use arc_swap::{ArcSwap, Cache};
 use super::drops::Drops;
 use super::handshake_queue::HandshakeQueue;
 use super::net::Sockets;
+use super::role::Role;
 use super::snapshot::Snapshot;
 use crate::io::IoOptions;
 
@@ -28,6 +29,8 @@ pub struct Shared {
     /// Every queue of the TUN device, at least one: one per [`IoOptions::queues`], each
     /// read by its own egress task.
     pub tun_queues: Vec<Arc<tun_rs::AsyncDevice>>,
+    /// Whether this replica carries traffic now (see [`super::role`]).
+    pub role: Role,
 }
 
 impl Shared {

@@ -507,12 +507,32 @@ fn initiation_after_apply_only_without_a_session() {
     let mut wire = Wire::default();
     let mut out = [0u8; 256];
     let (_, slot) = a.snapshot.slots().next().expect("a peer");
-    assert!(timers::initiate_session(slot, now, &mut wire, &mut out));
+    assert!(timers::initiate_session(slot, now, &mut wire, &mut out, false));
     assert_eq!(wire.0.len(), 1);
     assert_eq!(wire.0[0].0, sb.address);
     let (a, _b, _) = connected(0, now);
     let (_, slot) = a.snapshot.slots().next().expect("a peer");
-    assert!(!timers::initiate_session(slot, now, &mut wire, &mut out));
+    assert!(!timers::initiate_session(slot, now, &mut wire, &mut out, false));
+}
+
+#[test]
+fn a_promoted_replica_initiates_despite_a_session_and_the_remote_roams_to_it() {
+    let now = at(1_000_000);
+    let (a, mut b, _) = connected(0, now);
+    let mut wire = Wire::default();
+    let mut out = [0u8; 256];
+    let (_, slot) = a.snapshot.slots().next().expect("a peer");
+    assert!(
+        timers::initiate_session(slot, now, &mut wire, &mut out, true),
+        "forced although a session exists"
+    );
+    // The same key and state, another node's address: a standby that took over.
+    let replica: SocketAddr = "192.0.2.99:51820".parse().expect("address");
+    assert_ne!(b.peer().endpoint(), Some(replica));
+    let received = b.receive(replica, &payloads(&wire.0), at(1_000_050));
+    assert_eq!(received.replies.len(), 1, "the initiation is answered");
+    assert_eq!(received.replies[0].0, replica, "towards the replica");
+    assert_eq!(b.peer().endpoint(), Some(replica), "the remote roamed");
 }
 
 #[test]

@@ -56,12 +56,14 @@ pub fn reset_rate_limiters(snapshot: &Snapshot) {
 }
 
 /// Sends a handshake initiation to `slot`'s peer if it has an endpoint, no session and no
-/// handshake in flight; true when one was sent. `out` must hold 148 bytes.
+/// handshake in flight, or with `force` whenever it has an endpoint; true when one was sent.
+/// `out` must hold 148 bytes.
 pub fn initiate_session(
     slot: &PeerSlot,
     now: Now,
     transmit: &mut impl Transmit,
     out: &mut [u8],
+    force: bool,
 ) -> bool {
     let Some(peer) = &slot.runtime else {
         return false;
@@ -72,10 +74,10 @@ pub fn initiate_session(
     let length = {
         let mut cell = peer.tunn.lock();
         let tunn = cell.0.get();
-        if tunn.stats().0.is_some() {
+        if !force && tunn.stats().0.is_some() {
             return false;
         }
-        match tunn.format_handshake_initiation(out, false) {
+        match tunn.format_handshake_initiation(out, force) {
             TunnResult::WriteToNetwork(datagram) => datagram.len(),
             _ => return false,
         }

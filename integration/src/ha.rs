@@ -1,0 +1,916 @@
+//! Replicated gateways on a real API server, in network namespaces: what `kubetun-lab ha`
+//! runs and `tests/gateway_ha.rs` measures.
+//!
+//! Cluster A has three nodes on one L2 (100.64.10.0/24), each with a slice of the pod CIDR
+//! 10.1.0.0/16 and the routes a CNI would give it; a pod sits behind node 3. Nodes 1 and 2
+//! each run a gateway replica (`kubetun-gateway --standby`) with its controller beside it
+//! (`kubetun-controller --replica`), each with its own underlay address; every node runs the
+//! route agent following the gateway Lease. The controllers and agents reach A's API server
+//! through a relay that listens on the node's own loopback, the way a node's processes reach
+//! their API server, so cutting a node off cuts its control plane too.
+//!
+//! Cluster B is one gateway (the remote side) configured once over gRPC with replica 1 or 2
+//! as its peer's endpoint; it is never touched again: a failover must need nothing from it.
+//! A 20 ms ping train from B to A's pod measures each outage.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead as _, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kubetun_controller::cluster_info::ClusterInfo;
+use kubetun_controller::connector::{MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL};
+use kubetun_controller::gateway_api::{self, StatusResponse};
+use kubetun_controller::gateway_client::GatewayClient;
+use kubetun_controller::ha::DEFAULT_LEASE_NAME;
+use kubetun_controller::keys::GatewayKey;
+use kubetun_controller::planner::{
+    PEER_LABEL, ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE, local_config_name, remote_config_name,
+};
+use kubetun_crds::{ClusterRef, CidrMapping, Endpoint, NetworkConfig, NetworkConfigStatus};
+use kubetun_testenv::{Assets, TestCluster};
+
+use crate::lab::apiserver::{NAMESPACE, apply_manifests, wait_crds_served};
+use crate::netns::{Netns, NsChild, bin_path, command_in, run_in_named, veth};
+
+/// The manifests a user applies, less the gateway Deployment the lab replaces.
+const MANIFESTS: [&str; 4] = [
+    include_str!("../../deploy/namespace.yaml"),
+    include_str!("../../deploy/crds/kubetun.yaml"),
+    include_str!("../../deploy/rbac.yaml"),
+    include_str!("../../deploy/agent/rbac.yaml"),
+];
+const FIELD_MANAGER: &str = "kubetun-lab";
+const PORT: u16 = 51820;
+const A_POD_CIDR: &str = "10.1.0.0/16";
+const B_POD_CIDR: &str = "10.2.0.0/16";
+/// The pod behind node 3 the ping train reaches.
+pub const POD: &str = "10.1.3.10";
+/// B's address, the ping train's source.
+pub const REMOTE: &str = "10.2.0.1";
+const GATEWAY_IF: &str = "kt-a";
+/// How long bring-up steps may take.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Why the HA lab failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HaError {
+    #[error("API server: {0}")]
+    Testenv(#[from] kubetun_testenv::Error),
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Netns(#[from] crate::netns::NetnsError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Step(String),
+}
+
+/// How a gateway node fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// `kill -9` of the node's gateway, controller and route agent.
+    Kill,
+    /// The node's links go down and its control-plane relay closes: everything on it runs
+    /// on, unreachable.
+    Cut,
+    /// The node's controller freezes (SIGSTOP) while its gateway runs on, connected: only
+    /// the gateway's own lease deadline stops it.
+    Freeze,
+}
+
+/// One node's name, namespace and addresses.
+#[derive(Debug, Clone)]
+struct NodeSpecLab {
+    name: String,
+    ns: String,
+    l2: String,
+    underlay: Option<String>,
+    pod_cidr: String,
+}
+
+/// A gateway replica's processes.
+#[derive(Debug, Default)]
+struct ReplicaProcs {
+    gateway: Option<NsChild>,
+    controller: Option<NsChild>,
+}
+
+/// The running HA lab; [`HaLab::down`] (or drop) removes it.
+pub struct HaLab {
+    dir: PathBuf,
+    cluster: TestCluster,
+    nodes: Vec<NodeSpecLab>,
+    replicas: [ReplicaProcs; 2],
+    agents: Vec<Option<NsChild>>,
+    relays: Vec<Relay>,
+    remote: Option<NsChild>,
+    controller_kubeconfig: PathBuf,
+    agent_kubeconfig: PathBuf,
+    /// Last: deleted after every process in them stopped.
+    namespaces: Vec<Netns>,
+}
+
+impl std::fmt::Debug for HaLab {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HaLab").field("dir", &self.dir).finish_non_exhaustive()
+    }
+}
+
+impl HaLab {
+    /// Builds the namespaces, starts A's API server, replicas, agents and B, and waits until
+    /// the ping train's path works.
+    pub async fn up(assets: &Assets, dir: &Path, prefix: &str) -> Result<Self, HaError> {
+        std::fs::create_dir_all(dir)?;
+        let nodes: Vec<NodeSpecLab> = (1..=3)
+            .map(|i| NodeSpecLab {
+                name: format!("node-{i}"),
+                ns: format!("{prefix}-n{i}"),
+                l2: format!("100.64.10.{i}"),
+                underlay: (i <= 2).then(|| format!("198.18.10.{}", 10 + i)),
+                pod_cidr: format!("10.1.{i}.0/24"),
+            })
+            .collect();
+        let cluster = TestCluster::start(assets, &format!("{prefix}-a")).await?;
+        let mut lab = Self {
+            dir: dir.to_owned(),
+            cluster,
+            nodes,
+            replicas: Default::default(),
+            agents: Vec::new(),
+            relays: Vec::new(),
+            remote: None,
+            controller_kubeconfig: PathBuf::new(),
+            agent_kubeconfig: PathBuf::new(),
+            namespaces: Vec::new(),
+        };
+        lab.build_network(prefix)?;
+        lab.install().await?;
+        let port = api_port(&lab.cluster)?;
+        for node in &lab.nodes {
+            lab.relays.push(Relay::start(&node.ns, port)?);
+        }
+        lab.create_nodes().await?;
+        // Replica 1 first, so it is the first holder; then the standby.
+        lab.start_replica(0)?;
+        let first = lab.wait_holder(None, SETUP_TIMEOUT).await?;
+        lab.start_replica(1)?;
+        for index in 0..lab.nodes.len() {
+            lab.start_agent(index)?;
+        }
+        lab.link_remote(first).await?;
+        lab.wait_path(SETUP_TIMEOUT)?;
+        Ok(lab)
+    }
+
+    /// The lab's directory (logs, sockets, kubeconfigs).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A's admin kubeconfig.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.cluster.kubeconfig_path()
+    }
+
+    /// The namespace B's gateway (and the ping train) runs in.
+    pub fn remote_ns(&self) -> String {
+        self.remote_ns_name()
+    }
+
+    fn remote_ns_name(&self) -> String {
+        self.namespaces
+            .iter()
+            .map(Netns::name)
+            .find(|n| n.ends_with("-b"))
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// The replica (0 or 1) the Lease names, if any.
+    pub async fn holder(&self) -> Result<Option<usize>, HaError> {
+        let leases: Api<Lease> = Api::namespaced(self.cluster.client().await?, NAMESPACE);
+        let holder = leases
+            .get_opt(DEFAULT_LEASE_NAME)
+            .await?
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity);
+        Ok(holder.and_then(|h| self.nodes.iter().position(|n| n.name == h)))
+    }
+
+    /// Waits until the Lease names a replica other than `other`.
+    pub async fn wait_holder(
+        &self,
+        other: Option<usize>,
+        timeout: Duration,
+    ) -> Result<usize, HaError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(holder) = self.holder().await.ok().flatten()
+                && Some(holder) != other
+            {
+                return Ok(holder);
+            }
+            if Instant::now() > deadline {
+                return Err(HaError::Step(format!(
+                    "no replica took the gateway lease within {timeout:?}; logs in {}",
+                    self.dir.display()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The gateway status of replica `replica` (0 or 1).
+    pub async fn gateway_status(&self, replica: usize) -> Option<StatusResponse> {
+        GatewayClient::with_timeout(self.socket(replica), Duration::from_secs(2))
+            .status()
+            .await
+            .ok()
+    }
+
+    /// Fails the node of replica `replica`.
+    pub fn fail(&mut self, replica: usize, failure: Failure) -> Result<(), HaError> {
+        let node = self.nodes[replica].clone();
+        match failure {
+            Failure::Kill => {
+                let procs = &mut self.replicas[replica];
+                for child in [procs.gateway.as_mut(), procs.controller.as_mut()]
+                    .into_iter()
+                    .flatten()
+                    .chain(self.agents[replica].as_mut())
+                {
+                    let _ = child.kill_hard();
+                }
+            }
+            Failure::Cut => {
+                for link in ["l2", "ul"] {
+                    crate::netns::exec_in(&node.ns, &["ip", "link", "set", link, "down"])?;
+                }
+                self.relays[replica].cut();
+            }
+            Failure::Freeze => {
+                if let Some(controller) = &self.replicas[replica].controller {
+                    signal(controller.pid(), nix::sys::signal::Signal::SIGSTOP);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Brings the node of replica `replica` back after `failure`: links up, relay open,
+    /// processes running (restarted where they died, as the kubelet would).
+    pub fn restore(&mut self, replica: usize, failure: Failure) -> Result<(), HaError> {
+        let node = self.nodes[replica].clone();
+        match failure {
+            Failure::Kill => {}
+            Failure::Cut => {
+                for link in ["l2", "ul"] {
+                    crate::netns::exec_in(&node.ns, &["ip", "link", "set", link, "up"])?;
+                }
+                // The routes over the L2 went down with it.
+                for other in self.nodes.iter().filter(|o| o.name != node.name) {
+                    crate::netns::exec_in(
+                        &node.ns,
+                        &["ip", "route", "replace", &other.pod_cidr, "via", &other.l2],
+                    )?;
+                }
+                self.relays[replica].resume();
+            }
+            Failure::Freeze => {
+                if let Some(controller) = &self.replicas[replica].controller {
+                    signal(controller.pid(), nix::sys::signal::Signal::SIGCONT);
+                }
+            }
+        }
+        self.start_replica(replica)?;
+        if self.agents[replica]
+            .as_mut()
+            .is_none_or(|agent| !agent.is_running())
+        {
+            self.start_agent(replica)?;
+        }
+        Ok(())
+    }
+
+    /// Whether replica `replica`'s controller process runs.
+    pub fn controller_running(&mut self, replica: usize) -> bool {
+        self.replicas[replica]
+            .controller
+            .as_mut()
+            .is_some_and(NsChild::is_running)
+    }
+
+    /// Waits until both gateways answer and run the same state version, one active and one
+    /// on standby, the active one the Lease holder.
+    pub async fn wait_settled(&self, timeout: Duration) -> Result<usize, HaError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let holder = self.holder().await.ok().flatten();
+            let (a, b) = (self.gateway_status(0).await, self.gateway_status(1).await);
+            if let (Some(holder), Some(a), Some(b)) = (holder, &a, &b) {
+                let active = [a.active, b.active];
+                if a.version == b.version
+                    && !a.version.is_empty()
+                    && active[holder]
+                    && !active[1 - holder]
+                {
+                    return Ok(holder);
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(HaError::Step(format!(
+                    "the replicas did not settle within {timeout:?} (holder {holder:?}, active {:?}/{:?}, versions {:?}/{:?}); logs in {}",
+                    a.as_ref().map(|s| s.active),
+                    b.as_ref().map(|s| s.active),
+                    a.as_ref().map(|s| s.version.clone()),
+                    b.as_ref().map(|s| s.version.clone()),
+                    self.dir.display()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// A ping train from B to A's pod, one every 20 ms.
+    pub fn ping_train(&self) -> Result<PingTrain, HaError> {
+        PingTrain::start(&self.remote_ns_name(), REMOTE, POD)
+    }
+
+    /// Stops every process and removes namespaces and the API server.
+    pub fn down(self) {
+        drop(self);
+    }
+
+    fn socket(&self, replica: usize) -> PathBuf {
+        self.dir.join(format!("gateway-{}.grpc.sock", replica + 1))
+    }
+
+    fn build_network(&mut self, prefix: &str) -> Result<(), HaError> {
+        let underlay = Netns::new(&format!("{prefix}-u"))?;
+        let l2 = Netns::new(&format!("{prefix}-l"))?;
+        for switch in [&underlay, &l2] {
+            switch.exec(&["ip", "link", "add", "br0", "type", "bridge"])?;
+            switch.exec(&["ip", "link", "set", "br0", "up"])?;
+        }
+        let pod = Netns::new(&format!("{prefix}-p"))?;
+        let remote = Netns::new(&format!("{prefix}-b"))?;
+        let mut namespaces = vec![underlay, l2];
+        for (index, node) in self.nodes.iter().enumerate() {
+            let ns = Netns::new(&node.ns)?;
+            for key in [
+                "net.ipv4.ip_forward=1",
+                "net.ipv4.conf.all.rp_filter=0",
+                "net.ipv4.conf.default.rp_filter=0",
+            ] {
+                ns.exec(&["sysctl", "-qw", key])?;
+            }
+            let port = format!("n{}", index + 1);
+            veth(&ns, "l2", &namespaces[1], &port)?;
+            namespaces[1].exec(&["ip", "link", "set", &port, "master", "br0"])?;
+            ns.exec(&["ip", "addr", "add", &format!("{}/24", node.l2), "dev", "l2"])?;
+            if let Some(address) = &node.underlay {
+                let port = format!("u{}", index + 1);
+                veth(&ns, "ul", &namespaces[0], &port)?;
+                namespaces[0].exec(&["ip", "link", "set", &port, "master", "br0"])?;
+                ns.exec(&["ip", "addr", "add", &format!("{address}/24"), "dev", "ul"])?;
+            }
+            // What the CNI gives every node: the other nodes' pod slices over the L2.
+            for other in self.nodes.iter().filter(|o| o.name != node.name) {
+                ns.exec(&["ip", "route", "add", &other.pod_cidr, "via", &other.l2])?;
+            }
+            namespaces.push(ns);
+        }
+        // The pod behind node 3.
+        let node3 = &namespaces[4];
+        veth(node3, "pod0", &pod, "eth0")?;
+        node3.exec(&["ip", "addr", "add", "10.1.3.1/24", "dev", "pod0"])?;
+        pod.exec(&["ip", "addr", "add", &format!("{POD}/24"), "dev", "eth0"])?;
+        pod.exec(&["ip", "route", "add", "default", "via", "10.1.3.1"])?;
+        // B on the underlay.
+        veth(&remote, "ul", &namespaces[0], "ub")?;
+        namespaces[0].exec(&["ip", "link", "set", "ub", "master", "br0"])?;
+        remote.exec(&["ip", "addr", "add", "198.18.10.2/24", "dev", "ul"])?;
+        namespaces.push(pod);
+        namespaces.push(remote);
+        self.namespaces = namespaces;
+        Ok(())
+    }
+
+    async fn install(&mut self) -> Result<(), HaError> {
+        let client = self.cluster.client().await?;
+        for manifest in MANIFESTS {
+            apply_manifests(&client, manifest)
+                .await
+                .map_err(|e| HaError::Step(format!("cannot apply the manifests: {e}")))?;
+        }
+        wait_crds_served(&client).await?;
+        self.controller_kubeconfig = self
+            .cluster
+            .service_account_kubeconfig(NAMESPACE, "kubetun-controller")
+            .await?;
+        self.agent_kubeconfig = self
+            .cluster
+            .service_account_kubeconfig(NAMESPACE, "kubetun-route-agent")
+            .await?;
+        Ok(())
+    }
+
+    /// The Node objects the agents read (no kubelet registers them here).
+    async fn create_nodes(&self) -> Result<(), HaError> {
+        let nodes: Api<Node> = Api::all(self.cluster.client().await?);
+        for node in &self.nodes {
+            let object = Node {
+                metadata: ObjectMeta {
+                    name: Some(node.name.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(NodeSpec {
+                    pod_cidr: Some(node.pod_cidr.clone()),
+                    pod_cidrs: Some(vec![node.pod_cidr.clone()]),
+                    ..NodeSpec::default()
+                }),
+                status: None,
+            };
+            nodes.create(&PostParams::default(), &object).await?;
+            let status = NodeStatus {
+                addresses: Some(vec![NodeAddress {
+                    type_: "InternalIP".to_owned(),
+                    address: node.l2.clone(),
+                }]),
+                ..NodeStatus::default()
+            };
+            nodes
+                .patch_status(
+                    &node.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({ "status": status })),
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    fn log(&self, name: &str) -> Result<std::fs::File, HaError> {
+        Ok(std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(name))?)
+    }
+
+    /// Starts what of replica `replica` is not running: its gateway (standby) and controller.
+    fn start_replica(&mut self, replica: usize) -> Result<(), HaError> {
+        let node = self.nodes[replica].clone();
+        let socket = self.socket(replica);
+        let uapi_dir = self.dir.join(format!("uapi-{}", replica + 1));
+        std::fs::create_dir_all(&uapi_dir)?;
+        let gateway_running = self.replicas[replica]
+            .gateway
+            .as_mut()
+            .is_some_and(NsChild::is_running);
+        if !gateway_running {
+            let _ = std::fs::remove_file(&socket);
+            let mut cmd = command_in(&node.ns, &bin_path("kubetun-gateway").to_string_lossy());
+            cmd.args(["-f", "--standby", "--grpc-socket"])
+                .arg(&socket)
+                .arg("--uapi-dir")
+                .arg(&uapi_dir)
+                .arg(GATEWAY_IF)
+                .env("RUST_LOG", "info")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(self.log(&format!("gateway-{}.log", replica + 1))?);
+            self.replicas[replica].gateway = Some(NsChild::spawn(&mut cmd)?);
+            if !crate::netns::wait_for_path(&socket, Duration::from_secs(20)) {
+                return Err(HaError::Step(format!(
+                    "gateway {} did not open its socket",
+                    replica + 1
+                )));
+            }
+        }
+        if !self.controller_running(replica) {
+            let underlay = node.underlay.clone().unwrap_or_default();
+            let mut cmd =
+                command_in(&node.ns, &bin_path("kubetun-controller").to_string_lossy());
+            cmd.arg("--kubeconfig")
+                .arg(&self.controller_kubeconfig)
+                .args(["--cluster-id", "a", "--pod-cidr", A_POD_CIDR])
+                .args(["--endpoint-address", &underlay])
+                .args(["--endpoint-port", &PORT.to_string()])
+                .arg("--gateway-socket")
+                .arg(&socket)
+                .args(["--manage-routes", "--replica", &node.name])
+                .args(["--node-ip", &node.l2])
+                .env("RUST_LOG", "info")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(self.log(&format!("controller-{}.log", replica + 1))?);
+            self.replicas[replica].controller = Some(NsChild::spawn(&mut cmd)?);
+        }
+        Ok(())
+    }
+
+    fn start_agent(&mut self, index: usize) -> Result<(), HaError> {
+        let node = self.nodes[index].clone();
+        let mut cmd = command_in(&node.ns, &bin_path("kubetun-controller").to_string_lossy());
+        cmd.arg("agent")
+            .arg("--kubeconfig")
+            .arg(&self.agent_kubeconfig)
+            .args(["--node-name", &node.name])
+            .args(["--gateway-lease", DEFAULT_LEASE_NAME])
+            .args(["--attachment", "direct"])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(self.log(&format!("agent-{}.log", index + 1))?);
+        let child = NsChild::spawn(&mut cmd)?;
+        if self.agents.len() <= index {
+            self.agents.resize_with(index + 1, || None);
+        }
+        self.agents[index] = Some(child);
+        Ok(())
+    }
+
+    /// Writes B's objects into A as the connector would, and configures B's gateway with
+    /// replica `holder` as its peer's endpoint.
+    async fn link_remote(&mut self, holder: usize) -> Result<(), HaError> {
+        let client = self.cluster.client().await?;
+        let deadline = Instant::now() + SETUP_TIMEOUT;
+        let a = loop {
+            match ClusterInfo::load(&client, NAMESPACE).await {
+                Ok(info) => break info,
+                Err(_) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(error) => return Err(HaError::Step(format!("A published no cluster info: {error}"))),
+            }
+        };
+        let key = GatewayKey::generate();
+        let b = ClusterInfo {
+            cluster: ClusterRef {
+                id: "b".to_owned(),
+                name: "b".to_owned(),
+            },
+            pod_cidrs: vec![B_POD_CIDR.parse().expect("CIDR")],
+            external_cidrs: Vec::new(),
+            service_cidrs: Vec::new(),
+            endpoint: Endpoint {
+                address: "198.18.10.2".to_owned(),
+                port: PORT,
+            },
+            public_key: key.public_base64().to_owned(),
+            mtu: 1420,
+        };
+        let configs: Api<NetworkConfig> = Api::namespaced(client.clone(), NAMESPACE);
+        let apply = PatchParams::apply(FIELD_MANAGER).force();
+        let ours = connector_config(&local_config_name("b"), ROLE_LOCAL, a.network_config_for(&b.cluster));
+        let written = configs
+            .patch(&local_config_name("b"), &apply, &Patch::Apply(&ours))
+            .await?;
+        let theirs = connector_config(&remote_config_name("b"), ROLE_REMOTE, b.network_config_for(&a.cluster));
+        configs
+            .patch(&remote_config_name("b"), &apply, &Patch::Apply(&theirs))
+            .await?;
+        // B's controller would report A's CIDRs as unremapped (no overlap).
+        let same = |cidrs: &[ipnet::IpNet]| -> Vec<CidrMapping> {
+            cidrs
+                .iter()
+                .map(|c| CidrMapping {
+                    real: c.to_string(),
+                    view: c.to_string(),
+                })
+                .collect()
+        };
+        let status = NetworkConfigStatus {
+            observed_generation: written.metadata.generation,
+            processed: true,
+            pod_cidrs: same(&a.pod_cidrs),
+            ..NetworkConfigStatus::default()
+        };
+        configs
+            .patch_status(
+                &local_config_name("b"),
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({ "status": status })),
+            )
+            .await?;
+
+        let remote_ns = self.remote_ns_name();
+        let socket = self.dir.join("remote.grpc.sock");
+        let _ = std::fs::remove_file(&socket);
+        let mut cmd = command_in(&remote_ns, &bin_path("kubetun-gateway").to_string_lossy());
+        cmd.args(["-f", "--grpc-socket"])
+            .arg(&socket)
+            .arg("--uapi-dir")
+            .arg(self.dir.join("uapi-b"))
+            .arg("kt-b")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(self.log("gateway-b.log")?);
+        self.remote = Some(NsChild::spawn(&mut cmd)?);
+        if !crate::netns::wait_for_path(&socket, Duration::from_secs(20)) {
+            return Err(HaError::Step("B's gateway did not open its socket".into()));
+        }
+        let endpoint: SocketAddr = format!(
+            "{}:{PORT}",
+            self.nodes[holder].underlay.as_deref().unwrap_or_default()
+        )
+        .parse()
+        .map_err(|_| HaError::Step("bad endpoint".into()))?;
+        let state = gateway_api::DesiredState {
+            version: "b-1".to_owned(),
+            interface: Some(gateway_api::Interface {
+                private_key: key.private_base64(),
+                listen_port: u32::from(PORT),
+                mtu: 1420,
+                addresses: vec![format!("{REMOTE}/32")],
+                local_prefixes: vec![B_POD_CIDR.to_owned()],
+                manage_routes: true,
+                ..gateway_api::Interface::default()
+            }),
+            peers: vec![gateway_api::Peer {
+                public_key: a.public_key.clone(),
+                name: "a".to_owned(),
+                endpoint: endpoint.to_string(),
+                routes: vec![gateway_api::Route {
+                    real: A_POD_CIDR.to_owned(),
+                    view: A_POD_CIDR.to_owned(),
+                }],
+                ..gateway_api::Peer::default()
+            }],
+        };
+        GatewayClient::new(&socket)
+            .apply(state)
+            .await
+            .map_err(|e| HaError::Step(format!("cannot configure B's gateway: {e}")))?;
+        Ok(())
+    }
+
+    /// Waits until B reaches A's pod.
+    fn wait_path(&self, timeout: Duration) -> Result<(), HaError> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if crate::netns::ping_from(&self.remote_ns_name(), POD, 1) {
+                return Ok(());
+            }
+        }
+        Err(HaError::Step(format!(
+            "B cannot reach A's pod {POD} within {timeout:?}; logs in {}",
+            self.dir.display()
+        )))
+    }
+}
+
+impl Drop for HaLab {
+    fn drop(&mut self) {
+        // Processes first (their namespaces go with `namespaces`), then the relays.
+        self.remote = None;
+        self.agents.clear();
+        for replica in &mut self.replicas {
+            if let Some(controller) = &replica.controller {
+                // A frozen controller would not see the SIGTERM.
+                signal(controller.pid(), nix::sys::signal::Signal::SIGCONT);
+            }
+            replica.controller = None;
+            replica.gateway = None;
+        }
+        self.relays.clear();
+    }
+}
+
+fn connector_config(
+    name: &str,
+    role: &str,
+    spec: kubetun_crds::NetworkConfigSpec,
+) -> NetworkConfig {
+    NetworkConfig {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(NAMESPACE.to_owned()),
+            labels: Some(BTreeMap::from([
+                (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_CONNECTOR.to_owned()),
+                (ROLE_LABEL.to_owned(), role.to_owned()),
+                (PEER_LABEL.to_owned(), "b".to_owned()),
+            ])),
+            ..ObjectMeta::default()
+        },
+        spec,
+        status: None,
+    }
+}
+
+fn signal(pid: u32, signal: nix::sys::signal::Signal) {
+    if let Ok(pid) = i32::try_from(pid) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
+    }
+}
+
+fn api_port(cluster: &TestCluster) -> Result<u16, HaError> {
+    cluster
+        .apiserver_url()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| HaError::Step("the API server URL has no port".into()))
+}
+
+/// Forwards connections to `127.0.0.1:port` inside a node's namespace to the API server on
+/// the host's loopback. The listener is opened inside the namespace; the upstream
+/// connections are made from the relay's own thread, which stays in the host's namespace.
+struct Relay {
+    ns: String,
+    port: u16,
+    stop: Option<tokio::sync::watch::Sender<bool>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Relay {
+    fn start(ns: &str, port: u16) -> Result<Self, HaError> {
+        let mut relay = Self {
+            ns: ns.to_owned(),
+            port,
+            stop: None,
+            thread: None,
+        };
+        relay.resume_checked()?;
+        Ok(relay)
+    }
+
+    fn resume_checked(&mut self) -> Result<(), HaError> {
+        let port = self.port;
+        let listener = run_in_named(&self.ns, move || {
+            std::net::TcpListener::bind(("127.0.0.1", port))
+        })??;
+        listener.set_nonblocking(true)?;
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let thread = std::thread::Builder::new()
+            .name(format!("relay-{}", self.ns))
+            .spawn(move || {
+                let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                else {
+                    return;
+                };
+                runtime.block_on(async move {
+                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                        return;
+                    };
+                    let mut connections = tokio::task::JoinSet::new();
+                    loop {
+                        tokio::select! {
+                            _ = stopped.changed() => break,
+                            accepted = listener.accept() => {
+                                let Ok((mut inbound, _)) = accepted else { continue };
+                                connections.spawn(async move {
+                                    if let Ok(mut upstream) =
+                                        tokio::net::TcpStream::connect(("127.0.0.1", port)).await
+                                    {
+                                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut upstream).await;
+                                    }
+                                });
+                            }
+                        }
+                    }
+                    // Dropping the set aborts every relayed connection: a cut is a cut.
+                    connections.abort_all();
+                });
+            })?;
+        self.stop = Some(stop);
+        self.thread = Some(thread);
+        Ok(())
+    }
+
+    /// Closes the listener and every relayed connection.
+    fn cut(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(true);
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+
+    fn resume(&mut self) {
+        if self.stop.is_none()
+            && let Err(error) = self.resume_checked()
+        {
+            tracing::warn!(%error, ns = self.ns, "cannot reopen the API relay");
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.cut();
+    }
+}
+
+/// `ping -D` every 20 ms; the replies' timestamps, read as they come.
+#[derive(Debug)]
+pub struct PingTrain {
+    child: Child,
+    replies: Arc<Mutex<Vec<f64>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl PingTrain {
+    fn start(ns: &str, source: &str, target: &str) -> Result<Self, HaError> {
+        let mut child = command_in(ns, "ping")
+            .args(["-n", "-D", "-i", "0.02", "-W", "1", "-w", "600", "-I", source, target])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| HaError::Step("ping has no stdout".into()))?;
+        let replies = Arc::new(Mutex::new(Vec::new()));
+        let sink = replies.clone();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(time) = reply_time(&line) {
+                    sink.lock().unwrap_or_else(PoisonError::into_inner).push(time);
+                }
+            }
+        });
+        Ok(Self {
+            child,
+            replies,
+            reader: Some(reader),
+        })
+    }
+
+    /// The longest time without a reply between `from` and `to` (Unix seconds), counting
+    /// the edges of the window; `None` when no reply came after `from` at all.
+    pub fn longest_gap(&self, from: f64, to: f64) -> Option<f64> {
+        let replies = self.replies.lock().unwrap_or_else(PoisonError::into_inner);
+        let last_before = replies.iter().rev().find(|t| **t <= from).copied();
+        let within: Vec<f64> = replies
+            .iter()
+            .copied()
+            .filter(|t| *t > from && *t <= to)
+            .collect();
+        within.first()?;
+        let mut previous = last_before.unwrap_or(from);
+        let mut longest: f64 = 0.0;
+        for t in within {
+            longest = longest.max(t - previous);
+            previous = t;
+        }
+        Some(longest)
+    }
+
+    /// Replies received so far.
+    pub fn replies(&self) -> usize {
+        self.replies.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+}
+
+impl Drop for PingTrain {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+    }
+}
+
+/// Now, in Unix seconds (what `ping -D` prints).
+pub fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The timestamp of a `ping -D` reply line: `[1732550000.123456] 64 bytes from ...`.
+fn reply_time(line: &str) -> Option<f64> {
+    if !line.contains("bytes from") {
+        return None;
+    }
+    line.strip_prefix('[')?.split(']').next()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reply_lines_are_parsed_and_the_rest_ignored() {
+        assert_eq!(
+            reply_time("[1732550000.123456] 64 bytes from 10.1.3.10: icmp_seq=1 ttl=62 time=0.3 ms"),
+            Some(1_732_550_000.123_456)
+        );
+        assert_eq!(reply_time("PING 10.1.3.10 (10.1.3.10) from 10.2.0.1"), None);
+        assert_eq!(reply_time("[1732550000.1] no answer yet for icmp_seq=3"), None);
+    }
+}
