@@ -19,8 +19,7 @@ use tonic::{Request, Response, Status};
 use crate::gateway_api::gateway_server::{Gateway, GatewayServer};
 use crate::gateway_api::{
     ApplyRequest, ApplyResponse, ConnectionState, DesiredState, HoldRequest, HoldResponse,
-    PeerStatus, StatusRequest,
-    StatusResponse, WatchRequest,
+    PeerStatus, StatusRequest, StatusResponse, WatchRequest,
 };
 
 #[derive(Debug, Default)]

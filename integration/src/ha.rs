@@ -33,7 +33,7 @@ use kubetun_controller::keys::GatewayKey;
 use kubetun_controller::planner::{
     PEER_LABEL, ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE, local_config_name, remote_config_name,
 };
-use kubetun_crds::{ClusterRef, CidrMapping, Endpoint, NetworkConfig, NetworkConfigStatus};
+use kubetun_crds::{CidrMapping, ClusterRef, Endpoint, NetworkConfig, NetworkConfigStatus};
 use kubetun_testenv::{Assets, TestCluster};
 
 use crate::lab::apiserver::{NAMESPACE, apply_manifests, wait_crds_served};
@@ -120,7 +120,9 @@ pub struct HaLab {
 
 impl std::fmt::Debug for HaLab {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HaLab").field("dir", &self.dir).finish_non_exhaustive()
+        f.debug_struct("HaLab")
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
     }
 }
 
@@ -497,8 +499,7 @@ impl HaLab {
         }
         if !self.controller_running(replica) {
             let underlay = node.underlay.clone().unwrap_or_default();
-            let mut cmd =
-                command_in(&node.ns, &bin_path("kubetun-controller").to_string_lossy());
+            let mut cmd = command_in(&node.ns, &bin_path("kubetun-controller").to_string_lossy());
             cmd.arg("--kubeconfig")
                 .arg(&self.controller_kubeconfig)
                 .args(["--cluster-id", "a", "--pod-cidr", A_POD_CIDR])
@@ -549,7 +550,11 @@ impl HaLab {
                 Err(_) if Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                Err(error) => return Err(HaError::Step(format!("A published no cluster info: {error}"))),
+                Err(error) => {
+                    return Err(HaError::Step(format!(
+                        "A published no cluster info: {error}"
+                    )));
+                }
             }
         };
         let key = GatewayKey::generate();
@@ -570,11 +575,19 @@ impl HaLab {
         };
         let configs: Api<NetworkConfig> = Api::namespaced(client.clone(), NAMESPACE);
         let apply = PatchParams::apply(FIELD_MANAGER).force();
-        let ours = connector_config(&local_config_name("b"), ROLE_LOCAL, a.network_config_for(&b.cluster));
+        let ours = connector_config(
+            &local_config_name("b"),
+            ROLE_LOCAL,
+            a.network_config_for(&b.cluster),
+        );
         let written = configs
             .patch(&local_config_name("b"), &apply, &Patch::Apply(&ours))
             .await?;
-        let theirs = connector_config(&remote_config_name("b"), ROLE_REMOTE, b.network_config_for(&a.cluster));
+        let theirs = connector_config(
+            &remote_config_name("b"),
+            ROLE_REMOTE,
+            b.network_config_for(&a.cluster),
+        );
         configs
             .patch(&remote_config_name("b"), &apply, &Patch::Apply(&theirs))
             .await?;
@@ -825,7 +838,9 @@ pub struct PingTrain {
 impl PingTrain {
     fn start(ns: &str, source: &str, target: &str) -> Result<Self, HaError> {
         let mut child = command_in(ns, "ping")
-            .args(["-n", "-D", "-i", "0.02", "-W", "1", "-w", "600", "-I", source, target])
+            .args([
+                "-n", "-D", "-i", "0.02", "-W", "1", "-w", "600", "-I", source, target,
+            ])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()?;
@@ -838,7 +853,9 @@ impl PingTrain {
         let reader = std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Some(time) = reply_time(&line) {
-                    sink.lock().unwrap_or_else(PoisonError::into_inner).push(time);
+                    sink.lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(time);
                 }
             }
         });
@@ -871,7 +888,10 @@ impl PingTrain {
 
     /// Replies received so far.
     pub fn replies(&self) -> usize {
-        self.replies.lock().unwrap_or_else(PoisonError::into_inner).len()
+        self.replies
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 }
 
@@ -907,10 +927,15 @@ mod tests {
     #[test]
     fn reply_lines_are_parsed_and_the_rest_ignored() {
         assert_eq!(
-            reply_time("[1732550000.123456] 64 bytes from 10.1.3.10: icmp_seq=1 ttl=62 time=0.3 ms"),
+            reply_time(
+                "[1732550000.123456] 64 bytes from 10.1.3.10: icmp_seq=1 ttl=62 time=0.3 ms"
+            ),
             Some(1_732_550_000.123_456)
         );
         assert_eq!(reply_time("PING 10.1.3.10 (10.1.3.10) from 10.2.0.1"), None);
-        assert_eq!(reply_time("[1732550000.1] no answer yet for icmp_seq=3"), None);
+        assert_eq!(
+            reply_time("[1732550000.1] no answer yet for icmp_seq=3"),
+            None
+        );
     }
 }

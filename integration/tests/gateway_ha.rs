@@ -58,9 +58,12 @@ async fn failover(lab: &mut HaLab, failure: Failure) -> (f64, Duration) {
     let lease_moved = started.elapsed();
     assert_ne!(holder, active);
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let gap = train
-        .longest_gap(failed_at, unix_now())
-        .unwrap_or_else(|| panic!("{failure:?}: no reply after the failover; logs in {}", lab.dir().display()));
+    let gap = train.longest_gap(failed_at, unix_now()).unwrap_or_else(|| {
+        panic!(
+            "{failure:?}: no reply after the failover; logs in {}",
+            lab.dir().display()
+        )
+    });
     drop(train);
     lab.restore(active, failure).expect("restore the node");
     (gap, lease_moved)
@@ -76,11 +79,15 @@ async fn a_failed_gateway_node_is_replaced_within_two_seconds_and_a_thawed_one_s
     let mut kills = Vec::new();
     for round in 0..5 {
         let (gap, lease) = failover(&mut lab, Failure::Kill).await;
-        println!("failover {round} (kill -9): lease moved after {lease:?}, traffic stopped for {gap:.3} s");
+        println!(
+            "failover {round} (kill -9): lease moved after {lease:?}, traffic stopped for {gap:.3} s"
+        );
         kills.push(gap);
     }
     let (cut_gap, cut_lease) = failover(&mut lab, Failure::Cut).await;
-    println!("failover (node cut off): lease moved after {cut_lease:?}, traffic stopped for {cut_gap:.3} s");
+    println!(
+        "failover (node cut off): lease moved after {cut_lease:?}, traffic stopped for {cut_gap:.3} s"
+    );
     let worst = kills.iter().copied().fold(0.0, f64::max);
     let kill_median = median(&mut kills);
     println!("kill -9: median outage {kill_median:.3} s, worst {worst:.3} s (goal {GOAL} s)");
@@ -105,7 +112,10 @@ async fn a_failed_gateway_node_is_replaced_within_two_seconds_and_a_thawed_one_s
     lab.wait_holder(Some(old), Duration::from_secs(20))
         .await
         .unwrap_or_else(|e| panic!("frozen controller: {e}"));
-    let status = lab.gateway_status(old).await.expect("status of the old gateway");
+    let status = lab
+        .gateway_status(old)
+        .await
+        .expect("status of the old gateway");
     assert!(
         !status.active,
         "the frozen replica's gateway fenced itself when its lease deadline passed"
@@ -128,14 +138,25 @@ async fn a_failed_gateway_node_is_replaced_within_two_seconds_and_a_thawed_one_s
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
     let thaw_gap = train.longest_gap(thawed_at, unix_now()).expect("replies");
-    println!("old active thawed while the new one holds the lease: longest silence {thaw_gap:.3} s");
-    assert!(thaw_gap < 0.5, "no blackhole when the old active returns: {thaw_gap:.3} s");
+    println!(
+        "old active thawed while the new one holds the lease: longest silence {thaw_gap:.3} s"
+    );
+    assert!(
+        thaw_gap < 0.5,
+        "no blackhole when the old active returns: {thaw_gap:.3} s"
+    );
     let (old_status, new_status) = (
         lab.gateway_status(old).await.expect("old status"),
         lab.gateway_status(new).await.expect("new status"),
     );
-    assert!(!old_status.active && new_status.active, "exactly one active gateway");
-    assert_eq!(old_status.promotions, promotions_before, "the old gateway never became active again");
+    assert!(
+        !old_status.active && new_status.active,
+        "exactly one active gateway"
+    );
+    assert_eq!(
+        old_status.promotions, promotions_before,
+        "the old gateway never became active again"
+    );
     assert_eq!(lab.holder().await.expect("lease"), Some(new));
     // Restarted (as the kubelet would), it is a standby again with the same state.
     lab.restore(old, Failure::Kill).expect("restart");

@@ -33,6 +33,7 @@ use super::source::{
 };
 use super::{cleanup, converge};
 use crate::cluster_info::DEFAULT_NAMESPACE;
+use crate::runtime::{ApiHealth, watch};
 
 /// Label selector of the gateway pod unless configured otherwise.
 pub const DEFAULT_GATEWAY_SELECTOR: &str =
@@ -80,7 +81,11 @@ pub struct AgentArgs {
     pub gateway_selector: String,
     /// Replicated gateways: follow the active replica's node, which this Lease names
     /// (the controllers' `--lease-name`), instead of the gateway pod.
-    #[arg(long, env = "KUBETUN_GATEWAY_LEASE", conflicts_with = "gateway_node_ip")]
+    #[arg(
+        long,
+        env = "KUBETUN_GATEWAY_LEASE",
+        conflicts_with = "gateway_node_ip"
+    )]
     pub gateway_lease: Option<String>,
     /// How nodes reach the gateway node.
     #[arg(long, env = "KUBETUN_ATTACHMENT", value_enum, default_value_t = AttachmentMode::Auto)]
@@ -286,7 +291,8 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
     if args.once {
         return pass(&client, &kernel, &config, underlay).await.map(drop);
     }
-    let mut triggers = pin!(changes(&client, &config));
+    let health = crate::runtime::ApiHealth::new(client.clone());
+    let mut triggers = pin!(changes(&client, &config, &health));
     let resync = Duration::from_secs(args.resync_seconds.max(1));
     let mut shutdown = pin!(shutdown_signal());
     loop {
@@ -351,8 +357,14 @@ enum Trigger {
     Failover,
 }
 
-/// One item per change of anything the plan reads.
-fn changes(client: &Client, config: &AgentConfig) -> impl Stream<Item = Trigger> + use<> {
+/// One item per change of anything the plan reads. The watches retry on their own within
+/// a second (not kube's default of up to 30 s after an API-server outage): a failover the
+/// agent notices late is traffic lost.
+fn changes(
+    client: &Client,
+    config: &AgentConfig,
+    health: &ApiHealth,
+) -> impl Stream<Item = Trigger> + use<> {
     let endpoints = Api::<TunnelEndpoint>::namespaced(client.clone(), &config.namespace);
     let nodes = Api::<KubeNode>::all(client.clone());
     let pods = Api::<Pod>::namespaced(client.clone(), &config.namespace);
@@ -363,34 +375,45 @@ fn changes(client: &Client, config: &AgentConfig) -> impl Stream<Item = Trigger>
         }
     };
     let mut streams = vec![
-        watcher(endpoints, watcher::Config::default())
-            .default_backoff()
-            .touched_objects()
-            .map(|_| Trigger::Change)
-            .boxed(),
+        watch(
+            endpoints,
+            watcher::Config::default(),
+            health,
+            "TunnelEndpoint",
+        )
+        .touched_objects()
+        .map(|_| Trigger::Change)
+        .boxed(),
         // Node heartbeats are frequent and irrelevant: only address or pod CIDR changes count
         // (a deleted node is noticed at the next resync).
-        watcher(nodes, watcher::Config::default())
-            .default_backoff()
+        watch(nodes, watcher::Config::default(), health, "Node")
             .touched_objects()
             .predicate_filter(node_fingerprint, PredicateConfig::default())
             .map(|_| Trigger::Change)
             .boxed(),
-        watcher(pods, watcher::Config::default().labels(&pod_selector))
-            .default_backoff()
-            .touched_objects()
-            .map(|_| Trigger::Change)
-            .boxed(),
+        watch(
+            pods,
+            watcher::Config::default().labels(&pod_selector),
+            health,
+            "Pod",
+        )
+        .touched_objects()
+        .map(|_| Trigger::Change)
+        .boxed(),
     ];
     if let GatewayLocator::Lease { name } = &config.locator {
         let leases = Api::<Lease>::namespaced(client.clone(), &config.namespace);
         streams.push(
-            watcher(leases, watcher::Config::default().fields(&format!("metadata.name={name}")))
-                .default_backoff()
-                .touched_objects()
-                .predicate_filter(lease_fingerprint, PredicateConfig::default())
-                .map(|_| Trigger::Failover)
-                .boxed(),
+            watch(
+                leases,
+                watcher::Config::default().fields(&format!("metadata.name={name}")),
+                health,
+                "Lease",
+            )
+            .touched_objects()
+            .predicate_filter(lease_fingerprint, PredicateConfig::default())
+            .map(|_| Trigger::Failover)
+            .boxed(),
         );
     }
     futures::stream::select_all(streams)

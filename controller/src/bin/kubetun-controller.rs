@@ -231,11 +231,7 @@ async fn main() -> anyhow::Result<()> {
     ha_metrics.register(&mut registry.write().unwrap_or_else(PoisonError::into_inner));
     let ctx_slot: Arc<OnceLock<Arc<Context>>> = Arc::default();
     let mut http = match metrics_listener {
-        Some(listener) => tokio::spawn(serve_http(
-            listener,
-            registry.clone(),
-            ctx_slot.clone(),
-        )),
+        Some(listener) => tokio::spawn(serve_http(listener, registry.clone(), ctx_slot.clone())),
         None => tokio::spawn(std::future::pending()),
     };
 
@@ -281,7 +277,9 @@ async fn main() -> anyhow::Result<()> {
     let mut elector = match &args.replicas.replica {
         Some(replica) => {
             let Some(gateway) = gateway.clone() else {
-                bail!("--replica elects the active gateway: it needs a local gateway (drop --no-gateway)");
+                bail!(
+                    "--replica elects the active gateway: it needs a local gateway (drop --no-gateway)"
+                );
             };
             let timing = args.replicas.timing()?;
             let mut elector = Elector::new(
@@ -293,7 +291,11 @@ async fn main() -> anyhow::Result<()> {
                 Some(gateway.clone()),
                 ha_metrics.clone(),
             );
-            tracing::info!(replica, lease = args.replicas.lease_name, "replica: standby until it holds the gateway lease");
+            tracing::info!(
+                replica,
+                lease = args.replicas.lease_name,
+                "replica: standby until it holds the gateway lease"
+            );
             tokio::select! {
                 () = elector.acquire() => {}
                 () = ha::standby::run(client.clone(), args.namespace.clone(), settings.clone(), gateway) => {}

@@ -189,6 +189,23 @@ pub fn render_status(status: &StatusResponse, now_unix_ms: i64) -> String {
             &status.public_key
         },
     );
+    if status.leased {
+        // A replica: say whether it carries the traffic (the Lease names which one does).
+        out.insert_str(
+            out.len() - 1,
+            &if status.active {
+                format!(
+                    "replica: active (lease held, {} ms left without a renewal; promoted {} times)\n",
+                    status.active_remaining_ms, status.promotions
+                )
+            } else {
+                format!(
+                    "replica: standby (another replica holds the lease; promoted {} times)\n",
+                    status.promotions
+                )
+            },
+        );
+    }
     let mut rows = vec![[
         "PEER".to_owned(),
         "STATE".to_owned(),
@@ -430,6 +447,30 @@ peers:
         };
         let text = render_status(&status, 75_000);
         assert!(text.contains("interface kubetun0 listening on 51820 (version abc, generation 2)"));
+        assert!(
+            !text.contains("replica:"),
+            "a gateway alone is no replica: {text}"
+        );
+        let standby = StatusResponse {
+            leased: true,
+            promotions: 2,
+            ..status.clone()
+        };
+        assert!(
+            render_status(&standby, 75_000).contains(
+                "replica: standby (another replica holds the lease; promoted 2 times)\n\n"
+            )
+        );
+        let active = StatusResponse {
+            leased: true,
+            active: true,
+            active_remaining_ms: 640,
+            promotions: 3,
+            ..status.clone()
+        };
+        assert!(render_status(&active, 75_000).contains(
+            "replica: active (lease held, 640 ms left without a renewal; promoted 3 times)"
+        ));
         let remapped = text.lines().find(|l| l.contains("10.70.0.0/16")).unwrap();
         assert!(
             remapped.contains("10.71.0.0/16") && remapped.contains("10.70.1.0/24"),

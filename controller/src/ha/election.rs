@@ -44,7 +44,9 @@ pub enum TimingError {
     )]
     DeadlineNotShorter { renew_ms: u128, lease_ms: u128 },
     /// A renewal could never be attempted twice before the deadline.
-    #[error("the retry period ({retry_ms} ms) must be at most half the renew deadline ({renew_ms} ms)")]
+    #[error(
+        "the retry period ({retry_ms} ms) must be at most half the renew deadline ({renew_ms} ms)"
+    )]
     RetryTooLong { retry_ms: u128, renew_ms: u128 },
     /// The Lease object counts whole seconds.
     #[error("the lease duration must be a whole number of seconds, at least 1")]
@@ -54,11 +56,7 @@ pub enum TimingError {
 impl Timing {
     /// Checks the relations the safety argument (module docs) needs.
     pub fn validate(self) -> Result<Self, TimingError> {
-        let (lease, renew, retry) = (
-            self.lease_duration,
-            self.renew_deadline,
-            self.retry_period,
-        );
+        let (lease, renew, retry) = (self.lease_duration, self.renew_deadline, self.retry_period);
         if lease.subsec_nanos() != 0 || lease.is_zero() {
             return Err(TimingError::NotWholeSeconds);
         }
@@ -243,8 +241,7 @@ mod tests {
     }
 
     #[test]
-    fn a_live_holder_is_followed_and_a_silent_one_taken_over_after_a_full_duration_by_our_clock()
-     {
+    fn a_live_holder_is_followed_and_a_silent_one_taken_over_after_a_full_duration_by_our_clock() {
         let start = Instant::now();
         let mut election = Election::new("b", Timing::default());
         let first = record("a", "2026-01-01T00:00:00.000000Z");

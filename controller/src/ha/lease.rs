@@ -118,7 +118,11 @@ impl Elector {
                 Step::Leading => return,
                 Step::Following { holder } => {
                     if following.as_ref() != Some(&holder) {
-                        tracing::info!(lease = self.name, holder, "standby: another replica holds the gateway lease");
+                        tracing::info!(
+                            lease = self.name,
+                            holder,
+                            "standby: another replica holds the gateway lease"
+                        );
                         following = Some(holder);
                     }
                 }
@@ -136,7 +140,11 @@ impl Elector {
             match self.step().await {
                 Step::Leading => {}
                 Step::Following { holder } => {
-                    tracing::warn!(lease = self.name, holder, "lost the gateway lease to another replica");
+                    tracing::warn!(
+                        lease = self.name,
+                        holder,
+                        "lost the gateway lease to another replica"
+                    );
                     return;
                 }
                 Step::Unsure if !self.leads() => {
@@ -158,8 +166,11 @@ impl Elector {
     pub async fn release(&mut self) {
         self.election.resign();
         self.hold(Duration::ZERO).await;
-        let Ok(Ok(Some(mut lease))) =
-            tokio::time::timeout(self.election.timing().renew_deadline, self.api.get_opt(&self.name)).await
+        let Ok(Ok(Some(mut lease))) = tokio::time::timeout(
+            self.election.timing().renew_deadline,
+            self.api.get_opt(&self.name),
+        )
+        .await
         else {
             return;
         };
@@ -171,7 +182,11 @@ impl Elector {
         if let Some(annotations) = lease.metadata.annotations.as_mut() {
             annotations.remove(NODE_IP_ANNOTATION);
         }
-        match self.api.replace(&self.name, &PostParams::default(), &lease).await {
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
             Ok(_) => tracing::info!(lease = self.name, "gateway lease released"),
             Err(error) => tracing::debug!(%error, "cannot release the gateway lease"),
         }
@@ -212,13 +227,20 @@ impl Elector {
         }
     }
 
-    async fn try_step(&mut self, started: Instant, gateway_alive: bool) -> Result<Step, LeaseError> {
+    async fn try_step(
+        &mut self,
+        started: Instant,
+        gateway_alive: bool,
+    ) -> Result<Step, LeaseError> {
         let deadline = self.election.timing().renew_deadline;
         let current = tokio::time::timeout(deadline, self.api.get_opt(&self.name))
             .await
             .map_err(|_| LeaseError::Timeout(deadline))??;
         let observed = current.as_ref().map(observed);
-        let holder = observed.as_ref().and_then(|o| o.holder.clone()).filter(|h| !h.is_empty());
+        let holder = observed
+            .as_ref()
+            .and_then(|o| o.holder.clone())
+            .filter(|h| !h.is_empty());
         match self.election.observe(observed.as_ref(), started) {
             Decision::Follow { holder } => {
                 self.election.resign();
@@ -227,7 +249,10 @@ impl Elector {
             }
             Decision::Claim { .. } if !gateway_alive => {
                 if holder.as_deref() == Some(self.election.identity()) {
-                    tracing::warn!(lease = self.name, "the local gateway does not answer; letting the lease expire");
+                    tracing::warn!(
+                        lease = self.name,
+                        "the local gateway does not answer; letting the lease expire"
+                    );
                 }
                 self.election.resign();
                 Ok(Step::Unsure)
@@ -236,7 +261,9 @@ impl Elector {
                 let lease = self.claim_record(current, takeover);
                 let written = tokio::time::timeout(deadline, async {
                     if lease.metadata.resource_version.is_some() {
-                        self.api.replace(&self.name, &PostParams::default(), &lease).await
+                        self.api
+                            .replace(&self.name, &PostParams::default(), &lease)
+                            .await
                     } else {
                         self.api.create(&PostParams::default(), &lease).await
                     }
@@ -281,7 +308,10 @@ impl Elector {
             spec.acquire_time = Some(now);
             spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
         }
-        let annotations = lease.metadata.annotations.get_or_insert_with(Default::default);
+        let annotations = lease
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default);
         match self.node_ip {
             Some(ip) => {
                 annotations.insert(NODE_IP_ANNOTATION.to_owned(), ip.to_string());
@@ -302,7 +332,11 @@ impl Elector {
             }
             _ => format!("{identity} holds the gateway lease"),
         };
-        tracing::info!(lease = self.name, previous = previous.as_deref().unwrap_or(""), "active: {note}");
+        tracing::info!(
+            lease = self.name,
+            previous = previous.as_deref().unwrap_or(""),
+            "active: {note}"
+        );
         self.metrics.promoted();
         let event = Event {
             type_: EventType::Normal,

@@ -64,7 +64,12 @@ pub async fn sync(
 
 /// Runs [`sync`] every [`STANDBY_SYNC`] until dropped; failures are logged once per
 /// distinct message.
-pub async fn run(client: Client, namespace: String, mut settings: GatewaySettings, gateway: GatewayClient) {
+pub async fn run(
+    client: Client,
+    namespace: String,
+    mut settings: GatewaySettings,
+    gateway: GatewayClient,
+) {
     let mut interval = tokio::time::interval(STANDBY_SYNC);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_error = None;
@@ -75,7 +80,10 @@ pub async fn run(client: Client, namespace: String, mut settings: GatewaySetting
             Err(error) => {
                 let message = error.to_string();
                 if last_error.as_ref() != Some(&message) {
-                    tracing::warn!(error = message, "cannot bring the standby gateway up to date");
+                    tracing::warn!(
+                        error = message,
+                        "cannot bring the standby gateway up to date"
+                    );
                     last_error = Some(message);
                 }
             }

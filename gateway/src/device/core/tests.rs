@@ -507,12 +507,16 @@ fn initiation_after_apply_only_without_a_session() {
     let mut wire = Wire::default();
     let mut out = [0u8; 256];
     let (_, slot) = a.snapshot.slots().next().expect("a peer");
-    assert!(timers::initiate_session(slot, now, &mut wire, &mut out, false));
+    assert!(timers::initiate_session(
+        slot, now, &mut wire, &mut out, false
+    ));
     assert_eq!(wire.0.len(), 1);
     assert_eq!(wire.0[0].0, sb.address);
     let (a, _b, _) = connected(0, now);
     let (_, slot) = a.snapshot.slots().next().expect("a peer");
-    assert!(!timers::initiate_session(slot, now, &mut wire, &mut out, false));
+    assert!(!timers::initiate_session(
+        slot, now, &mut wire, &mut out, false
+    ));
 }
 
 #[test]
