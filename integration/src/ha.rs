@@ -86,6 +86,19 @@ pub enum Failure {
     Freeze,
 }
 
+/// What one [`HaLab::failover`] measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FailoverReport {
+    /// The replica whose node failed (0 or 1).
+    pub failed: usize,
+    /// The replica that took over.
+    pub took_over: usize,
+    /// From the failure until the Lease named the other replica.
+    pub lease_moved: Duration,
+    /// The longest silence of the 20 ms ping train from B to A's pod.
+    pub outage: Duration,
+}
+
 /// One node's name, namespace and addresses.
 #[derive(Debug, Clone)]
 struct NodeSpecLab {
@@ -230,6 +243,22 @@ impl HaLab {
         }
     }
 
+    /// The notes of the failover events the replicas recorded, oldest first.
+    pub async fn failover_events(&self) -> Result<Vec<String>, HaError> {
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.cluster.client().await?, NAMESPACE);
+        let mut found: Vec<_> = events
+            .list(&kube::api::ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("GatewayFailover"))
+            .map(|e| (e.event_time.map(|t| t.0), e.note.unwrap_or_default()))
+            .collect();
+        found.sort();
+        Ok(found.into_iter().map(|(_, note)| note).collect())
+    }
+
     /// The gateway status of replica `replica` (0 or 1).
     pub async fn gateway_status(&self, replica: usize) -> Option<StatusResponse> {
         GatewayClient::with_timeout(self.socket(replica), Duration::from_secs(2))
@@ -339,6 +368,44 @@ impl HaLab {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// One failover: waits until the replicas are settled, starts a ping train, fails the
+    /// active replica's node, waits for the other replica to take the lease and for
+    /// traffic to flow again, then restores the node.
+    pub async fn failover(&mut self, failure: Failure) -> Result<FailoverReport, HaError> {
+        let failed = self.wait_settled(Duration::from_secs(60)).await?;
+        let train = self.ping_train()?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if train.replies() < 20 {
+            return Err(HaError::Step(format!(
+                "the link does not work before the failure ({} replies in 1 s)",
+                train.replies()
+            )));
+        }
+        let failed_at = unix_now();
+        let started = Instant::now();
+        self.fail(failed, failure)?;
+        let took_over = self
+            .wait_holder(Some(failed), Duration::from_secs(20))
+            .await?;
+        let lease_moved = started.elapsed();
+        // The outage ends with the first reply; a few seconds show that it stays over.
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let outage = train.longest_gap(failed_at, unix_now()).ok_or_else(|| {
+            HaError::Step(format!(
+                "{failure:?}: no reply after the failover; logs in {}",
+                self.dir.display()
+            ))
+        })?;
+        drop(train);
+        self.restore(failed, failure)?;
+        Ok(FailoverReport {
+            failed,
+            took_over,
+            lease_moved,
+            outage: Duration::from_secs_f64(outage),
+        })
     }
 
     /// A ping train from B to A's pod, one every 20 ms.

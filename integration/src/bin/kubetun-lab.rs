@@ -1,12 +1,16 @@
-//! `kubetun-lab up [TOPOLOGY] | status [--json] | move-gateway CLUSTER NODE | down`: clusters as
-//! network namespaces with a real kubetun gateway each, configured by the controller's own IPAM
-//! and planner over gRPC. Needs root and /dev/net/tun.
+//! `kubetun-lab up [TOPOLOGY] | status [--json] | move-gateway CLUSTER NODE | ha | down`:
+//! clusters as network namespaces with a real kubetun gateway each, configured by the
+//! controller's own IPAM and planner over gRPC; `ha` runs replicated gateways on a real API
+//! server and fails their nodes. Needs root and /dev/net/tun.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use std::time::Duration;
+
+use kubetun_integration::ha::{self, HaLab};
 use kubetun_integration::lab::{self, DEFAULT_STATE_DIR, LabOptions};
 use kubetun_integration::topology::Topology;
 
@@ -64,8 +68,109 @@ enum Command {
         #[arg(value_parser = clap::value_parser!(u8).range(1..))]
         node: u8,
     },
+    /// Replicated gateways on a real API server: cluster A with two gateway replicas (a
+    /// Lease elects the active one, the other is a standby with the same state) and a pod on
+    /// a third node, cluster B as the remote. Fails the active replica's node again and again
+    /// and prints how long the lease took to move and how long a 20 ms ping train from B to
+    /// A's pod stopped. Exits non-zero if an outage exceeds 2 s. Removes everything at the
+    /// end (with --hold, after Ctrl-C). Finds etcd and kube-apiserver like `up --apiserver`.
+    Ha {
+        /// How many failovers.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+        failovers: u32,
+        /// How the active replica's node fails.
+        #[arg(long, value_enum, default_value_t = FailureArg::Kill)]
+        failure: FailureArg,
+        /// Prefix of every namespace name.
+        #[arg(long, default_value = "kha")]
+        prefix: String,
+        /// Keep the lab up after the failovers until Ctrl-C (inspect it with the printed
+        /// kubeconfig: `kubectl get lease,events -n kubetun-system`).
+        #[arg(long)]
+        hold: bool,
+    },
     /// Remove the lab (also after a crash).
     Down,
+}
+
+/// How `kubetun-lab ha` fails a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum FailureArg {
+    /// kill -9 of the node's gateway, controller and route agent.
+    Kill,
+    /// The node's links go down and its API server connection breaks; everything runs on.
+    Cut,
+    /// The node's controller is frozen (SIGSTOP) while its gateway runs on, connected.
+    Freeze,
+}
+
+impl From<FailureArg> for ha::Failure {
+    fn from(arg: FailureArg) -> Self {
+        match arg {
+            FailureArg::Kill => Self::Kill,
+            FailureArg::Cut => Self::Cut,
+            FailureArg::Freeze => Self::Freeze,
+        }
+    }
+}
+
+/// The HA goal: traffic resumes within this after the active node fails.
+const HA_GOAL: Duration = Duration::from_secs(2);
+
+fn run_ha(
+    state_dir: &std::path::Path,
+    failovers: u32,
+    failure: ha::Failure,
+    prefix: &str,
+    hold: bool,
+) -> anyhow::Result<ExitCode> {
+    let assets = kubetun_testenv::Assets::find().context("the HA lab needs a real API server")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let dir = state_dir.join("ha");
+    runtime.block_on(async {
+        println!("starting cluster A (API server, 3 nodes, 2 gateway replicas) and cluster B");
+        let mut lab = HaLab::up(&assets, &dir, prefix).await?;
+        println!(
+            "up; A's kubeconfig: {}; logs in {}",
+            lab.kubeconfig().display(),
+            dir.display()
+        );
+        let mut missed = 0;
+        for round in 1..=failovers {
+            let report = lab.failover(failure).await?;
+            let verdict = if report.outage <= HA_GOAL {
+                "ok"
+            } else {
+                missed += 1;
+                "OVER THE GOAL"
+            };
+            println!(
+                "failover {round}: node-{} failed ({failure:?}), node-{} took over: lease moved after {} ms, traffic stopped for {} ms ({verdict})",
+                report.failed + 1,
+                report.took_over + 1,
+                report.lease_moved.as_millis(),
+                report.outage.as_millis(),
+            );
+        }
+        if hold {
+            println!("holding; Ctrl-C removes the lab");
+            tokio::signal::ctrl_c().await?;
+        }
+        lab.down();
+        println!(
+            "{} of {failovers} failovers within {} s",
+            failovers - missed,
+            HA_GOAL.as_secs()
+        );
+        Ok(if missed == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
+    })
 }
 
 fn main() -> ExitCode {
@@ -141,6 +246,12 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 ExitCode::FAILURE
             })
         }
+        Command::Ha {
+            failovers,
+            failure,
+            prefix,
+            hold,
+        } => run_ha(&args.state_dir, failovers, failure.into(), &prefix, hold),
         Command::Down => {
             lab::down(&args.state_dir, &mut stdout)?;
             Ok(ExitCode::SUCCESS)
