@@ -332,3 +332,86 @@ mod toml_lite {
         Doc { bin_names }
     }
 }
+
+/// Copies `from` into `to`, recursively.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create dir");
+    for entry in std::fs::read_dir(from).expect("list dir") {
+        let path = entry.expect("entry").path();
+        let target = to.join(path.file_name().expect("file name"));
+        if path.is_dir() {
+            copy_tree(&path, &target);
+        } else {
+            std::fs::copy(&path, &target).expect("copy");
+        }
+    }
+}
+
+/// The replicated-gateway components (`deploy/ha`, `deploy/agent/ha`), enabled as the README
+/// says, build with kustomize into two standby-started replicas on the host network, no load
+/// balancer, and agents that follow the Lease.
+#[test]
+fn the_replicated_gateway_components_build() {
+    let kubectl = match kubetun_testenv::Assets::find() {
+        Ok(assets) => assets.kubectl().expect("kubectl").to_path_buf(),
+        Err(e) => {
+            assert!(!kubetun_testenv::required(), "CI=true: {e}");
+            eprintln!("skipping: {e}");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    copy_tree(&repo_root().join("deploy"), dir.path());
+    for kustomization in ["kustomization.yaml", "agent/kustomization.yaml"] {
+        let path = dir.path().join(kustomization);
+        let text = read(&path) + "components:\n  - ha\n";
+        std::fs::write(&path, text).expect("write");
+    }
+    let build = |dir: &Path| {
+        let out = std::process::Command::new(&kubectl)
+            .arg("kustomize")
+            .arg(dir)
+            .output()
+            .expect("kubectl kustomize");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8")
+    };
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&build(dir.path()))
+        .map(|d| serde::Deserialize::deserialize(d).expect("yaml"))
+        .collect();
+    let kind = |doc: &serde_yaml::Value| doc["kind"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        !docs.iter().any(|d| kind(d) == "Service"),
+        "no load balancer in front of both"
+    );
+    let deployment = docs
+        .iter()
+        .find(|d| kind(d) == "Deployment")
+        .expect("the Deployment");
+    assert_eq!(deployment["spec"]["replicas"].as_u64(), Some(2));
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"].as_bool(), Some(true));
+    let env_names = |container: &str| -> Vec<String> {
+        containers(deployment)
+            .into_iter()
+            .find(|c| c["name"].as_str() == Some(container))
+            .and_then(|c| c["env"].as_sequence())
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["name"].as_str().map(str::to_owned))
+            .collect()
+    };
+    assert!(env_names("gateway").contains(&"KUBETUN_STANDBY".to_owned()));
+    for name in [
+        "KUBETUN_REPLICA",
+        "KUBETUN_NODE_IP",
+        "KUBETUN_ENDPOINT_ADDRESS",
+    ] {
+        assert!(env_names("controller").contains(&name.to_owned()), "{name}");
+    }
+    assert!(build(&dir.path().join("agent")).contains("name: KUBETUN_GATEWAY_LEASE"));
+}
