@@ -76,8 +76,13 @@ pub enum HaError {
 /// How a gateway node fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
-    /// `kill -9` of the node's gateway, controller and route agent.
+    /// `kill -9` of the node's gateway, controller and route agent: the node died.
     Kill,
+    /// `kill -9` of the node's gateway and route agent; its controller lives on and must
+    /// notice that its gateway is gone.
+    KillGateway,
+    /// SIGTERM to the node's controller (a rolling update): it hands the lease over.
+    Stop,
     /// The node's links go down and its control-plane relay closes: everything on it runs
     /// on, unreachable.
     Cut,
@@ -271,14 +276,23 @@ impl HaLab {
     pub fn fail(&mut self, replica: usize, failure: Failure) -> Result<(), HaError> {
         let node = self.nodes[replica].clone();
         match failure {
-            Failure::Kill => {
+            Failure::Kill | Failure::KillGateway => {
                 let procs = &mut self.replicas[replica];
-                for child in [procs.gateway.as_mut(), procs.controller.as_mut()]
+                let controller = procs
+                    .controller
+                    .as_mut()
+                    .filter(|_| failure == Failure::Kill);
+                for child in [procs.gateway.as_mut(), controller]
                     .into_iter()
                     .flatten()
                     .chain(self.agents[replica].as_mut())
                 {
                     let _ = child.kill_hard();
+                }
+            }
+            Failure::Stop => {
+                if let Some(controller) = &self.replicas[replica].controller {
+                    signal(controller.pid(), nix::sys::signal::Signal::SIGTERM);
                 }
             }
             Failure::Cut => {
@@ -301,7 +315,14 @@ impl HaLab {
     pub fn restore(&mut self, replica: usize, failure: Failure) -> Result<(), HaError> {
         let node = self.nodes[replica].clone();
         match failure {
-            Failure::Kill => {}
+            Failure::Kill | Failure::KillGateway => {}
+            Failure::Stop => {
+                // Restarted only once it is gone: the handover must not race a second one.
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while self.controller_running(replica) && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
             Failure::Cut => {
                 for link in ["l2", "ul"] {
                     crate::netns::exec_in(&node.ns, &["ip", "link", "set", link, "up"])?;

@@ -103,6 +103,10 @@ fn controller_exposition() -> String {
         .inc();
     let mut registry = prometheus_client::registry::Registry::default();
     metrics.register(&mut registry);
+    let replicas = kubetun_controller::ha::HaMetrics::default();
+    replicas.set_leading(true);
+    replicas.promoted();
+    replicas.register(&mut registry);
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, &registry).expect("encode");
     text

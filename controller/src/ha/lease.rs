@@ -100,12 +100,8 @@ impl Elector {
         }
     }
 
-    pub fn identity(&self) -> &str {
-        self.election.identity()
-    }
-
     /// Whether this replica leads now.
-    pub fn leads(&self) -> bool {
+    fn leads(&self) -> bool {
         self.election.leads(Instant::now())
     }
 

@@ -96,8 +96,12 @@ enum Command {
 /// How `kubetun-lab ha` fails a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum FailureArg {
-    /// kill -9 of the node's gateway, controller and route agent.
+    /// kill -9 of the node's gateway, controller and route agent (the node dies).
     Kill,
+    /// kill -9 of the node's gateway and route agent; the controller lives on.
+    KillGateway,
+    /// SIGTERM to the node's controller, as in a rolling update: it hands the lease over.
+    Stop,
     /// The node's links go down and its API server connection breaks; everything runs on.
     Cut,
     /// The node's controller is frozen (SIGSTOP) while its gateway runs on, connected.
@@ -108,6 +112,8 @@ impl From<FailureArg> for ha::Failure {
     fn from(arg: FailureArg) -> Self {
         match arg {
             FailureArg::Kill => Self::Kill,
+            FailureArg::KillGateway => Self::KillGateway,
+            FailureArg::Stop => Self::Stop,
             FailureArg::Cut => Self::Cut,
             FailureArg::Freeze => Self::Freeze,
         }
