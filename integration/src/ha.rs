@@ -102,6 +102,9 @@ pub struct FailoverReport {
     pub lease_moved: Duration,
     /// The longest silence of the 20 ms ping train from B to A's pod.
     pub outage: Duration,
+    /// The longest silence in the 3 s after the failed node came back (it must not draw
+    /// traffic away from the new active replica).
+    pub after_restore: Duration,
 }
 
 /// One node's name, namespace and addresses.
@@ -361,10 +364,14 @@ impl HaLab {
     }
 
     /// Waits until both gateways answer and run the same state version, one active and one
-    /// on standby, the active one the Lease holder.
-    pub async fn wait_settled(&self, timeout: Duration) -> Result<usize, HaError> {
+    /// on standby, the active one the Lease holder. Restarts what exited meanwhile, as the
+    /// kubelet would (a controller that lost the Lease exits).
+    pub async fn wait_settled(&mut self, timeout: Duration) -> Result<usize, HaError> {
         let deadline = Instant::now() + timeout;
         loop {
+            for replica in 0..self.replicas.len() {
+                self.start_replica(replica)?;
+            }
             let holder = self.holder().await.ok().flatten();
             let (a, b) = (self.gateway_status(0).await, self.gateway_status(1).await);
             if let (Some(holder), Some(a), Some(b)) = (holder, &a, &b) {
@@ -419,14 +426,41 @@ impl HaLab {
                 self.dir.display()
             ))
         })?;
-        drop(train);
+        let restored_at = unix_now();
         self.restore(failed, failure)?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let after_restore = train.longest_gap(restored_at, unix_now()).ok_or_else(|| {
+            HaError::Step(format!(
+                "{failure:?}: no reply after the node came back; logs in {}",
+                self.dir.display()
+            ))
+        })?;
         Ok(FailoverReport {
             failed,
             took_over,
             lease_moved,
             outage: Duration::from_secs_f64(outage),
+            after_restore: Duration::from_secs_f64(after_restore),
         })
+    }
+
+    /// Stops A's API server (`kill -9`) for `down_for` and starts it again; returns the
+    /// longest silence of the ping train meanwhile and for 3 s after.
+    pub async fn api_outage(&mut self, down_for: Duration) -> Result<Duration, HaError> {
+        let train = self.ping_train()?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let stopped_at = unix_now();
+        self.cluster.stop_apiserver(true).await;
+        tokio::time::sleep(down_for).await;
+        self.cluster.start_apiserver().await?;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let gap = train.longest_gap(stopped_at, unix_now()).ok_or_else(|| {
+            HaError::Step(format!(
+                "no reply during or after the API-server outage; logs in {}",
+                self.dir.display()
+            ))
+        })?;
+        Ok(Duration::from_secs_f64(gap))
     }
 
     /// A ping train from B to A's pod, one every 20 ms.

@@ -12,6 +12,8 @@ use kubetun_integration::netns::require_root;
 
 /// The goal for one failover.
 const GOAL: f64 = 2.0;
+/// The longest silence allowed when a failed node comes back: no blackhole.
+const RETURN_GAP: Duration = Duration::from_millis(500);
 
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
@@ -52,9 +54,10 @@ async fn a_failed_gateway_node_is_replaced_within_two_seconds_and_a_thawed_one_s
             .await
             .unwrap_or_else(|e| panic!("kill -9 of gateway and agent: {e}"));
         println!(
-            "failover {round} (kill -9 of gateway and agent): lease moved after {:?}, traffic stopped for {:?}",
-            report.lease_moved, report.outage
+            "failover {round} (kill -9 of gateway and agent): lease moved after {:?}, traffic stopped for {:?}; after the restart {:?}",
+            report.lease_moved, report.outage, report.after_restore
         );
+        assert!(report.after_restore < RETURN_GAP, "{report:?}");
         kills.push(report.outage.as_secs_f64());
     }
     let worst = kills.iter().copied().fold(0.0, f64::max);
@@ -72,9 +75,10 @@ async fn a_failed_gateway_node_is_replaced_within_two_seconds_and_a_thawed_one_s
             .await
             .unwrap_or_else(|e| panic!("{failure:?}: {e}"));
         println!(
-            "failover ({failure:?}): lease moved after {:?}, traffic stopped for {:?}",
-            report.lease_moved, report.outage
+            "failover ({failure:?}): lease moved after {:?}, traffic stopped for {:?}; after the node came back {:?}",
+            report.lease_moved, report.outage, report.after_restore
         );
+        assert!(report.after_restore < RETURN_GAP, "{failure:?}: {report:?}");
         assert!(
             report.outage.as_secs_f64() <= GOAL + 1.0,
             "{failure:?}: outage {:?}",
@@ -96,6 +100,30 @@ async fn a_failed_gateway_node_is_replaced_within_two_seconds_and_a_thawed_one_s
             .count()
             >= 7,
         "an event per failover: {events:#?}"
+    );
+
+    // An API-server restart costs the replicas no traffic and no failover.
+    let holder = lab.holder().await.expect("lease");
+    let gap = lab
+        .api_outage(Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|e| panic!("API outage: {e}"));
+    println!("API server down for 5 s: longest silence {gap:?}");
+    assert!(
+        gap < RETURN_GAP,
+        "an API-server restart interrupted traffic: {gap:?}"
+    );
+    assert_eq!(
+        lab.wait_settled(Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|e| panic!("{e}")),
+        holder.expect("a holder"),
+        "the holder kept the Lease through the outage"
+    );
+    assert_eq!(
+        lab.failover_events().await.expect("events").len(),
+        events.len(),
+        "no takeover after the outage"
     );
 
     // Split brain: the active controller freezes, its gateway runs on and is connected.

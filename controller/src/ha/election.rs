@@ -173,6 +173,12 @@ impl Election {
         })
     }
 
+    /// Forgets the record seen (a read failed): a takeover waits a whole lease duration
+    /// from the next successful read, which gives the holder time to renew first.
+    pub fn forget(&mut self) {
+        self.seen = None;
+    }
+
     /// Gives up leadership at once (stepping down, or a claim that failed for good).
     pub fn resign(&mut self) {
         self.claimed_at = None;
@@ -282,6 +288,27 @@ mod tests {
         assert!(election.leads(start + ms(1_000)));
         election.resign();
         assert!(!election.leads(start + ms(1_000)));
+    }
+
+    #[test]
+    fn after_a_failed_read_a_candidate_waits_a_whole_duration_again() {
+        let start = Instant::now();
+        let mut election = Election::new("b", Timing::default());
+        let rec = record("a", "r1");
+        assert!(matches!(
+            election.observe(Some(&rec), start),
+            Decision::Follow { .. }
+        ));
+        // The API server was away for 5 s; the record did not change meanwhile.
+        election.forget();
+        assert!(matches!(
+            election.observe(Some(&rec), start + ms(5_000)),
+            Decision::Follow { .. }
+        ));
+        assert_eq!(
+            election.observe(Some(&rec), start + ms(6_000)),
+            Decision::Claim { takeover: true }
+        );
     }
 
     /// The property that rules out two active gateways: whenever a candidate may take over,

@@ -43,6 +43,16 @@ pub enum LeaseError {
     Timeout(Duration),
 }
 
+impl LeaseError {
+    /// The API server is away (not: it refused or a write conflicted).
+    fn is_unreachable(&self) -> bool {
+        match self {
+            Self::Timeout(_) => true,
+            Self::Kube(error) => crate::runtime::is_transient(error),
+        }
+    }
+}
+
 /// What one step of the loop found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
@@ -50,8 +60,10 @@ pub enum Step {
     Leading,
     /// Another replica leads.
     Following { holder: String },
-    /// The step could not tell (API error, conflict, gateway down): try again.
+    /// The step could not tell (conflict, refused request, gateway down): try again.
     Unsure,
+    /// The API server did not answer (transport error, timeout, 5xx).
+    Unreachable,
 }
 
 /// One replica's election: the Lease, the pure state machine, the local gateway.
@@ -65,6 +77,9 @@ pub struct Elector {
     metrics: HaMetrics,
     /// The holder seen last, to report a takeover with the name of the replica it replaces.
     last_holder: Option<String>,
+    /// Set while this replica led when the API server stopped answering: its gateway stays
+    /// active until the API server answers again (see [`Elector::step`]).
+    sticky_since: Option<Instant>,
 }
 
 impl std::fmt::Debug for Elector {
@@ -97,6 +112,7 @@ impl Elector {
             recorder: Recorder::new(client, Reporter::from(EVENT_REPORTER)),
             metrics,
             last_holder: None,
+            sticky_since: None,
         }
     }
 
@@ -122,7 +138,7 @@ impl Elector {
                         following = Some(holder);
                     }
                 }
-                Step::Unsure => {}
+                Step::Unsure | Step::Unreachable => {}
             }
             self.sleep_rest(started).await;
         }
@@ -143,7 +159,9 @@ impl Elector {
                     );
                     return;
                 }
-                Step::Unsure if !self.leads() => {
+                Step::Unsure | Step::Unreachable
+                    if !self.leads() && self.sticky_since.is_none() =>
+                {
                     tracing::warn!(
                         lease = self.name,
                         "could not renew the gateway lease within the renew deadline; stepping down"
@@ -151,7 +169,7 @@ impl Elector {
                     self.hold(Duration::ZERO).await;
                     return;
                 }
-                Step::Unsure => {}
+                Step::Unsure | Step::Unreachable => {}
             }
             self.sleep_rest(started).await;
         }
@@ -194,32 +212,79 @@ impl Elector {
     }
 
     /// One read, decision and (if due) write; then the gateway's role follows the outcome.
+    ///
+    /// When the API server stops answering while this replica leads, its gateway stays
+    /// active (re-held every step for the renew deadline) until the API server answers
+    /// again: then the replica renews, or steps down if another one took the Lease
+    /// meanwhile. An API-server restart thus costs no traffic. Candidates forget what they
+    /// observed when a read fails, so after an outage they wait a whole lease duration
+    /// again and the holder renews first. The price: a holder cut off from the API server
+    /// alone stays active beside the replica that takes over, until it reaches the API
+    /// server again (both forward; the remotes follow whichever handshaked last). A
+    /// controller that is dead or frozen takes no steps, so its gateway still lapses.
     pub async fn step(&mut self) -> Step {
         let started = Instant::now();
-        let was_leading = self.election.leads(started);
+        let was_active = self.election.leads(started) || self.sticky_since.is_some();
         // A replica whose gateway does not answer must neither take nor keep the lease:
         // the replica that holds it would carry no traffic. The probe is a Hold for the
-        // time this replica still leads (zero on standby), so it also keeps the role.
-        let gateway_alive = self.hold(self.election.remaining(started)).await;
+        // time this replica may still carry traffic (zero on standby), so it also keeps
+        // the role.
+        let gateway_alive = self.hold(self.active_for(started)).await;
         let step = match self.try_step(started, gateway_alive).await {
             Ok(step) => step,
+            Err(error) if error.is_unreachable() => {
+                tracing::debug!(lease = self.name, %error, "the API server does not answer");
+                self.election.forget();
+                Step::Unreachable
+            }
             Err(error) => {
                 tracing::debug!(lease = self.name, %error, "election step failed");
                 Step::Unsure
             }
         };
         let now = Instant::now();
-        let leads = self.election.leads(now);
-        if leads {
-            self.hold(self.election.remaining(now)).await;
-        } else if was_leading {
+        match (&step, self.sticky_since) {
+            (Step::Unreachable, None) if was_active && gateway_alive => {
+                tracing::warn!(
+                    lease = self.name,
+                    "the API server does not answer: the gateway stays active until it does"
+                );
+                self.sticky_since = Some(now);
+            }
+            (Step::Unreachable, _) => {}
+            (_, Some(since)) => {
+                tracing::info!(
+                    lease = self.name,
+                    outage_ms = since.elapsed().as_millis(),
+                    "the API server answers again"
+                );
+                self.sticky_since = None;
+            }
+            (_, None) => {}
+        }
+        if !gateway_alive {
+            self.sticky_since = None;
+        }
+        let active = self.election.leads(now) || self.sticky_since.is_some();
+        if active {
+            self.hold(self.active_for(now)).await;
+        } else if was_active {
             self.hold(Duration::ZERO).await;
         }
-        self.metrics.set_leading(leads);
+        self.metrics.set_leading(active);
         match step {
             // Written, but too late to count (the write took longer than the deadline).
-            Step::Leading if !leads => Step::Unsure,
+            Step::Leading if !self.election.leads(now) => Step::Unsure,
             step => step,
+        }
+    }
+
+    /// How long the gateway may carry traffic from `now` without another step.
+    fn active_for(&self, now: Instant) -> Duration {
+        if self.sticky_since.is_some() {
+            self.election.timing().renew_deadline
+        } else {
+            self.election.remaining(now)
         }
     }
 
@@ -268,9 +333,9 @@ impl Elector {
                 .map_err(|_| LeaseError::Timeout(deadline))?;
                 match written {
                     Ok(lease) => {
-                        let was_leading = self.election.leads(started);
                         self.election.claimed(started);
-                        if !was_leading {
+                        // A record that named this replica already was renewed, not taken.
+                        if holder.as_deref() != Some(self.election.identity()) {
                             let previous = holder.or_else(|| self.last_holder.take());
                             self.announce(&lease, previous).await;
                         }
