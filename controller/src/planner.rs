@@ -415,6 +415,7 @@ pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec
                 .map(|m| gateway_api::Route {
                     real: m.real.clone(),
                     view: m.view.clone(),
+                    fallback: false,
                 })
                 .collect(),
             acl: te

@@ -112,6 +112,31 @@ impl Collector for DeviceCollector {
             "Connectivity probes not answered within their interval",
             &probe_counter(|c| c.reading.probes_lost),
         )?;
+        let backed_up: Vec<_> = report
+            .peers
+            .iter()
+            .filter_map(|p| Some(([("peer", p.config.display_name())], p.path?)))
+            .collect();
+        encode_peer_counters(
+            &mut encoder,
+            "kubetun_peer_path_switches",
+            "Switches of the views other peers back up for this peer, to their fallback routes and back",
+            &backed_up
+                .iter()
+                .map(|(labels, path)| (labels.clone(), path.switches()))
+                .collect::<Vec<_>>(),
+        )?;
+        let mut failed_over = encoder.encode_descriptor(
+            "kubetun_peer_failed_over",
+            "1 while the views other peers back up for this peer go through them (it is unreachable)",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (labels, path) in &backed_up {
+            ConstGauge::new(i64::from(path.failed_over()))
+                .encode(failed_over.encode_family(labels)?)?;
+        }
+
         let mut rtt = encoder.encode_descriptor(
             "kubetun_peer_rtt",
             "Round-trip time of connectivity probes through the tunnel",

@@ -92,6 +92,27 @@ pub enum StateError {
         /// The offending text.
         value: String,
     },
+    /// A fallback route whose view no other peer carries as a primary route.
+    #[error(
+        "peer {peer}: fallback route for view {view}: no other peer has a primary route with that view"
+    )]
+    FallbackWithoutPrimary { peer: String, view: IpNet },
+    /// Two fallback routes for one view.
+    #[error("view {view} has fallback routes on both peer {first} and peer {second}")]
+    DuplicateFallback {
+        view: IpNet,
+        first: String,
+        second: String,
+    },
+    /// The peer a fallback backs up is never probed, so it could never be found unreachable.
+    #[error(
+        "fallback route for view {view} (peer {backup}): the connectivity check must be enabled on the interface and for peer {primary}"
+    )]
+    FallbackUnprobed {
+        view: IpNet,
+        backup: String,
+        primary: String,
+    },
     /// A numeric field is out of range.
     #[error("{field}: {value} is out of range {min}..={max}")]
     OutOfRange {
@@ -155,14 +176,23 @@ pub struct RouteConfig {
     pub real: IpNet,
     /// The prefix local clients use to reach it.
     pub view: IpNet,
+    /// A backup path: the view is another peer's (its primary route), and this route carries
+    /// it, both ways, only while that peer is unreachable (see [`crate::device::path`]).
+    pub fallback: bool,
 }
 
 impl RouteConfig {
     /// A route that is not remapped (a plain WireGuard allowed IP).
     pub fn identity(prefix: IpNet) -> Self {
+        Self::remapped(prefix, prefix)
+    }
+
+    /// A primary route from `real` to `view`.
+    pub fn remapped(real: IpNet, view: IpNet) -> Self {
         Self {
-            real: prefix,
-            view: prefix,
+            real,
+            view,
+            fallback: false,
         }
     }
 }
@@ -293,7 +323,9 @@ impl DesiredState {
         let own = self.public_key();
         let previous = self.interface.previous_private_key.map(|k| k.public_key());
         let mut keys = HashSet::new();
-        let mut views: std::collections::HashMap<IpNet, String> = Default::default();
+        // Primary views are unique; each may have one fallback on another peer.
+        let mut views: std::collections::HashMap<IpNet, (String, bool)> = Default::default();
+        let mut fallbacks: std::collections::HashMap<IpNet, String> = Default::default();
         for peer in &self.peers {
             let name = peer.display_name();
             if !keys.insert(peer.public_key) {
@@ -314,7 +346,18 @@ impl DesiredState {
                         view: route.view,
                     });
                 }
-                if let Some(first) = views.insert(route.view, name.clone()) {
+                if route.fallback {
+                    if let Some(first) = fallbacks.insert(route.view, name.clone()) {
+                        return Err(StateError::DuplicateFallback {
+                            view: route.view,
+                            first,
+                            second: name,
+                        });
+                    }
+                    continue;
+                }
+                let probed = peer.conncheck && self.interface.conncheck.is_some();
+                if let Some((first, _)) = views.insert(route.view, (name.clone(), probed)) {
                     return Err(StateError::DuplicateView {
                         view: route.view,
                         first,
@@ -324,6 +367,22 @@ impl DesiredState {
             }
             for prefix in peer.acl.iter().flatten() {
                 canonical(&format!("peer {name}: acl"), *prefix)?;
+            }
+        }
+        for (view, backup) in fallbacks {
+            match views.get(&view) {
+                Some((primary, _)) if *primary == backup => {
+                    return Err(StateError::FallbackWithoutPrimary { peer: backup, view });
+                }
+                None => return Err(StateError::FallbackWithoutPrimary { peer: backup, view }),
+                Some((primary, false)) => {
+                    return Err(StateError::FallbackUnprobed {
+                        view,
+                        backup,
+                        primary: primary.clone(),
+                    });
+                }
+                Some(_) => {}
             }
         }
         Ok(())
@@ -454,7 +513,11 @@ fn peer_from_proto(index: usize, peer: proto::Peer) -> Result<PeerConfig, StateE
             } else {
                 parse_cidr(&context, &r.view)?
             };
-            Ok(RouteConfig { real, view })
+            Ok(RouteConfig {
+                real,
+                view,
+                fallback: r.fallback,
+            })
         })
         .collect::<Result<_, StateError>>()?;
     let acl = peer
@@ -541,6 +604,7 @@ mod tests {
                 .map(|(real, view)| proto::Route {
                     real: (*real).into(),
                     view: (*view).into(),
+                    fallback: false,
                 })
                 .collect(),
             ..Default::default()
@@ -742,6 +806,75 @@ mod tests {
                 .to_string();
             assert!(error.contains(expected), "{error}");
         }
+    }
+
+    #[test]
+    fn a_fallback_needs_a_probed_primary_on_another_peer_and_is_alone_on_its_view() {
+        let fallback = |n: u8, real: &str, view: &str| {
+            let mut peer = proto_peer(n, &[]);
+            peer.routes.push(proto::Route {
+                real: real.into(),
+                view: view.into(),
+                fallback: true,
+            });
+            peer
+        };
+        let primary = proto_peer(2, &[("10.70.0.0/16", "10.73.0.0/16")]);
+        let mut hub = fallback(3, "10.72.0.0/16", "10.73.0.0/16");
+        hub.routes.push(proto::Route {
+            real: "10.200.0.0/16".into(),
+            view: String::new(),
+            fallback: false,
+        });
+        let mut req = request(vec![primary.clone(), hub.clone()]);
+        req.interface.as_mut().expect("interface").conncheck = Some(proto::ConnCheck::default());
+        let state = DesiredState::from_proto(req.clone(), &DesiredState::default())
+            .expect("a fallback on the hub for the shortcut's view");
+        assert!(state.peers[1].routes[0].fallback);
+
+        let unprobed = DesiredState::from_proto(
+            request(vec![primary.clone(), hub.clone()]),
+            &DesiredState::default(),
+        )
+        .expect_err("without the connectivity check nothing finds the primary down")
+        .to_string();
+        assert_eq!(
+            unprobed,
+            "fallback route for view 10.73.0.0/16 (peer peer3): the connectivity check must be enabled on the interface and for peer peer2"
+        );
+        let mut orphan = req.clone();
+        orphan.peers.remove(0);
+        let error = DesiredState::from_proto(orphan, &DesiredState::default())
+            .expect_err("no primary")
+            .to_string();
+        assert_eq!(
+            error,
+            "peer peer3: fallback route for view 10.73.0.0/16: no other peer has a primary route with that view"
+        );
+        let mut twice = req.clone();
+        twice
+            .peers
+            .push(fallback(4, "10.75.0.0/16", "10.73.0.0/16"));
+        let error = DesiredState::from_proto(twice, &DesiredState::default())
+            .expect_err("two fallbacks")
+            .to_string();
+        assert_eq!(
+            error,
+            "view 10.73.0.0/16 has fallback routes on both peer peer3 and peer peer4"
+        );
+        let mut own = req;
+        own.peers[0].routes.push(proto::Route {
+            real: "10.72.0.0/16".into(),
+            view: "10.73.0.0/16".into(),
+            fallback: true,
+        });
+        own.peers.remove(1);
+        assert!(
+            DesiredState::from_proto(own, &DesiredState::default())
+                .expect_err("a peer cannot back itself up")
+                .to_string()
+                .contains("no other peer has a primary route")
+        );
     }
 
     #[test]

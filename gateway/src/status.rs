@@ -89,6 +89,7 @@ pub fn status_response(report: &DeviceReport, now_ms: u64) -> proto::StatusRespo
                         .map(|route| proto::Route {
                             real: route.real.to_string(),
                             view: route.view.to_string(),
+                            fallback: route.fallback,
                         })
                         .collect(),
                     acl: peer.config.acl.as_ref().map(|allowed| proto::Acl {
@@ -104,6 +105,11 @@ pub fn status_response(report: &DeviceReport, now_ms: u64) -> proto::StatusRespo
                         probes_lost: c.reading.probes_lost,
                     }),
                     previous_key: peer.previous_key,
+                    failed_over: peer.path.is_some_and(|p| p.failed_over()),
+                    path_switches: peer.path.map_or(0, |p| p.switches()),
+                    path_changed_unix_ms: peer.path.map_or(0, |p| {
+                        i64::try_from(p.changed_unix_ms()).unwrap_or(i64::MAX)
+                    }),
                 }
             })
             .collect(),
@@ -145,7 +151,14 @@ pub fn uapi_view(report: &DeviceReport) -> InterfaceView {
                 // what this side routes to the peer. Real prefixes may repeat across peers
                 // (Rome and Milan both 10.70.0.0/16), which `wg show` would print as two
                 // peers owning one prefix. Without remapping, view == real.
-                allowed_ips: peer.config.routes.iter().map(|r| r.view).collect(),
+                // A fallback route's view is its primary peer's.
+                allowed_ips: peer
+                    .config
+                    .routes
+                    .iter()
+                    .filter(|r| !r.fallback)
+                    .map(|r| r.view)
+                    .collect(),
             })
             .collect(),
     }
@@ -192,6 +205,7 @@ mod tests {
             latency_us: None,
             conncheck: None,
             previous_key: false,
+            path: None,
         }
     }
 
@@ -283,14 +297,14 @@ mod tests {
     fn uapi_view_reports_local_views() {
         let mut r = report();
         r.config.routes = vec![
-            crate::state::RouteConfig {
-                real: "10.70.0.0/16".parse().expect("cidr"),
-                view: "10.201.0.0/16".parse().expect("cidr"),
-            },
-            crate::state::RouteConfig {
-                real: "10.203.0.0/16".parse().expect("cidr"),
-                view: "10.203.0.0/16".parse().expect("cidr"),
-            },
+            crate::state::RouteConfig::remapped(
+                "10.70.0.0/16".parse().expect("cidr"),
+                "10.201.0.0/16".parse().expect("cidr"),
+            ),
+            crate::state::RouteConfig::remapped(
+                "10.203.0.0/16".parse().expect("cidr"),
+                "10.203.0.0/16".parse().expect("cidr"),
+            ),
         ];
         r.last_handshake_ms = 1_500;
         let device = device(r, 1);
@@ -315,10 +329,10 @@ mod tests {
         let peer = |key: u8, view: &str| {
             let mut r = report();
             r.config = PeerConfig::new(Key::from_bytes([key; 32]));
-            r.config.routes = vec![crate::state::RouteConfig {
-                real: "10.70.0.0/16".parse().expect("cidr"),
-                view: view.parse().expect("cidr"),
-            }];
+            r.config.routes = vec![crate::state::RouteConfig::remapped(
+                "10.70.0.0/16".parse().expect("cidr"),
+                view.parse().expect("cidr"),
+            )];
             r
         };
         let mut device = device(peer(3, "10.201.0.0/16"), 2);

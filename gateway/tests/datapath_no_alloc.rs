@@ -366,14 +366,14 @@ fn desired_state(this: &Side, this_key: Key, other: &Side, other_key: Key) -> De
     peer.name = other.namespace.clone();
     peer.endpoint = Some(Endpoint::Addr(SocketAddr::from((other.underlay, WG_PORT))));
     peer.routes = vec![
-        RouteConfig {
-            real: other.real.parse().expect("real prefix"),
-            view: other.view.parse().expect("view prefix"),
-        },
-        RouteConfig {
-            real: other.real6.parse().expect("real prefix"),
-            view: other.view6.parse().expect("view prefix"),
-        },
+        RouteConfig::remapped(
+            other.real.parse().expect("real prefix"),
+            other.view.parse().expect("view prefix"),
+        ),
+        RouteConfig::remapped(
+            other.real6.parse().expect("real prefix"),
+            other.view6.parse().expect("view prefix"),
+        ),
     ];
     DesiredState {
         version: "datapath-no-alloc".to_owned(),

@@ -778,6 +778,7 @@ impl HaLab {
                 routes: vec![gateway_api::Route {
                     real: A_POD_CIDR.to_owned(),
                     view: A_POD_CIDR.to_owned(),
+                    fallback: false,
                 }],
                 ..gateway_api::Peer::default()
             }],

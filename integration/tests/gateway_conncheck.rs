@@ -183,6 +183,7 @@ fn state(
             routes: vec![gateway_api::Route {
                 real: peer_prefix.to_owned(),
                 view: String::new(),
+                fallback: false,
             }],
             conncheck_disabled,
             ..Default::default()

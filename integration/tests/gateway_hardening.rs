@@ -513,6 +513,7 @@ fn fifty_thousand_peers_apply_through_grpc() {
                 routes: vec![api::Route {
                     real: format!("{}/32", std::net::Ipv4Addr::from(0x0a00_0000 + i)),
                     view: format!("{}/32", std::net::Ipv4Addr::from(0x0b00_0000 + i)),
+                    fallback: false,
                 }],
                 ..Default::default()
             }

@@ -547,6 +547,7 @@ fn grpc_apply_remaps_against_wireguard_go_and_reports_status() {
             routes: vec![api::Route {
                 real: format!("{TUNNEL_B}/32"),
                 view: view.into(),
+                fallback: false,
             }],
             ..Default::default()
         }],

@@ -522,6 +522,7 @@ fn state(own: &GatewayPod, peer: &GatewayPod, own_net: &str, peer_net: &str) -> 
             routes: vec![gateway_api::Route {
                 real: format!("{peer_net}.0/24"),
                 view: String::new(),
+                fallback: false,
             }],
             ..Default::default()
         }],

@@ -90,6 +90,7 @@ impl Side {
                 routes: vec![gateway_api::Route {
                     real: format!("{}/32", peer.address),
                     view: String::new(),
+                    fallback: false,
                 }],
                 ..Default::default()
             }],

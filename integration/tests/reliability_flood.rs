@@ -85,6 +85,7 @@ fn state(
             routes: vec![Route {
                 real: peer_cidr.into(),
                 view: peer_cidr.into(),
+                fallback: false,
             }],
             ..Peer::default()
         }],

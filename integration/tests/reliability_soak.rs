@@ -108,6 +108,7 @@ fn identity(cidr: &str) -> Route {
     Route {
         real: cidr.into(),
         view: cidr.into(),
+        fallback: false,
     }
 }
 
@@ -129,6 +130,7 @@ fn state_a(n: u64, key: &GatewayKey, b: &GatewayKey, idle: &[String]) -> Desired
         routes: vec![Route {
             real: "10.70.0.0/24".into(),
             view: format!("10.100.{i}.0/24"),
+            fallback: false,
         }],
         acl: Some(Acl {
             allowed: vec![if i == changed && n % 2 == 1 {

@@ -159,6 +159,7 @@ fn peer_state(peer: &SimPeer, endpoint: String) -> gateway_api::Peer {
         routes: vec![gateway_api::Route {
             real: peer.real_prefix.clone(),
             view: String::new(),
+            fallback: false,
         }],
         conncheck_disabled: true,
         ..Default::default()

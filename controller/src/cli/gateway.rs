@@ -426,10 +426,12 @@ peers:
                     Route {
                         real: "10.202.0.0/16".into(),
                         view: "10.202.0.0/16".into(),
+                        fallback: false,
                     },
                     Route {
                         real: "10.70.0.0/16".into(),
                         view: "10.71.0.0/16".into(),
+                        fallback: false,
                     },
                 ],
                 acl: Some(Acl {

@@ -452,6 +452,11 @@ impl Prober {
         })
     }
 
+    /// Unanswered probes in a row.
+    pub fn consecutive_losses(&self) -> u32 {
+        self.consecutive_losses
+    }
+
     /// The counters and measurements.
     pub fn reading(&self) -> ProberReading {
         ProberReading {

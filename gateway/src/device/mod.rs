@@ -13,6 +13,7 @@ pub mod handshake;
 pub mod handshake_queue;
 mod host;
 pub mod net;
+pub mod path;
 pub mod peer;
 mod plan;
 pub mod probe;
@@ -180,6 +181,7 @@ impl Device {
             stopped: watch::channel(false).0,
             tun_queues,
             role: Role::default(),
+            replan: tokio::sync::Notify::new(),
         });
         handshake::spawn_worker(Arc::downgrade(&shared), handshake_queue)
             .map_err(DeviceError::Worker)?;
@@ -207,7 +209,8 @@ impl Device {
             control.readers = spawn_readers(&shared, &shared.sockets.load());
         }
         let retry = tokio::spawn(host_retry_loop(Arc::downgrade(&device)));
-        device.tasks.lock().push(retry);
+        let replan = tokio::spawn(replan_loop(Arc::downgrade(&device)));
+        device.tasks.lock().extend([retry, replan]);
         Ok(device)
     }
 
@@ -448,6 +451,33 @@ impl Device {
         transition
     }
 
+    /// Plans the running state again, so that the fallback paths follow the peers'
+    /// [`path::PathState`]s. Nothing else changes: same peers, sessions, endpoints.
+    async fn replan(&self) {
+        let control = self.control.lock().await;
+        let current = self.shared.snapshot.load_full();
+        // Only new peers take their endpoints from here, and there are none.
+        let resolved = vec![None; current.state.peers.len()];
+        let state = current.state.clone();
+        let planned = tokio::task::spawn_blocking({
+            let current = Arc::clone(&current);
+            move || plan::next_snapshot(&current, &state, &resolved)
+        })
+        .await;
+        match planned {
+            Ok(Ok(snapshot)) => {
+                let generation = snapshot.generation;
+                control
+                    .retired
+                    .swap(&self.shared.snapshot, current, snapshot);
+                self.changes.send_replace(generation);
+                tracing::debug!(generation, "snapshot planned again for a fallback switch");
+            }
+            Ok(Err(error)) => tracing::warn!(%error, "cannot plan the fallback switch"),
+            Err(error) => std::panic::resume_unwind(error.into_panic()),
+        }
+    }
+
     /// A reading of the whole device for status reports.
     pub fn report(&self) -> DeviceReport {
         let snapshot = self.snapshot();
@@ -479,6 +509,21 @@ impl Device {
             active_remaining: self.shared.role.remaining(now_us),
             promotions: self.shared.role.promotions(),
         }
+    }
+}
+
+/// Plans the snapshot again whenever a fallback path switched (see [`path`]).
+async fn replan_loop(device: Weak<Device>) {
+    loop {
+        let Some(shared) = device.upgrade().map(|d| Arc::clone(&d.shared)) else {
+            return;
+        };
+        shared.replan.notified().await;
+        drop(shared);
+        let Some(device) = device.upgrade() else {
+            return;
+        };
+        device.replan().await;
     }
 }
 
@@ -562,6 +607,8 @@ pub struct PeerReport {
     /// During a key rotation: the peer's tunnel has not moved to the new key yet (it uses the
     /// previous key, or has completed no handshake with the new one).
     pub previous_key: bool,
+    /// Where the views other peers back up for this one go; `None` when none are backed up.
+    pub path: Option<path::PathState>,
 }
 
 /// A status reading of one peer's connectivity check.
@@ -602,8 +649,10 @@ impl PeerReport {
             latency_us: None,
             conncheck: None,
             previous_key: false,
+            path: None,
         };
         if let Some(peer) = &slot.runtime {
+            report.path = slot.backed_up.then(|| *peer.path.lock());
             let stats = &peer.stats;
             report.active = true;
             report.endpoint = peer.endpoint();

@@ -14,6 +14,7 @@ use parking_lot::Mutex;
 use rand_core::RngCore as _;
 
 use super::conncheck::Prober;
+use super::path::PathState;
 use crate::key::Key;
 
 /// Runtime state of one peer. Created when the peer (or its key material) first appears in
@@ -30,6 +31,9 @@ pub struct Peer {
     /// Connectivity check state. Taken after `tunn` when both are held (a PONG is recorded
     /// while decrypting), never the other way round.
     pub conncheck: Mutex<Prober>,
+    /// Whether the views other peers back up for this one go through them (see
+    /// [`super::path`]); kept across applies like the sessions.
+    pub path: Mutex<PathState>,
 }
 
 /// The peer's `Tunn` and our public key it was made with (or last switched to): during a key
@@ -150,6 +154,7 @@ impl Peer {
             // A random first sequence number: PONGs meant for a previous session's prober
             // of this peer do not match.
             conncheck: Mutex::new(Prober::new(rand_core::OsRng.next_u32())),
+            path: Mutex::new(PathState::default()),
         }
     }
 

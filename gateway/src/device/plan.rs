@@ -13,7 +13,8 @@ use super::peer::Peer;
 use super::snapshot::{Identity, IndexMap, PeerSlot, Snapshot};
 use crate::key::Key;
 use crate::remap::{self, PeerId, RemapTable, TableBuilder};
-use crate::state::DesiredState;
+use crate::state::{DesiredState, PeerConfig, RouteConfig};
+use ipnet::IpNet;
 
 /// The snapshot implementing `next`, given the endpoints resolved for its peers (same order)
 /// Fails if the remap table rejects the routes.
@@ -23,7 +24,8 @@ pub fn next_snapshot(
     resolved: &[Option<SocketAddr>],
 ) -> Result<Snapshot, ApplyError> {
     let plan = plan_peers(current, next)?;
-    let table = remap_table(next, &plan.ids, &current.remap)?;
+    let fallbacks = Fallbacks::of(next, &plan.reused);
+    let table = remap_table(next, &plan.ids, &current.remap, &fallbacks)?;
     let identity = next_identity(current, next);
 
     let mut used_indices: HashSet<u32> = plan
@@ -70,6 +72,7 @@ pub fn next_snapshot(
         }
         by_key.insert(config.public_key, id);
         peers[id as usize] = Some(PeerSlot {
+            backed_up: fallbacks.backs_up(config),
             config: config.clone(),
             runtime,
         });
@@ -109,12 +112,59 @@ fn next_identity(current: &Snapshot, next: &DesiredState) -> Option<Arc<Identity
     Some(Arc::new(identity))
 }
 
+/// Which views have fallback routes, and which of them have moved to theirs because the
+/// primary peer is failed over (its [`super::path::PathState`], kept on its runtime).
+struct Fallbacks {
+    backed_up: HashSet<IpNet>,
+    moved: HashSet<IpNet>,
+}
+
+impl Fallbacks {
+    fn of(state: &DesiredState, runtimes: &[Option<Arc<Peer>>]) -> Self {
+        let backed_up: HashSet<IpNet> = state
+            .peers
+            .iter()
+            .flat_map(|p| &p.routes)
+            .filter(|r| r.fallback)
+            .map(|r| r.view)
+            .collect();
+        let moved = state
+            .peers
+            .iter()
+            .zip(runtimes)
+            .filter(|(_, runtime)| {
+                runtime
+                    .as_ref()
+                    .is_some_and(|p| p.path.lock().failed_over())
+            })
+            .flat_map(|(peer, _)| &peer.routes)
+            .filter(|r| !r.fallback && backed_up.contains(&r.view))
+            .map(|r| r.view)
+            .collect();
+        Self { backed_up, moved }
+    }
+
+    /// Whether other peers back up some of `peer`'s views.
+    fn backs_up(&self, peer: &PeerConfig) -> bool {
+        peer.routes
+            .iter()
+            .any(|r| !r.fallback && self.backed_up.contains(&r.view))
+    }
+
+    /// Whether `route` is in the table now: a primary route unless its view moved, a
+    /// fallback route only while it did.
+    fn carries(&self, route: &RouteConfig) -> bool {
+        route.fallback == self.moved.contains(&route.view)
+    }
+}
+
 /// The remap table of `state` with peer ids `ids` (same order as `state.peers`), laid out like
 /// `previous` where it can be (see [`TableBuilder::build_after`]).
 fn remap_table(
     state: &DesiredState,
     ids: &[PeerId],
     previous: &RemapTable,
+    fallbacks: &Fallbacks,
 ) -> Result<RemapTable, ApplyError> {
     let mut builder = TableBuilder::new();
     builder.local_prefixes(&state.interface.local_prefixes);
@@ -123,6 +173,7 @@ fn remap_table(
         let routes: Vec<remap::Route> = peer
             .routes
             .iter()
+            .filter(|r| fallbacks.carries(r))
             .map(|r| remap::Route {
                 real: r.real,
                 view: r.view,
@@ -213,6 +264,7 @@ fn allocate_index(used: &mut HashSet<u32>) -> u32 {
 mod tests {
     use super::*;
     use crate::key::Key;
+    use crate::remap::Verdict;
     use crate::state::{Endpoint, PeerConfig, RouteConfig};
 
     fn key(n: u8) -> Key {
@@ -242,10 +294,7 @@ mod tests {
     fn peer(n: u8, real: &str, view: &str, endpoint: Option<&str>) -> PeerConfig {
         let mut peer = PeerConfig::new(key(n));
         peer.name = format!("peer{n}");
-        peer.routes = vec![RouteConfig {
-            real: net(real),
-            view: net(view),
-        }];
+        peer.routes = vec![RouteConfig::remapped(net(real), net(view))];
         peer.endpoint = endpoint.map(|e| Endpoint::Addr(addr(e)));
         peer
     }
@@ -274,6 +323,105 @@ mod tests {
         let id = snapshot.by_key[&key(n)];
         let slot = snapshot.peer(id).expect("slot");
         (id, Arc::clone(slot.runtime.as_ref().expect("runtime")))
+    }
+
+    fn udp(src: [u8; 4], dst: [u8; 4]) -> Vec<u8> {
+        let mut out = Vec::new();
+        etherparse::PacketBuilder::ipv4(src, dst, 64)
+            .udp(40000, 9000)
+            .write(&mut out, b"x")
+            .expect("serialize");
+        out
+    }
+
+    fn addresses(packet: &[u8]) -> ([u8; 4], [u8; 4]) {
+        let ip = etherparse::Ipv4HeaderSlice::from_slice(packet).expect("IPv4");
+        (ip.source(), ip.destination())
+    }
+
+    #[test]
+    fn a_failed_over_primarys_backed_up_views_go_through_the_fallback_both_ways() {
+        // Peer 2 is the shortcut (10.70/16 seen as 10.73/16); peer 3 the hub, which knows
+        // the same cluster as 10.72/16 and backs the view up.
+        let shortcut = peer(2, "10.70.0.0/16", "10.73.0.0/16", Some("192.0.2.2:51820"));
+        let mut hub = peer(3, "10.200.0.0/16", "10.200.0.0/16", Some("192.0.2.3:51820"));
+        hub.routes.push(RouteConfig {
+            fallback: true,
+            ..RouteConfig::remapped(net("10.72.0.0/16"), net("10.73.0.0/16"))
+        });
+        let mut next = DesiredState::default();
+        next.interface.private_key = Some(key(1));
+        next.interface.conncheck = Some(Default::default());
+        next.peers = vec![shortcut, hub];
+        next.validate().expect("valid");
+        let direct = apply(&empty(), &next);
+        let (shortcut_id, shortcut_peer) = runtime(&direct, 2);
+        let (hub_id, _) = runtime(&direct, 3);
+        assert!(direct.peer(shortcut_id).expect("slot").backed_up);
+        assert!(!direct.peer(hub_id).expect("slot").backed_up);
+
+        let mut packet = udp([10, 10, 0, 5], [10, 73, 2, 2]);
+        assert_eq!(
+            direct.remap.egress(&mut packet),
+            Verdict::Forward(shortcut_id)
+        );
+        assert_eq!(addresses(&packet).1, [10, 70, 2, 2]);
+        let mut via_hub = udp([10, 72, 2, 2], [10, 10, 0, 5]);
+        assert_eq!(
+            direct.remap.ingress(hub_id, &mut via_hub),
+            Verdict::Drop(remap::DropReason::SourceNotAllowed),
+            "the fallback is not in use"
+        );
+
+        let now = crate::clock::Now {
+            unix_ms: 1,
+            mono_us: 1,
+        };
+        assert_eq!(shortcut_peer.path.lock().observe(5, 5, now), Some(true));
+        let failed_over = next_snapshot(&direct, &next, &[None, None]).expect("replan");
+        assert!(
+            Arc::ptr_eq(&runtime(&failed_over, 2).1, &shortcut_peer),
+            "same sessions"
+        );
+        let mut packet = udp([10, 10, 0, 5], [10, 73, 2, 2]);
+        assert_eq!(
+            failed_over.remap.egress(&mut packet),
+            Verdict::Forward(hub_id)
+        );
+        assert_eq!(
+            addresses(&packet).1,
+            [10, 72, 2, 2],
+            "the hub's view on the wire"
+        );
+        let mut reply = udp([10, 72, 2, 2], [10, 10, 0, 5]);
+        assert_eq!(
+            failed_over.remap.ingress(hub_id, &mut reply),
+            Verdict::Deliver
+        );
+        assert_eq!(
+            addresses(&reply).0,
+            [10, 73, 2, 2],
+            "the same view either way"
+        );
+        let mut own = udp([10, 200, 0, 9], [10, 10, 0, 5]);
+        assert_eq!(
+            failed_over.remap.ingress(hub_id, &mut own),
+            Verdict::Deliver
+        );
+
+        // The hold passed without a loss: back to the shortcut.
+        let later = crate::clock::Now {
+            unix_ms: 5_000,
+            mono_us: 1 + super::super::path::RETURN_HOLD_US,
+        };
+        assert_eq!(shortcut_peer.path.lock().observe(0, 5, now), None);
+        assert_eq!(shortcut_peer.path.lock().observe(0, 5, later), Some(false));
+        let back = next_snapshot(&failed_over, &next, &[None, None]).expect("replan");
+        let mut packet = udp([10, 10, 0, 5], [10, 73, 2, 2]);
+        assert_eq!(
+            back.remap.egress(&mut packet),
+            Verdict::Forward(shortcut_id)
+        );
     }
 
     #[test]
@@ -439,10 +587,10 @@ mod tests {
     #[test]
     fn remap_conflicts_are_rejected() {
         let mut conflicting = peer(2, "10.70.0.0/16", "10.201.0.0/16", None);
-        conflicting.routes.push(RouteConfig {
-            real: net("10.70.0.0/16"),
-            view: net("10.202.0.0/16"),
-        });
+        conflicting.routes.push(RouteConfig::remapped(
+            net("10.70.0.0/16"),
+            net("10.202.0.0/16"),
+        ));
         let next = state(vec![conflicting]);
         let error = next_snapshot(&empty(), &next, &[None]).expect_err("conflict");
         assert!(matches!(error, ApplyError::Remap(_)), "{error}");

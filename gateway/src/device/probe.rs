@@ -61,21 +61,44 @@ pub async fn prober_loop(shared: Arc<Shared>) {
                 continue;
             };
             let now = clock::now();
-            let (ping, changes) = {
+            let (ping, changes, losses) = {
                 let mut prober = peer.conncheck.lock();
                 // A reply since the last round, then the loss this round may count.
                 let replied = prober.reachability_change(config.loss_threshold);
                 let ping = prober.next_ping(now.mono_us, config.interval_us());
                 let lost = prober.reachability_change(config.loss_threshold);
-                (ping, [replied, lost])
+                (ping, [replied, lost], prober.consecutive_losses())
             };
             for unreachable in changes.into_iter().flatten() {
                 log_reachability(&slot.config.display_name(), unreachable, config);
+            }
+            if slot.backed_up
+                && let Some(failed_over) =
+                    peer.path.lock().observe(losses, config.loss_threshold, now)
+            {
+                log_switch(&slot.config.display_name(), failed_over);
+                shared.replan.notify_one();
             }
             if !send_probe(peer, endpoint, ping, &mut sender, &mut out, now) {
                 peer.conncheck.lock().delayed(ping.seq);
             }
         }
+    }
+}
+
+/// Logs a switch of the views other peers back up for `peer`.
+fn log_switch(peer: &str, failed_over: bool) {
+    if failed_over {
+        tracing::warn!(
+            peer,
+            "fallback: the peer is unreachable; the views other peers back up for it go through them"
+        );
+    } else {
+        tracing::info!(
+            peer,
+            hold_s = super::path::RETURN_HOLD_US / 1_000_000,
+            "fallback over: the peer answered every probe for the hold; its views return to it"
+        );
     }
 }
 

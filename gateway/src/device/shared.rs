@@ -31,6 +31,8 @@ pub struct Shared {
     pub tun_queues: Vec<Arc<tun_rs::AsyncDevice>>,
     /// Whether this replica carries traffic now (see [`super::role`]).
     pub role: Role,
+    /// Woken when a peer's fallback path switched: the snapshot must be planned again.
+    pub replan: tokio::sync::Notify,
 }
 
 impl Shared {

@@ -117,6 +117,9 @@ pub struct PeerSlot {
     pub config: PeerConfig,
     /// Its runtime state; `None` while the interface has no private key.
     pub runtime: Option<Arc<Peer>>,
+    /// Other peers back up some of its views (fallback routes): its connectivity check
+    /// decides where those go (see [`super::path`]).
+    pub backed_up: bool,
 }
 
 /// A hasher for keys that are already uniformly random (boringtun receiver indices).

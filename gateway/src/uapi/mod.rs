@@ -453,10 +453,7 @@ impl SetCommand {
                     None => {
                         let view = previous.get(prefix).copied().unwrap_or(*prefix);
                         mine.insert(*prefix, view);
-                        peer.routes.push(RouteConfig {
-                            real: *prefix,
-                            view,
-                        });
+                        peer.routes.push(RouteConfig::remapped(*prefix, view));
                         view
                     }
                 };

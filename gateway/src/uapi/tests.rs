@@ -267,10 +267,7 @@ fn replace_allowed_ips_keeps_views_of_prefixes_that_stay() {
     let mut state = DesiredState::default();
     let mut peer = PeerConfig::new(key(2));
     peer.routes = vec![
-        RouteConfig {
-            real: net("10.70.0.0/16"),
-            view: net("10.201.0.0/16"),
-        },
+        RouteConfig::remapped(net("10.70.0.0/16"), net("10.201.0.0/16")),
         RouteConfig::identity(net("10.80.0.0/16")),
     ];
     state.peers.push(peer);
@@ -282,10 +279,7 @@ fn replace_allowed_ips_keeps_views_of_prefixes_that_stay() {
     assert_eq!(
         next.peers[0].routes,
         vec![
-            RouteConfig {
-                real: net("10.70.0.0/16"),
-                view: net("10.201.0.0/16"),
-            },
+            RouteConfig::remapped(net("10.70.0.0/16"), net("10.201.0.0/16")),
             RouteConfig::identity(net("10.90.0.0/16")),
         ]
     );

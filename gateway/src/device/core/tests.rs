@@ -93,10 +93,10 @@ impl Gateway {
         let mut peer = PeerConfig::new(other.key.public_key());
         peer.endpoint = Some(Endpoint::Addr(other.address));
         peer.persistent_keepalive = keepalive;
-        peer.routes = vec![RouteConfig {
-            real: other.real.parse().expect("real prefix"),
-            view: other.view.parse().expect("view prefix"),
-        }];
+        peer.routes = vec![RouteConfig::remapped(
+            other.real.parse().expect("real prefix"),
+            other.view.parse().expect("view prefix"),
+        )];
         let state = DesiredState {
             version: "core-test".to_owned(),
             interface: InterfaceConfig {
