@@ -959,7 +959,8 @@ pub struct PingTrain {
 }
 
 impl PingTrain {
-    fn start(ns: &str, source: &str, target: &str) -> Result<Self, HaError> {
+    /// Pings `target` from `source` inside namespace `ns` every 20 ms (for at most 10 min).
+    pub fn start(ns: &str, source: &str, target: &str) -> Result<Self, HaError> {
         let mut child = command_in(ns, "ping")
             .args([
                 "-n", "-D", "-i", "0.02", "-W", "1", "-w", "600", "-I", source, target,
