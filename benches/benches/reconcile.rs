@@ -70,6 +70,7 @@ fn peer_spec(i: usize, key: &GatewayKey) -> NetworkConfigSpec {
         },
         public_key: key.public_base64().to_owned(),
         mtu: Some(1420),
+        ..Default::default()
     }
 }
 

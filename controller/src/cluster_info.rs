@@ -89,6 +89,7 @@ impl ClusterInfo {
             endpoint: self.endpoint.clone(),
             public_key: self.public_key.clone(),
             mtu: Some(self.mtu),
+            fallback: None,
         }
     }
 

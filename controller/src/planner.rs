@@ -14,7 +14,8 @@ use std::str::FromStr;
 
 use ipnet::IpNet;
 use kubetun_crds::{
-    CidrMapping, NetworkConfig, NetworkConfigSpec, NetworkConfigStatus, TunnelEndpointSpec,
+    CidrMapping, FallbackPath, NetworkConfig, NetworkConfigSpec, NetworkConfigStatus,
+    TunnelEndpointSpec, TunnelFallback,
 };
 use prost::Message as _;
 
@@ -30,6 +31,9 @@ pub const PEER_LABEL: &str = "net.kubetun.io/peer";
 pub const ROLE_LOCAL: &str = "local";
 /// [`ROLE_LABEL`] value of the NetworkConfig a peer sent to this cluster.
 pub const ROLE_REMOTE: &str = "remote";
+/// Annotation the hub's ShortcutConnection operator puts on the hub's `from-` NetworkConfig
+/// of a leaf whose traffic the hub may forward to other leaves ("true").
+pub const TRANSIT_ANNOTATION: &str = "net.kubetun.io/transit";
 
 /// Name of the NetworkConfig this cluster sends to `peer_id` (its status mirrors the peer's
 /// processing).
@@ -59,6 +63,9 @@ pub enum PlanError {
     /// The peer announces no pod CIDR.
     #[error("spec.podCIDRs is empty: the peer must announce at least one pod CIDR")]
     NoPodCidr,
+    /// The fallback path does not fit the peer's CIDRs.
+    #[error("spec.fallback: {0}")]
+    InvalidFallback(String),
     /// The public key is malformed.
     #[error("spec.publicKey: {0}")]
     InvalidPublicKey(#[source] KeyError),
@@ -110,7 +117,9 @@ impl PlanError {
         use crate::conditions::reason;
         match self {
             Self::InvalidCidr { .. } => reason::INVALID_CIDR,
-            Self::NoPodCidr | Self::NotProcessed { .. } => reason::INVALID_SPEC,
+            Self::NoPodCidr | Self::NotProcessed { .. } | Self::InvalidFallback(_) => {
+                reason::INVALID_SPEC
+            }
             Self::InvalidPublicKey(_) => reason::INVALID_PUBLIC_KEY,
             Self::WrongDestination { .. } => reason::WRONG_DESTINATION,
             Self::InvalidSource { .. } | Self::Misnamed { .. } => reason::INVALID_SOURCE,
@@ -312,6 +321,12 @@ pub fn tunnel_endpoint_spec(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
+    let transit = remote
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(TRANSIT_ANNOTATION))
+        .is_some_and(|v| v == "true");
     Ok(TunnelEndpointSpec {
         cluster: remote.spec.source_cluster.clone(),
         local_pod_cidrs: ours.pod_cidrs.clone(),
@@ -322,6 +337,59 @@ pub fn tunnel_endpoint_spec(
         public_key: remote.spec.public_key.clone(),
         mtu,
         allowed_prefixes: None,
+        fallback: match &remote.spec.fallback {
+            Some(path) => Some(fallback_routes(path, theirs)?),
+            None => None,
+        },
+        transit,
+    })
+}
+
+/// The fallback path's routes: the peer's CIDRs as the hub sees them (in the order of the
+/// spec's CIDRs, which the status follows) to the views this cluster gave them.
+fn fallback_routes(
+    path: &FallbackPath,
+    theirs: &NetworkConfigStatus,
+) -> Result<TunnelFallback, PlanError> {
+    let invalid = |why: String| PlanError::InvalidFallback(why);
+    if path.pod_cidrs.len() != theirs.pod_cidrs.len()
+        || path.external_cidrs.len() != theirs.external_cidrs.len()
+    {
+        return Err(invalid(format!(
+            "{} pod and {} external CIDRs at the hub for {} and {} here",
+            path.pod_cidrs.len(),
+            path.external_cidrs.len(),
+            theirs.pod_cidrs.len(),
+            theirs.external_cidrs.len()
+        )));
+    }
+    let routes = path
+        .pod_cidrs
+        .iter()
+        .zip(&theirs.pod_cidrs)
+        .chain(path.external_cidrs.iter().zip(&theirs.external_cidrs))
+        .map(|(at_hub, here)| {
+            let hub = IpNet::from_str(at_hub.trim())
+                .map_err(|_| invalid(format!("{at_hub:?} is not a CIDR")))?
+                .trunc();
+            let view = IpNet::from_str(&here.view)
+                .map_err(|_| invalid(format!("view {:?} is not a CIDR", here.view)))?;
+            if hub.prefix_len() != view.prefix_len()
+                || hub.addr().is_ipv4() != view.addr().is_ipv4()
+            {
+                return Err(invalid(format!(
+                    "{hub} at the hub and view {view} differ in family or length"
+                )));
+            }
+            Ok(CidrMapping {
+                real: hub.to_string(),
+                view: view.to_string(),
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(TunnelFallback {
+        hub: path.hub.clone(),
+        routes,
     })
 }
 
@@ -400,8 +468,13 @@ impl std::fmt::Debug for GatewaySettings {
 pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec]) -> DesiredState {
     let mut sorted: Vec<&TunnelEndpointSpec> = endpoints.iter().collect();
     sorted.sort_by(|a, b| a.cluster.id.cmp(&b.cluster.id));
-    let peers = sorted
-        .into_iter()
+    let route = |m: &CidrMapping, fallback: bool| gateway_api::Route {
+        real: m.real.clone(),
+        view: m.view.clone(),
+        fallback,
+    };
+    let mut peers: Vec<gateway_api::Peer> = sorted
+        .iter()
         .map(|te| gateway_api::Peer {
             public_key: te.public_key.clone(),
             name: te.cluster.id.clone(),
@@ -412,11 +485,7 @@ pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec
                 .remote_pod_cidrs
                 .iter()
                 .chain(&te.remote_external_cidrs)
-                .map(|m| gateway_api::Route {
-                    real: m.real.clone(),
-                    view: m.view.clone(),
-                    fallback: false,
-                })
+                .map(|m| route(m, false))
                 .collect(),
             acl: te
                 .allowed_prefixes
@@ -427,6 +496,26 @@ pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec
             conncheck_disabled: false,
         })
         .collect();
+    // A peer's fallback path is a set of routes on its hub's peer, at the same views.
+    for te in &sorted {
+        let Some(fallback) = &te.fallback else {
+            continue;
+        };
+        if let Some(hub) = peers.iter_mut().find(|p| p.name == fallback.hub.id) {
+            hub.routes
+                .extend(fallback.routes.iter().map(|m| route(m, true)));
+        }
+    }
+    // A hub forwards between leaves that allow transit: their views are sources it sends.
+    let mut local_prefixes = settings.local_prefixes.clone();
+    for te in sorted.iter().filter(|te| te.transit) {
+        local_prefixes.extend(
+            te.remote_pod_cidrs
+                .iter()
+                .chain(&te.remote_external_cidrs)
+                .map(|m| m.view.clone()),
+        );
+    }
     let mut state = DesiredState {
         version: String::new(),
         interface: Some(gateway_api::Interface {
@@ -436,7 +525,7 @@ pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec
             fwmark: 0,
             mtu: settings.mtu,
             addresses: settings.addresses.clone(),
-            local_prefixes: settings.local_prefixes.clone(),
+            local_prefixes,
             manage_routes: settings.manage_routes,
             conncheck: Some(gateway_api::ConnCheck {
                 interval_ms: nonzero_or(settings.conncheck_interval_ms, CONNCHECK_INTERVAL_MS),

@@ -57,6 +57,7 @@ fn request() -> ShortcutRequest {
         left: leaf("rome"),
         right: leaf("milan"),
         mtu: Some(1380),
+        transit: false,
     }
 }
 

@@ -75,6 +75,7 @@ async fn create_shortcut(hub: &Cluster) -> Api<ShortcutConnection> {
             left: leaf("rome"),
             right: leaf("milan"),
             mtu: None,
+            ..Default::default()
         },
     );
     sc.metadata.namespace = Some(NAMESPACE.into());

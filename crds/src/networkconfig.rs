@@ -48,6 +48,27 @@ pub struct NetworkConfigSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1280, max = 9000))]
     pub mtu: Option<u32>,
+    /// A second path to the sender through a hub, written by the hub's ShortcutConnection
+    /// operator when the shortcut allows transit: the receiver's gateway sends through the hub
+    /// while the direct tunnel is down, at the same views.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<FallbackPath>,
+}
+
+/// How the sender is reached through a hub.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FallbackPath {
+    /// The hub, a peer of the receiver.
+    pub hub: ClusterRef,
+    /// The sender's pod CIDRs as the hub sees them, in the order of `podCIDRs`: the addresses
+    /// on the wire between the receiver and the hub.
+    #[schemars(schema_with = "cidr_list_schema")]
+    pub pod_cidrs: Vec<String>,
+    /// The sender's external CIDRs as the hub sees them, in the order of `externalCIDRs`.
+    #[serde(default)]
+    #[schemars(schema_with = "cidr_list_schema")]
+    pub external_cidrs: Vec<String>,
 }
 
 /// Written by the receiving cluster.

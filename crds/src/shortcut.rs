@@ -34,6 +34,12 @@ pub struct ShortcutConnectionSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1280, max = 9000))]
     pub mtu: Option<u32>,
+    /// Let the hub carry the pair's traffic while the shortcut is down (its connectivity
+    /// check): each leaf gets the other as a fallback through the hub, at the same views.
+    /// Both leaves must be linked to the hub. Off by default: the hub forwards between
+    /// leaves only where a ShortcutConnection says so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub transit: bool,
 }
 
 /// How the hub reaches one leaf cluster.

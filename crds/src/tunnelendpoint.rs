@@ -51,6 +51,25 @@ pub struct TunnelEndpointSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "optional_cidr_list_schema")]
     pub allowed_prefixes: Option<Vec<String>>,
+    /// The path through a hub while the direct tunnel is down: the peer's CIDRs as the hub
+    /// sees them (`real`, on the wire to the hub) and as we see them (`view`, the same views
+    /// as over the direct tunnel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<TunnelFallback>,
+    /// This cluster is a hub that forwards between this peer and others (a ShortcutConnection
+    /// allows transit): its gateway accepts this peer's views as sources.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub transit: bool,
+}
+
+/// The fallback path of a TunnelEndpoint.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TunnelFallback {
+    /// The hub, a peer with its own TunnelEndpoint.
+    pub hub: ClusterRef,
+    /// The peer's CIDRs at the hub (`real`) and here (`view`).
+    pub routes: Vec<CidrMapping>,
 }
 
 /// Connection state of a tunnel.

@@ -122,6 +122,7 @@ impl Gateway {
             public_key: peer_key.public_base64().to_owned(),
             mtu: Some(1420),
             allowed_prefixes: None,
+            ..Default::default()
         };
         let state = planner::desired_state(&settings, &[te]);
         GatewayClient::new(self.socket())

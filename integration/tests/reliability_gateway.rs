@@ -205,6 +205,7 @@ impl Side {
                 public_key: peer.key.public_base64().to_owned(),
                 mtu: Some(1420),
                 allowed_prefixes: None,
+                ..Default::default()
             },
             status: None,
         };

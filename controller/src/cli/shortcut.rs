@@ -114,6 +114,10 @@ pub struct CreateArgs {
     /// Tunnel MTU of the link.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1280..=9000))]
     mtu: Option<u32>,
+    /// Let the hub carry the pair's traffic while the shortcut is down (both leaves must be
+    /// linked to the hub).
+    #[arg(long)]
+    transit: bool,
     /// Wait until both tunnels are connected.
     #[arg(long)]
     wait: bool,
@@ -233,6 +237,8 @@ pub struct ShortcutRequest {
     pub right: LeafRequest,
     /// Tunnel MTU.
     pub mtu: Option<u32>,
+    /// Fallback through the hub ([`ShortcutConnectionSpec::transit`]).
+    pub transit: bool,
 }
 
 impl ShortcutRequest {
@@ -250,6 +256,7 @@ impl ShortcutRequest {
             left: leaf(&self.left),
             right: leaf(&self.right),
             mtu: self.mtu,
+            transit: self.transit,
         }
     }
 }
@@ -439,6 +446,7 @@ async fn create(args: CreateArgs) -> Result<(), Error> {
             endpoint: args.right_endpoint.clone(),
         },
         mtu: args.mtu,
+        transit: args.transit,
     };
     let client = args.hub.client().await?;
     apply_shortcut(&client, &request, &progress).await?;

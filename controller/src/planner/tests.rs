@@ -27,6 +27,7 @@ fn spec(from: &str, to: &str, pod: &str, ext: &str, key: &str) -> NetworkConfigS
         },
         public_key: key.into(),
         mtu: Some(1420),
+        ..Default::default()
     }
 }
 
@@ -301,6 +302,7 @@ fn te(id: &str, real: &str, view: &str, key: &str) -> TunnelEndpointSpec {
         public_key: key.into(),
         mtu: None,
         allowed_prefixes: None,
+        ..Default::default()
     }
 }
 
@@ -430,4 +432,121 @@ peers:
     );
     assert!(state.peers[0].conncheck_disabled);
     assert!(!state.peers[1].conncheck_disabled, "probed unless disabled");
+}
+
+#[test]
+fn a_fallback_through_the_hub_keeps_the_peers_views_and_the_hub_allows_transit_sources() {
+    let (rome, milan) = (GatewayKey::generate(), GatewayKey::generate());
+    let to_milan = config(
+        "to-milan",
+        spec(
+            "rome",
+            "milan",
+            "10.70.0.0/16",
+            "10.90.0.0/16",
+            rome.public_base64(),
+        ),
+        processed(
+            mapping("10.70.0.0/16", "10.74.0.0/16"),
+            mapping("10.90.0.0/16", "10.90.0.0/16"),
+        ),
+    );
+    let mut from_milan = config(
+        "from-milan",
+        spec(
+            "milan",
+            "rome",
+            "10.70.0.0/16",
+            "10.91.0.0/16",
+            milan.public_base64(),
+        ),
+        processed(
+            mapping("10.70.0.0/16", "10.73.0.0/16"),
+            mapping("10.91.0.0/16", "10.91.0.0/16"),
+        ),
+    );
+    // The hub sees Milan's CIDRs as 10.72.0.0/16 and 10.91.0.0/16.
+    from_milan.spec.fallback = Some(FallbackPath {
+        hub: cluster("europe"),
+        pod_cidrs: vec!["10.72.0.0/16".into()],
+        external_cidrs: vec!["10.91.0.0/16".into()],
+    });
+    let te = tunnel_endpoint_spec(&to_milan, &from_milan).expect("valid");
+    let fallback = te.fallback.as_ref().expect("a fallback");
+    assert_eq!(fallback.hub.id, "europe");
+    assert_eq!(
+        fallback.routes,
+        vec![
+            mapping("10.72.0.0/16", "10.73.0.0/16"),
+            mapping("10.91.0.0/16", "10.91.0.0/16")
+        ],
+        "the hub's addresses on the wire, this cluster's views"
+    );
+
+    let hub = te_for(
+        "europe",
+        "10.200.0.0/16",
+        "10.71.0.0/16",
+        &GatewayKey::generate(),
+    );
+    let settings = GatewaySettings::default();
+    let state = desired_state(&settings, &[te.clone(), hub]);
+    let europe = state
+        .peers
+        .iter()
+        .find(|p| p.name == "europe")
+        .expect("hub");
+    let fallbacks: Vec<(&str, &str)> = europe
+        .routes
+        .iter()
+        .filter(|r| r.fallback)
+        .map(|r| (r.real.as_str(), r.view.as_str()))
+        .collect();
+    assert_eq!(
+        fallbacks,
+        [
+            ("10.72.0.0/16", "10.73.0.0/16"),
+            ("10.91.0.0/16", "10.91.0.0/16")
+        ]
+    );
+    let direct = state
+        .peers
+        .iter()
+        .find(|p| p.name == "milan")
+        .expect("milan");
+    assert!(direct.routes.iter().all(|r| !r.fallback));
+
+    // On the hub: a leaf that allows transit adds its views to the allowed sources.
+    let mut leaf = te_for("rome", "10.70.0.0/16", "10.71.0.0/16", &rome);
+    leaf.transit = true;
+    let hub_state = desired_state(&settings, &[leaf]);
+    let local = &hub_state
+        .interface
+        .as_ref()
+        .expect("interface")
+        .local_prefixes;
+    assert!(local.contains(&"10.71.0.0/16".to_owned()), "{local:?}");
+
+    // A fallback that does not fit the peer's CIDRs is refused with the reason.
+    from_milan
+        .spec
+        .fallback
+        .as_mut()
+        .expect("fallback")
+        .external_cidrs
+        .clear();
+    let error = tunnel_endpoint_spec(&to_milan, &from_milan).expect_err("mismatch");
+    assert_eq!(
+        error.to_string(),
+        "spec.fallback: 1 pod and 0 external CIDRs at the hub for 1 and 1 here"
+    );
+}
+
+/// A TunnelEndpoint of `id` with one pod CIDR `real` seen as `view`.
+fn te_for(id: &str, real: &str, view: &str, key: &GatewayKey) -> TunnelEndpointSpec {
+    TunnelEndpointSpec {
+        remote_pod_cidrs: vec![mapping(real, view)],
+        remote_external_cidrs: vec![],
+        ..te(id, real, view, key.public_base64())
+    }
 }

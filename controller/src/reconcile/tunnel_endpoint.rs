@@ -368,6 +368,7 @@ pub(super) mod tests {
                 public_key: "KEY".into(),
                 mtu: None,
                 allowed_prefixes: None,
+                ..Default::default()
             },
         )
     }

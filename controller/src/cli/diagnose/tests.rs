@@ -95,6 +95,7 @@ fn tunnel(own: &ClusterInfo, peer: &ClusterInfo, view: &str, ours_seen_as: &str)
             public_key: peer.public_key.clone(),
             mtu: Some(1420),
             allowed_prefixes: None,
+            ..Default::default()
         },
     );
     te.status = Some(TunnelEndpointStatus {
