@@ -19,6 +19,15 @@ pub enum Error {
         #[source]
         source: ClusterInfoError,
     },
+    /// A ShortcutConnection allows transit, but a leaf is not linked to the hub.
+    #[error(
+        "transit through the hub needs both leaves linked to it: the hub has no processed NetworkConfig {name} in namespace {namespace} for {leaf} (link the leaf with `kubetun network connect`)"
+    )]
+    TransitUnlinked {
+        leaf: String,
+        name: String,
+        namespace: String,
+    },
     /// Both handles point at the same cluster.
     #[error(
         "({local}) and ({remote}) are the same cluster {id:?}: pass the kubeconfig of two different clusters"

@@ -24,6 +24,7 @@ mod publish;
 mod state;
 mod status;
 mod teardown;
+pub mod transit;
 
 use std::time::Duration;
 
@@ -86,6 +87,18 @@ pub struct Connector {
     remote: ClusterHandle,
     mtu: Option<u32>,
     owner: Option<LinkOwner>,
+    fallback: Option<Fallback>,
+}
+
+/// A hub that carries the link's traffic while the direct tunnel is down: how the hub sees
+/// each side's CIDRs (see `kubetun_crds::FallbackPath`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fallback {
+    pub hub: kubetun_crds::ClusterRef,
+    /// The local side's pod and external CIDRs at the hub, in its announced order.
+    pub local_at_hub: (Vec<String>, Vec<String>),
+    /// The remote side's, likewise.
+    pub remote_at_hub: (Vec<String>, Vec<String>),
 }
 
 impl Connector {
@@ -96,7 +109,15 @@ impl Connector {
             remote,
             mtu: None,
             owner: None,
+            fallback: None,
         }
+    }
+
+    /// Gives each side the other as a fallback through a hub.
+    #[must_use]
+    pub fn with_fallback(mut self, fallback: Option<Fallback>) -> Self {
+        self.fallback = fallback;
+        self
     }
 
     /// Marks the link's NetworkConfigs as managed by a hub's ShortcutConnection, so a direct

@@ -175,6 +175,28 @@ async fn connector_for(
     )
 }
 
+/// The connector with the hub as each leaf's fallback when the shortcut allows transit.
+async fn with_transit(
+    connector: Connector,
+    shortcut: &ShortcutConnection,
+    namespace: &str,
+    ctx: &Context,
+) -> Result<Connector, Error> {
+    if !shortcut.spec.transit {
+        return Ok(connector);
+    }
+    let (left, right) = connector.load_infos().await?;
+    let hub = ClusterHandle {
+        label: "hub".to_owned(),
+        client: ctx.hub.clone(),
+        namespace: namespace.to_owned(),
+        endpoint_override: None,
+    };
+    let fallback =
+        connector::transit::fallback_via(&hub, &left.cluster.id, &right.cluster.id).await?;
+    Ok(connector.with_fallback(Some(fallback)))
+}
+
 async fn apply(
     api: &Api<ShortcutConnection>,
     shortcut: &ShortcutConnection,
@@ -184,7 +206,10 @@ async fn apply(
     let outcome = match connector_for(shortcut, &namespace, ctx).await {
         Ok(connector) => {
             ctx.leaf_watches.ensure(shortcut, &connector);
-            connector.sync(&TracingProgress).await.map_err(Error::from)
+            match with_transit(connector, shortcut, &namespace, ctx).await {
+                Ok(connector) => connector.sync(&TracingProgress).await.map_err(Error::from),
+                Err(error) => Err(error),
+            }
         }
         Err(error) => Err(error),
     };

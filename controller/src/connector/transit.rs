@@ -1,0 +1,68 @@
+//! Transit through a hub: what a ShortcutConnection that allows it needs from the hub's own
+//! links to the two leaves. The hub's `from-<leaf>` NetworkConfigs say how the hub sees each
+//! leaf (its views: the addresses on the wire between the other leaf and the hub); marking
+//! them with [`TRANSIT_ANNOTATION`] makes the hub's gateway accept those views as sources of
+//! what it forwards.
+
+use std::collections::BTreeMap;
+
+use kube::api::{Patch, PatchParams};
+use kubetun_crds::NetworkConfig;
+
+use super::state::current_processed_status;
+use super::{ClusterHandle, Error, Fallback};
+use crate::planner::{TRANSIT_ANNOTATION, remote_config_name};
+
+/// The fallback through `hub` for the link between leaves `local_id` and `remote_id`; marks
+/// the hub's NetworkConfigs of both leaves for transit. Fails when a leaf is not linked to
+/// the hub (or the hub has not processed it yet).
+pub async fn fallback_via(
+    hub: &ClusterHandle,
+    local_id: &str,
+    remote_id: &str,
+) -> Result<Fallback, Error> {
+    let info = hub.load_info().await?;
+    let mut at_hub = Vec::with_capacity(2);
+    for leaf in [local_id, remote_id] {
+        let name = remote_config_name(leaf);
+        let config = hub
+            .configs()
+            .get_opt(&name)
+            .await
+            .map_err(hub.api_error::<NetworkConfig>(&info.cluster.id, "get", &name))?;
+        let status = config
+            .as_ref()
+            .and_then(current_processed_status)
+            .ok_or_else(|| Error::TransitUnlinked {
+                leaf: leaf.to_owned(),
+                name: name.clone(),
+                namespace: hub.namespace.clone(),
+            })?;
+        let marked = config
+            .as_ref()
+            .and_then(|c| c.metadata.annotations.as_ref())
+            .and_then(|a| a.get(TRANSIT_ANNOTATION))
+            .is_some_and(|v| v == "true");
+        if !marked {
+            let patch = serde_json::json!({
+                "metadata": { "annotations": BTreeMap::from([(TRANSIT_ANNOTATION, "true")]) }
+            });
+            hub.configs()
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(hub.api_error::<NetworkConfig>(&info.cluster.id, "annotate", &name))?;
+            tracing::info!(leaf, "the hub forwards this leaf's traffic (transit)");
+        }
+        let views = |mappings: &[kubetun_crds::CidrMapping]| {
+            mappings.iter().map(|m| m.view.clone()).collect::<Vec<_>>()
+        };
+        at_hub.push((views(&status.pod_cidrs), views(&status.external_cidrs)));
+    }
+    let remote_at_hub = at_hub.pop().unwrap_or_default();
+    let local_at_hub = at_hub.pop().unwrap_or_default();
+    Ok(Fallback {
+        hub: info.cluster,
+        local_at_hub,
+        remote_at_hub,
+    })
+}
