@@ -156,6 +156,10 @@ pub struct Topology {
     /// Links added afterwards, each re-applying both ends (leaf-to-leaf shortcuts).
     #[serde(default)]
     pub shortcuts: Vec<LinkSpec>,
+    /// The shortcuts fall back through the hub linked to both leaves while they are down
+    /// (a ShortcutConnection with `transit`), at the same addresses.
+    #[serde(default)]
+    pub transit: bool,
 }
 
 fn default_mtu() -> u32 {

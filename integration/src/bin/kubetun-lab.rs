@@ -1,4 +1,5 @@
-//! `kubetun-lab up [TOPOLOGY] | status [--json] | move-gateway CLUSTER NODE | ha | down`:
+//! `kubetun-lab up [TOPOLOGY] | status [--json] | move-gateway CLUSTER NODE | cut-link A B |
+//! heal-link A B | ha | down`:
 //! clusters as network namespaces with a real kubetun gateway each, configured by the
 //! controller's own IPAM and planner over gRPC; `ha` runs replicated gateways on a real API
 //! server and fails their nodes. Needs root and /dev/net/tun.
@@ -89,6 +90,17 @@ enum Command {
         #[arg(long)]
         hold: bool,
     },
+    /// Cut the direct path between two clusters (a shortcut): with `transit` in the
+    /// topology their traffic goes through the hub at the same addresses until
+    /// `heal-link`.
+    CutLink {
+        /// One cluster (e.g. Rome).
+        a: String,
+        /// The other (e.g. Milan).
+        b: String,
+    },
+    /// Heal a cut direct path; traffic returns to it after 3 s of answered probes.
+    HealLink { a: String, b: String },
     /// Remove the lab (also after a crash).
     Down,
 }
@@ -258,6 +270,14 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             prefix,
             hold,
         } => run_ha(&args.state_dir, failovers, failure.into(), &prefix, hold),
+        Command::CutLink { a, b } => {
+            lab::cut_or_heal(&args.state_dir, &a, &b, true, &mut stdout)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::HealLink { a, b } => {
+            lab::cut_or_heal(&args.state_dir, &a, &b, false, &mut stdout)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Down => {
             lab::down(&args.state_dir, &mut stdout)?;
             Ok(ExitCode::SUCCESS)

@@ -386,27 +386,37 @@ pub fn shortcut(
     hub: &ClusterState,
     left: &ClusterState,
     right: &ClusterState,
+    transit: bool,
 ) -> Result<String, LabError> {
     let (ph, pl, pr) = (plane(hub)?, plane(left)?, plane(right)?);
     let name = format!("{}-{}", left.id, right.id);
-    kubetun(&[
+    let (hub_k, left_k, right_k) = (
+        ph.kubeconfig.to_string_lossy(),
+        pl.kubeconfig.to_string_lossy(),
+        pr.kubeconfig.to_string_lossy(),
+    );
+    let mut args = vec![
         "shortcut",
         "create",
         &name,
         "--kubeconfig",
-        &ph.kubeconfig.to_string_lossy(),
+        &hub_k,
         "--left-name",
         &left.id,
         "--left-kubeconfig",
-        &pl.kubeconfig.to_string_lossy(),
+        &left_k,
         "--right-name",
         &right.id,
         "--right-kubeconfig",
-        &pr.kubeconfig.to_string_lossy(),
+        &right_k,
         "--wait",
         "--timeout",
         "60s",
-    ])
+    ];
+    if transit {
+        args.push("--transit");
+    }
+    kubetun(&args)
 }
 
 fn plane(cluster: &ClusterState) -> Result<&ControlPlaneState, LabError> {

@@ -49,6 +49,26 @@ impl RunningLab<'_> {
                 self.link(&link.0, &link.1, out)?;
                 touched.extend([self.index(&link.0)?, self.index(&link.1)?]);
             }
+            if topology.transit {
+                for link in &topology.shortcuts {
+                    let (a, b) = (self.index(&link.0)?, self.index(&link.1)?);
+                    let hub = self.hub_index(link)?;
+                    self.planes
+                        .add_transit(hub, a, b)
+                        .map_err(|error| LabError::Plan {
+                            cluster: format!("{} <-> {} through its hub", link.0, link.1),
+                            error: Box::new(error),
+                        })?;
+                    touched.push(hub);
+                    say(
+                        out,
+                        &format!(
+                            "  {} <-> {} falls back through {} (transit)",
+                            link.0, link.1, self.state.clusters[hub].name
+                        ),
+                    );
+                }
+            }
             touched.sort_unstable();
             touched.dedup();
             for index in touched {
@@ -56,6 +76,41 @@ impl RunningLab<'_> {
             }
             let all: Vec<_> = topology.all_links().map(|(_, l)| l.clone()).collect();
             self.check_links("shortcuts", &all, out);
+            self.check_fallbacks(out)?;
+        }
+        Ok(())
+    }
+
+    /// The hub of a shortcut: the cluster linked to both leaves.
+    fn hub_index(&self, link: &crate::topology::LinkSpec) -> Result<usize, LabError> {
+        let hub = self.topology.hub_of(&link.0, &link.1).ok_or_else(|| {
+            LabError::Usage(format!(
+                "shortcut {} <-> {}: no cluster is linked to both (the hub that owns it)",
+                link.0, link.1
+            ))
+        })?;
+        self.index(&hub)
+    }
+
+    /// With `transit`, each shortcut is cut, must move to its hub, and is healed.
+    fn check_fallbacks(&mut self, out: &mut dyn Write) -> Result<(), LabError> {
+        if !self.topology.transit {
+            return Ok(());
+        }
+        say(out, "  fallback checks (each shortcut cut and healed):");
+        for link in &self.topology.shortcuts {
+            let (a, b) = (self.index(&link.0)?, self.index(&link.1)?);
+            let hub = self.hub_index(link)?;
+            let clusters = &self.state.clusters;
+            for check in super::transit::fallback_checks(
+                self.runtime,
+                (&clusters[a], &self.clients[a]),
+                (&clusters[b], &self.clients[b]),
+                &clusters[hub],
+            ) {
+                report_check(out, &check);
+                self.checks.push(check);
+            }
         }
         Ok(())
     }
@@ -122,16 +177,10 @@ impl RunningLab<'_> {
         if !topology.shortcuts.is_empty() {
             for link in &topology.shortcuts {
                 let (a, b) = (self.index(&link.0)?, self.index(&link.1)?);
-                let hub = topology.hub_of(&link.0, &link.1).ok_or_else(|| {
-                    LabError::Usage(format!(
-                        "shortcut {} <-> {}: no cluster is linked to both (the hub that owns it)",
-                        link.0, link.1
-                    ))
-                })?;
-                let hub = self.index(&hub)?;
+                let hub = self.hub_index(link)?;
                 let started = Instant::now();
                 let clusters = &self.state.clusters;
-                apiserver::shortcut(&clusters[hub], &clusters[a], &clusters[b])?;
+                apiserver::shortcut(&clusters[hub], &clusters[a], &clusters[b], topology.transit)?;
                 say(
                     out,
                     &format!(
@@ -146,6 +195,7 @@ impl RunningLab<'_> {
             self.refresh_tunnel_endpoints()?;
             let all: Vec<_> = topology.all_links().map(|(_, l)| l.clone()).collect();
             self.check_links("shortcuts", &all, out);
+            self.check_fallbacks(out)?;
         }
         Ok(())
     }

@@ -12,6 +12,9 @@
 //!   process stops, the underlay endpoint moves along, a new process starts with the same key
 //!   and is re-applied the same state over gRPC, the route agents re-converge, and the
 //!   cluster's links are checked again.
+//! - [`cut_or_heal`] cuts or heals the direct path between two clusters; with `transit`
+//!   in the topology, a cut shortcut's traffic goes through the hub at the same addresses
+//!   (`up` checks the switch both ways).
 //! - [`down`] removes everything recorded in the state file, also after a crash.
 //!
 //! In a multi-node cluster the route agent's logic (plan, then converge) runs in-process on
@@ -34,6 +37,7 @@ mod layout;
 mod linking;
 mod status;
 mod teardown;
+mod transit;
 mod up;
 
 use std::io::Write;
@@ -55,6 +59,7 @@ pub use agents::converge_agents;
 pub use gateway_move::move_gateway;
 pub use status::{ClusterStatus, LabStatus, PeerStatus, render_status, status};
 pub use teardown::{DownOnDrop, down};
+pub use transit::cut_or_heal;
 pub use up::{preflight, up};
 
 /// Where the user's lab keeps its state, sockets and logs.

@@ -14,16 +14,20 @@ use kubetun_controller::gateway_api::DesiredState;
 use kubetun_controller::ipam::{Ipam, IpamConfig, rfc1918_pools};
 use kubetun_controller::keys::GatewayKey;
 use kubetun_controller::planner::{
-    GatewaySettings, PlanError, check_addressing, desired_state, local_config_name,
-    process_network_config, remote_config_name, tunnel_endpoint_spec,
+    GatewaySettings, PlanError, TRANSIT_ANNOTATION, check_addressing, desired_state,
+    local_config_name, process_network_config, remote_config_name, tunnel_endpoint_spec,
 };
-use kubetun_crds::{ClusterRef, Endpoint, NetworkConfig, NetworkConfigStatus, TunnelEndpointSpec};
+use kubetun_crds::{
+    ClusterRef, Endpoint, FallbackPath, NetworkConfig, NetworkConfigStatus, TunnelEndpointSpec,
+};
 
 use crate::table::{ClusterTable, PeerMapping};
 use crate::topology::{ClusterSpec, GATEWAY_PORT, Topology};
 
 /// Persistent keepalive the lab asks for, so links stay up while the lab is idle.
 pub const KEEPALIVE_SECONDS: u32 = 10;
+/// The lab's connectivity probes, every 200 ms per peer.
+pub const CONNCHECK_INTERVAL_MS: u32 = 200;
 
 /// One cluster's control-plane state.
 #[derive(Debug)]
@@ -106,6 +110,46 @@ impl ControlPlanes {
         Ok(())
     }
 
+    /// Makes hub `hub` the fallback of the shortcut between leaves `a` and `b`, as the hub's
+    /// operator does for a ShortcutConnection with `transit`: each leaf's `from-` copy of the
+    /// other gets the other's CIDRs as the hub sees them, and the hub's copies of both leaves
+    /// are marked for transit.
+    pub fn add_transit(&mut self, hub: usize, a: usize, b: usize) -> Result<(), PlanError> {
+        let hub_ref = self.clusters[hub].info.cluster.clone();
+        for (leaf, other) in [(a, b), (b, a)] {
+            let other_id = self.clusters[other].info.cluster.id.clone();
+            let at_hub = self.clusters[hub]
+                .received
+                .get(&other_id)
+                .and_then(|nc| nc.status.clone())
+                .ok_or_else(|| PlanError::NotProcessed {
+                    name: remote_config_name(&other_id),
+                    why: "transit needs both leaves linked to the hub",
+                })?;
+            let views =
+                |m: &[kubetun_crds::CidrMapping]| m.iter().map(|m| m.view.clone()).collect();
+            let fallback = FallbackPath {
+                hub: hub_ref.clone(),
+                pod_cidrs: views(&at_hub.pod_cidrs),
+                external_cidrs: views(&at_hub.external_cidrs),
+            };
+            if let Some(config) = self.clusters[leaf].received.get_mut(&other_id) {
+                config.spec.fallback = Some(fallback);
+            }
+        }
+        for leaf in [a, b] {
+            let id = self.clusters[leaf].info.cluster.id.clone();
+            if let Some(config) = self.clusters[hub].received.get_mut(&id) {
+                config
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(Default::default)
+                    .insert(TRANSIT_ANNOTATION.to_owned(), "true".to_owned());
+            }
+        }
+        Ok(())
+    }
+
     /// `from` creates its NetworkConfig in `to`; `to` processes it and writes the status,
     /// which the connector mirrors back into `from`'s copy.
     fn deliver(&mut self, from: usize, to: usize) -> Result<(), PlanError> {
@@ -181,6 +225,9 @@ pub fn gateway_settings(
         local_prefixes,
         manage_routes: true,
         persistent_keepalive: KEEPALIVE_SECONDS,
+        // A dead shortcut is found within a second (5 probes), so its fallback through the
+        // hub takes over quickly.
+        conncheck_interval_ms: CONNCHECK_INTERVAL_MS,
         ..GatewaySettings::default()
     }
 }
