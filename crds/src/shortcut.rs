@@ -101,6 +101,31 @@ pub struct ShortcutDirection {
     /// `from`'s TunnelEndpoint state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connection: Option<ConnectionState>,
+    /// The path `from`'s traffic to `to` takes: `Direct`, or `ViaHub` while the shortcut is
+    /// down and the hub carries it (with `transit`); absent until reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<ShortcutPath>,
+    /// RFC 3339 time of the last switch of `path`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_changed: Option<String>,
+}
+
+/// The path of one direction of a shortcut.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ShortcutPath {
+    /// Over the shortcut's own tunnel.
+    Direct,
+    /// Through the hub (the shortcut is down).
+    ViaHub,
+}
+
+impl std::fmt::Display for ShortcutPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Direct => "direct",
+            Self::ViaHub => "via hub",
+        })
+    }
 }
 
 /// Status of a [`ShortcutConnection`].

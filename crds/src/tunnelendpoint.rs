@@ -128,6 +128,20 @@ pub struct ConnectionStatus {
     /// peer has not completed a handshake with the new one yet).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub previous_key: bool,
+    /// With a fallback path: the hub that carries this peer's traffic now (the direct tunnel
+    /// is down); absent while it goes direct.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub via_hub: Option<String>,
+    /// With a fallback path: RFC 3339 time of the last switch between direct and the hub.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_changed: Option<String>,
+    /// With a fallback path: switches between direct and the hub so far.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub path_switches: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The gateway's connectivity check of a peer: probes sent through the tunnel every

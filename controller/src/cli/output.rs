@@ -205,6 +205,10 @@ pub struct DirectionOutput {
     pub to: String,
     /// The tunnel's state as `from` reports it, if known.
     pub tunnel: Option<String>,
+    /// `direct`, or `via hub` while the hub carries the traffic, if known.
+    pub path: Option<String>,
+    /// When the path last changed (RFC 3339).
+    pub path_changed: Option<String>,
     /// `to`'s CIDRs and the views `from` uses for them.
     pub cidrs: Vec<CidrOutput>,
 }
@@ -241,6 +245,8 @@ impl From<&ShortcutConnection> for ShortcutOutput {
                     from: d.from.clone(),
                     to: d.to.clone(),
                     tunnel: d.connection.map(|c| c.to_string()),
+                    path: d.path.map(|p| p.to_string()),
+                    path_changed: d.path_changed.clone(),
                     cidrs,
                 }
             })
@@ -376,6 +382,8 @@ mod tests {
                 pod_cidrs: vec![mapping("10.203.0.0/16", "10.203.0.0/16")],
                 external_cidrs: vec![mapping("10.70.0.0/16", "10.68.0.0/16")],
                 connection: Some(ConnectionState::Connected),
+                path: Some(kubetun_crds::ShortcutPath::Direct),
+                ..Default::default()
             }],
             ..ShortcutConnectionStatus::default()
         });
@@ -396,6 +404,8 @@ mod tests {
                     "from": "rome",
                     "to": "milan",
                     "tunnel": "Connected",
+                    "path": "direct",
+                    "pathChanged": null,
                     "cidrs": [
                         {"owner": "milan", "seenBy": "rome", "kind": "pod",
                          "cidr": "10.203.0.0/16", "view": "10.203.0.0/16", "remapped": false},

@@ -588,6 +588,11 @@ pub fn render_shortcuts(shortcuts: &[ShortcutConnection]) -> String {
             let connection = direction
                 .connection
                 .map_or_else(|| "-".to_owned(), |c| c.to_string());
+            let path = match (&direction.path, &direction.path_changed) {
+                (Some(path), Some(since)) => format!("{path} since {since}"),
+                (Some(path), None) => path.to_string(),
+                (None, _) => "-".to_owned(),
+            };
             let kinds = [
                 ("pod", &direction.pod_cidrs),
                 ("external", &direction.external_cidrs),
@@ -603,6 +608,7 @@ pub fn render_shortcuts(shortcuts: &[ShortcutConnection]) -> String {
                         view.clone(),
                         remapped.to_owned(),
                         connection.clone(),
+                        path.clone(),
                     ]);
                 }
             }
@@ -617,7 +623,9 @@ pub fn render_shortcuts(shortcuts: &[ShortcutConnection]) -> String {
             sc.spec.right.name
         ));
         let table = render_table(
-            &["FROM", "SEES", "KIND", "CIDR", "AS", "REMAPPED", "TUNNEL"],
+            &[
+                "FROM", "SEES", "KIND", "CIDR", "AS", "REMAPPED", "TUNNEL", "PATH",
+            ],
             &rows,
         );
         push_indented(&mut out, &table);
@@ -700,6 +708,7 @@ mod tests {
                     pod_cidrs: vec![mapping("10.203.0.0/16", "10.203.0.0/16")],
                     external_cidrs: vec![mapping("10.70.0.0/16", "10.68.0.0/16")],
                     connection: Some(ConnectionState::Connected),
+                    ..Default::default()
                 },
                 ShortcutDirection {
                     from: "milan".into(),
@@ -707,6 +716,8 @@ mod tests {
                     pod_cidrs: vec![mapping("10.202.0.0/16", "10.202.0.0/16")],
                     external_cidrs: vec![mapping("10.70.0.0/16", "10.68.0.0/16")],
                     connection: Some(ConnectionState::Connecting),
+                    path: Some(kubetun_crds::ShortcutPath::ViaHub),
+                    path_changed: Some("2026-11-25T21:00:00Z".into()),
                 },
             ],
             ..ShortcutConnectionStatus::default()
@@ -731,7 +742,11 @@ mod tests {
                 "10.70.0.0/16",
                 "10.68.0.0/16",
                 "yes",
-                "Connecting"
+                "Connecting",
+                "via",
+                "hub",
+                "since",
+                "2026-11-25T21:00:00Z"
             ]
         );
     }

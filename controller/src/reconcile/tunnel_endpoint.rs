@@ -136,7 +136,10 @@ pub enum GatewayReport<'a> {
 }
 
 /// The connection status of a peer as the gateway reports it (`None`: not in the gateway).
-pub fn connection_status(peer: Option<&PeerStatus>) -> ConnectionStatus {
+pub fn connection_status(
+    peer: Option<&PeerStatus>,
+    fallback_hub: Option<&str>,
+) -> ConnectionStatus {
     let Some(peer) = peer else {
         return ConnectionStatus {
             status: ConnectionState::Connecting,
@@ -181,6 +184,9 @@ pub fn connection_status(peer: Option<&PeerStatus>) -> ConnectionStatus {
             lost: c.probes_lost,
         }),
         previous_key: peer.previous_key,
+        via_hub: fallback_hub.filter(|_| peer.failed_over).map(str::to_owned),
+        path_changed: fallback_hub.and_then(|_| rfc3339_ms(peer.path_changed_unix_ms)),
+        path_switches: fallback_hub.map_or(0, |_| peer.path_switches),
     }
 }
 
@@ -252,7 +258,8 @@ pub fn status_from_report(
                 generation,
                 now.clone(),
             );
-            connection_status(peer)
+            let hub = endpoint.spec.fallback.as_ref().map(|f| f.hub.id.as_str());
+            connection_status(peer, hub)
         }
         GatewayReport::Failed(error) => {
             let why = if error.is_rejection() {
@@ -307,6 +314,8 @@ pub fn differs_significantly(a: Option<&TunnelEndpointStatus>, b: &TunnelEndpoin
                     c.message.clone(),
                     c.endpoint.clone(),
                     c.last_handshake.is_some(),
+                    // A switch between direct and the hub is news, not a counter.
+                    c.via_hub.clone(),
                 )
             }),
             s.conditions

@@ -7,9 +7,11 @@ use std::sync::Arc;
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Resource as _;
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{self, Event, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt as _, watcher};
@@ -39,6 +41,8 @@ pub struct Context {
     pub backoff: Backoff,
     /// Watches of the leaves that trigger reconciles.
     pub leaf_watches: LeafWatches,
+    /// Events about ShortcutConnections (a direction switching path).
+    pub recorder: Recorder,
 }
 
 impl fmt::Debug for Context {
@@ -54,6 +58,7 @@ impl Context {
     /// A context with default intervals, no leaf watches and no hub id.
     pub fn new(hub: kube::Client, leaves: Arc<dyn LeafClients>) -> Self {
         Self {
+            recorder: Recorder::new(hub.clone(), Reporter::from(EVENT_REPORTER)),
             hub,
             hub_id: String::new(),
             leaves,
@@ -175,6 +180,61 @@ async fn connector_for(
     )
 }
 
+/// Reporter of the operator's events.
+const EVENT_REPORTER: &str = "kubetun-shortcut-operator";
+
+/// An Event per direction whose path switched (direct <-> via the hub). Best effort.
+async fn publish_path_changes(
+    ctx: &Context,
+    shortcut: &ShortcutConnection,
+    before: &kubetun_crds::ShortcutConnectionStatus,
+    after: &kubetun_crds::ShortcutConnectionStatus,
+) {
+    for direction in &after.directions {
+        let previous = before
+            .directions
+            .iter()
+            .find(|d| d.from == direction.from && d.to == direction.to)
+            .and_then(|d| d.path);
+        let (Some(was), Some(now)) = (previous, direction.path) else {
+            continue;
+        };
+        if was == now {
+            continue;
+        }
+        let note = match now {
+            kubetun_crds::ShortcutPath::ViaHub => format!(
+                "{} -> {}: the shortcut is down; the hub carries the traffic at the same addresses",
+                direction.from, direction.to
+            ),
+            kubetun_crds::ShortcutPath::Direct => format!(
+                "{} -> {}: back on the shortcut",
+                direction.from, direction.to
+            ),
+        };
+        tracing::info!(shortcut = %key_of(shortcut), "{note}");
+        let event = KubeEvent {
+            type_: match now {
+                kubetun_crds::ShortcutPath::ViaHub => EventType::Warning,
+                kubetun_crds::ShortcutPath::Direct => EventType::Normal,
+            },
+            reason: "PathChanged".to_owned(),
+            note: Some(note),
+            // Per direction: the recorder folds events with the same reason and action on
+            // one object into one series, which would hide the other direction's switch.
+            action: format!("SwitchPath-{}-{}", direction.from, direction.to),
+            secondary: None,
+        };
+        if let Err(error) = ctx
+            .recorder
+            .publish(&event, &shortcut.object_ref(&()))
+            .await
+        {
+            tracing::debug!(%error, "cannot publish the path event");
+        }
+    }
+}
+
 /// The connector with the hub as each leaf's fallback when the shortcut allows transit.
 async fn with_transit(
     connector: Connector,
@@ -218,7 +278,8 @@ async fn apply(
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     match outcome {
         Ok(state) => {
-            let status = status_from(&state, shortcut, current, generation, now);
+            let status = status_from(&state, shortcut, current.clone(), generation, now);
+            publish_path_changes(ctx, shortcut, &current, &status).await;
             let connected = status.phase == ShortcutPhase::Connected;
             write_status(api, shortcut, status).await?;
             Ok(Action::requeue(if connected {

@@ -5,7 +5,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource as _, ResourceExt as _};
 use kubetun_crds::{
-    Condition, ShortcutConnection, ShortcutConnectionStatus, ShortcutDirection, ShortcutPhase,
+    Condition, ShortcutConnection, ShortcutConnectionStatus, ShortcutDirection, ShortcutPath,
+    ShortcutPhase,
 };
 
 use super::{Error, FIELD_MANAGER, LEAF_REACHABLE, READY, key_of, reason};
@@ -59,6 +60,15 @@ pub fn status_from(
         pod_cidrs: d.pod_cidrs.clone(),
         external_cidrs: d.external_cidrs.clone(),
         connection: d.connection.as_ref().map(|c| c.status),
+        path: d.connection.as_ref().map(|c| {
+            if c.via_hub.is_some() {
+                ShortcutPath::ViaHub
+            } else {
+                ShortcutPath::Direct
+            }
+        }),
+        path_changed: d.connection.as_ref().and_then(|c| c.path_changed.clone()),
+        ..Default::default()
     };
     let directions = vec![
         direction(&state.local_to_remote, names[0], names[1]),

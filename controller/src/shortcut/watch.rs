@@ -146,14 +146,17 @@ fn config_fingerprint(nc: &kubetun_crds::NetworkConfig) -> String {
 }
 
 /// What of a leaf's TunnelEndpoint can change a shortcut's outcome: not the counters and
-/// latency the gateway sync refreshes all the time.
+/// latency the gateway sync refreshes all the time, but the state and the path (direct or
+/// through the hub).
 fn tunnel_fingerprint(te: &kubetun_crds::TunnelEndpoint) -> String {
     let status = te.status.as_ref();
+    let connection = status.and_then(|s| s.connection.as_ref());
     format!(
-        "{:?} {:?} {:?}",
+        "{:?} {:?} {:?} {:?}",
         te.metadata.generation,
         status.and_then(|s| s.observed_generation),
-        status.and_then(|s| s.connection.as_ref().map(|c| c.status)),
+        connection.map(|c| c.status),
+        connection.map(|c| c.path_switches),
     )
 }
 
