@@ -11,6 +11,8 @@
 //! - The link heals: after 3 s of answered probes the traffic returns to the shortcut.
 //! - A TCP stream (iperf3) runs across both switches without a reset; the longest stall
 //!   is reported.
+//! - A hub that does not allow transit (its leaves' views are not among its sources) drops
+//!   what a leaf sends through it.
 //!
 //! Traffic stays between the addresses the test assigns inside its namespaces.
 
@@ -278,7 +280,7 @@ async fn the_hub_carries_a_cut_shortcut_and_gives_it_back_once_healed() {
     );
     let (r, h, m) = (rome.client(), hub.client(), milan.client());
     r.apply(rome_state).await.expect("apply rome");
-    h.apply(hub_state).await.expect("apply hub");
+    h.apply(hub_state.clone()).await.expect("apply hub");
     m.apply(milan_state).await.expect("apply milan");
     let started = Instant::now();
     while !rome
@@ -420,4 +422,48 @@ async fn the_hub_carries_a_cut_shortcut_and_gives_it_back_once_healed() {
         direct < 10_000,
         "traffic still through the hub: {direct} bytes"
     );
+
+    // A hub that does not allow transit between them forwards nothing: the leaves switch,
+    // but the hub drops what it would send on (its sources are not its own).
+    let mut denied = hub_state;
+    if let Some(interface) = denied.interface.as_mut() {
+        interface.local_prefixes = vec!["10.200.0.0/16".to_owned()];
+    }
+    denied.version = "v2".to_owned();
+    h.apply(denied)
+        .await
+        .expect("apply the hub without transit");
+    let drops = |status: &kubetun_controller::gateway_api::StatusResponse| {
+        status
+            .drops
+            .get("local_source_not_allowed")
+            .copied()
+            .unwrap_or(0)
+    };
+    let dropped_before = drops(&h.status().await.expect("status"));
+    rome.ns
+        .exec(&["ip", "link", "set", "dm", "down"])
+        .expect("cut");
+    wait_for(&r, "milan", Duration::from_secs(5), |p| p.failed_over).await;
+    assert!(
+        !rome.ns.succeeds(&[
+            "ping",
+            "-c",
+            "3",
+            "-i",
+            "0.2",
+            "-W",
+            "1",
+            "-I",
+            "10.70.1.1",
+            "10.73.2.2"
+        ]),
+        "transit that the hub does not allow went through"
+    );
+    let dropped = drops(&h.status().await.expect("status")) - dropped_before;
+    println!("transit not allowed on the hub: no reply, {dropped} packets dropped by the hub");
+    assert!(dropped >= 1, "the hub dropped {dropped} packets");
+    rome.ns
+        .exec(&["ip", "link", "set", "dm", "up"])
+        .expect("heal");
 }
