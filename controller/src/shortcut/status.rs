@@ -68,7 +68,6 @@ pub fn status_from(
             }
         }),
         path_changed: d.connection.as_ref().and_then(|c| c.path_changed.clone()),
-        ..Default::default()
     };
     let directions = vec![
         direction(&state.local_to_remote, names[0], names[1]),
