@@ -204,10 +204,6 @@ impl HaLab {
     }
 
     /// The namespace B's gateway (and the ping train) runs in.
-    pub fn remote_ns(&self) -> String {
-        self.remote_ns_name()
-    }
-
     fn remote_ns_name(&self) -> String {
         self.namespaces
             .iter()

@@ -43,16 +43,6 @@ pub enum LeaseError {
     Timeout(Duration),
 }
 
-impl LeaseError {
-    /// The API server is away (not: it refused or a write conflicted).
-    fn is_unreachable(&self) -> bool {
-        match self {
-            Self::Timeout(_) => true,
-            Self::Kube(error) => crate::runtime::is_transient(error),
-        }
-    }
-}
-
 /// What one step of the loop found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
@@ -62,7 +52,8 @@ pub enum Step {
     Following { holder: String },
     /// The step could not tell (conflict, refused request, gateway down): try again.
     Unsure,
-    /// The API server did not answer (transport error, timeout, 5xx).
+    /// The API server did not answer the read or the write usefully (away, timed out,
+    /// starting, refusing); a write conflict is [`Step::Unsure`].
     Unreachable,
 }
 
@@ -213,7 +204,7 @@ impl Elector {
 
     /// One read, decision and (if due) write; then the gateway's role follows the outcome.
     ///
-    /// When the API server stops answering while this replica leads, its gateway stays
+    /// When the API server stops answering (or answers errors) while this replica leads, its gateway stays
     /// active (re-held every step for the renew deadline) until the API server answers
     /// again: then the replica renews, or steps down if another one took the Lease
     /// meanwhile. An API-server restart thus costs no traffic. Candidates forget what they
@@ -232,14 +223,13 @@ impl Elector {
         let gateway_alive = self.hold(self.active_for(started)).await;
         let step = match self.try_step(started, gateway_alive).await {
             Ok(step) => step,
-            Err(error) if error.is_unreachable() => {
-                tracing::debug!(lease = self.name, %error, "the API server does not answer");
+            // Away, starting (a restarted API server answers 403 until its RBAC caches are
+            // filled) or refusing: nobody can write the Lease meanwhile, so whoever leads
+            // keeps leading until a read shows otherwise.
+            Err(error) => {
+                tracing::debug!(lease = self.name, %error, "the API server does not answer the election");
                 self.election.forget();
                 Step::Unreachable
-            }
-            Err(error) => {
-                tracing::debug!(lease = self.name, %error, "election step failed");
-                Step::Unsure
             }
         };
         let now = Instant::now();
