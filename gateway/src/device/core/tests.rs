@@ -526,6 +526,10 @@ fn a_promoted_replica_initiates_despite_a_session_and_the_remote_roams_to_it() {
     let mut wire = Wire::default();
     let mut out = [0u8; 256];
     let (_, slot) = a.snapshot.slots().next().expect("a peer");
+    // An initiation's timestamp must be newer than the last one the remote accepted; under
+    // the mock clock (`mock-clock`) time stands still unless advanced.
+    #[cfg(feature = "mock-clock")]
+    mock_instant::MockClock::advance(std::time::Duration::from_secs(1));
     assert!(
         timers::initiate_session(slot, now, &mut wire, &mut out, true),
         "forced although a session exists"
