@@ -87,10 +87,7 @@ pub async fn tun_loop(shared: Arc<Shared>, queue: usize) {
             .drops
             .device_many(DeviceDrop::TunRead, reader.take_skipped());
         let now = clock::now();
-        if !shared.role.is_active(now.mono_us) {
-            shared
-                .drops
-                .device_many(DeviceDrop::Standby, reader.packets().len() as u64);
+        if shared.drops_on_standby(now.mono_us, || reader.packets().len()) {
             continue;
         }
         let snapshot = cache.load();
@@ -162,10 +159,7 @@ pub async fn udp_loop(shared: Arc<Shared>, socket: Arc<WgSocket>, queue: usize) 
             continue;
         }
         let now = clock::now();
-        if !shared.role.is_active(now.mono_us) {
-            shared
-                .drops
-                .device_many(DeviceDrop::Standby, inbound.datagrams().count() as u64);
+        if shared.drops_on_standby(now.mono_us, || inbound.datagrams().count()) {
             continue;
         }
         let snapshot = cache.load();

@@ -32,8 +32,7 @@ fn run_worker(shared: &Weak<Shared>, queue: &HandshakeReceiver) {
         };
         let now = clock::now();
         // Answering would move the remote's endpoint to a standby.
-        if !shared.role.is_active(now.mono_us) {
-            shared.drops.device(super::drops::DeviceDrop::Standby);
+        if shared.drops_on_standby(now.mono_us, || 1) {
             continue;
         }
         let snapshot = shared.snapshot.load();

@@ -308,23 +308,14 @@ impl Device {
                     .map_err(|source| ApplyError::Bind { port, source })?,
             ))
         };
-        // The plan (tables and peers; milliseconds, tens of them with 1000 new peers) runs off
-        // the async workers, which carry the data path, while the host sync waits on `ip`.
+        // The plan runs while the host sync waits on `ip`.
         let started = std::time::Instant::now();
-        let planning = tokio::task::spawn_blocking({
-            let (current, next) = (Arc::clone(&current), next.clone());
-            move || {
-                let snapshot = plan::next_snapshot(&current, &next, &resolved);
-                (snapshot, started.elapsed())
-            }
-        });
+        let planning = plan_off_runtime(&current, &next, resolved);
         let syncing = async {
             self.sync_host(&mut control, &next).await;
             started.elapsed()
         };
-        let (planned, synced) = tokio::join!(planning, syncing);
-        let (snapshot, planned) =
-            planned.unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()));
+        let ((snapshot, planned), synced) = tokio::join!(planning, syncing);
         let snapshot = match snapshot {
             Ok(snapshot) => snapshot,
             Err(error) => {
@@ -458,14 +449,8 @@ impl Device {
         let current = self.shared.snapshot.load_full();
         // Only new peers take their endpoints from here, and there are none.
         let resolved = vec![None; current.state.peers.len()];
-        let state = current.state.clone();
-        let planned = tokio::task::spawn_blocking({
-            let current = Arc::clone(&current);
-            move || plan::next_snapshot(&current, &state, &resolved)
-        })
-        .await;
-        match planned {
-            Ok(Ok(snapshot)) => {
+        match plan_off_runtime(&current, &current.state, resolved).await.0 {
+            Ok(snapshot) => {
                 let generation = snapshot.generation;
                 control
                     .retired
@@ -473,8 +458,7 @@ impl Device {
                 self.changes.send_replace(generation);
                 tracing::debug!(generation, "snapshot planned again for a fallback switch");
             }
-            Ok(Err(error)) => tracing::warn!(%error, "cannot plan the fallback switch"),
-            Err(error) => std::panic::resume_unwind(error.into_panic()),
+            Err(error) => tracing::warn!(%error, "cannot plan the fallback switch"),
         }
     }
 
@@ -510,6 +494,24 @@ impl Device {
             promotions: self.shared.role.promotions(),
         }
     }
+}
+
+/// Plans the snapshot that implements `next` after `current` on a blocking thread; with the
+/// time it took. The plan (tables and peers) takes milliseconds, tens of them with 1000 new
+/// peers, and the async workers carry the data path.
+async fn plan_off_runtime(
+    current: &Arc<Snapshot>,
+    next: &DesiredState,
+    resolved: Vec<Option<SocketAddr>>,
+) -> (Result<Snapshot, ApplyError>, Duration) {
+    let (current, next) = (Arc::clone(current), next.clone());
+    tokio::task::spawn_blocking(move || {
+        let started = std::time::Instant::now();
+        let snapshot = plan::next_snapshot(&current, &next, &resolved);
+        (snapshot, started.elapsed())
+    })
+    .await
+    .unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()))
 }
 
 /// Plans the snapshot again whenever a fallback path switched (see [`path`]).

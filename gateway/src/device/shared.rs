@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use arc_swap::{ArcSwap, Cache};
 
-use super::drops::Drops;
+use super::drops::{DeviceDrop, Drops};
 use super::handshake_queue::HandshakeQueue;
 use super::net::Sockets;
 use super::role::Role;
@@ -36,6 +36,18 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Whether this replica is on standby at `now_us`; if so, the `count()` packets or
+    /// datagrams just read are counted as `standby` drops (the caller discards them). The
+    /// count is taken only then: the active data path pays one atomic load per batch.
+    #[inline]
+    pub fn drops_on_standby(&self, now_us: u64, count: impl FnOnce() -> usize) -> bool {
+        if self.role.is_active(now_us) {
+            return false;
+        }
+        self.drops.device_many(DeviceDrop::Standby, count() as u64);
+        true
+    }
+
     /// The TUN device's first queue, which also serves device-wide calls (MTU).
     pub fn tun(&self) -> &Arc<tun_rs::AsyncDevice> {
         &self.tun_queues[0]
