@@ -29,8 +29,14 @@ impl Connector {
     ) -> Result<LinkState, Error> {
         let (local, remote) = self.load_infos().await?;
         let mut writes = 0;
+        let fallback = match &self.transit_hub {
+            Some(hub) => Some(
+                super::transit::fallback_via(hub, &local.cluster.id, &remote.cluster.id).await?,
+            ),
+            None => None,
+        };
         let at_hub = |side: fn(&Fallback) -> &(Vec<String>, Vec<String>)| {
-            self.fallback.as_ref().map(|f| FallbackPath {
+            fallback.as_ref().map(|f| FallbackPath {
                 hub: f.hub.clone(),
                 pod_cidrs: side(f).0.clone(),
                 external_cidrs: side(f).1.clone(),

@@ -87,7 +87,7 @@ pub struct Connector {
     remote: ClusterHandle,
     mtu: Option<u32>,
     owner: Option<LinkOwner>,
-    fallback: Option<Fallback>,
+    transit_hub: Option<ClusterHandle>,
 }
 
 /// A hub that carries the link's traffic while the direct tunnel is down: how the hub sees
@@ -109,14 +109,15 @@ impl Connector {
             remote,
             mtu: None,
             owner: None,
-            fallback: None,
+            transit_hub: None,
         }
     }
 
-    /// Gives each side the other as a fallback through a hub.
+    /// Gives each side the other as a fallback through `hub`, which both are linked to
+    /// (see [`transit::fallback_via`]).
     #[must_use]
-    pub fn with_fallback(mut self, fallback: Option<Fallback>) -> Self {
-        self.fallback = fallback;
+    pub fn with_transit_hub(mut self, hub: Option<ClusterHandle>) -> Self {
+        self.transit_hub = hub;
         self
     }
 

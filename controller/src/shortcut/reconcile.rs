@@ -173,10 +173,18 @@ async fn connector_for(
         shortcut: key_of(shortcut),
         hub: ctx.hub_id.clone(),
     };
+    // With transit, the hub is each leaf's fallback.
+    let hub = spec.transit.then(|| ClusterHandle {
+        label: "hub".to_owned(),
+        client: ctx.hub.clone(),
+        namespace: namespace.to_owned(),
+        endpoint_override: None,
+    });
     Ok(
         Connector::new(handle(&spec.left, left), handle(&spec.right, right))
             .with_mtu(spec.mtu)
-            .with_owner(Some(owner)),
+            .with_owner(Some(owner))
+            .with_transit_hub(hub),
     )
 }
 
@@ -235,28 +243,6 @@ async fn publish_path_changes(
     }
 }
 
-/// The connector with the hub as each leaf's fallback when the shortcut allows transit.
-async fn with_transit(
-    connector: Connector,
-    shortcut: &ShortcutConnection,
-    namespace: &str,
-    ctx: &Context,
-) -> Result<Connector, Error> {
-    if !shortcut.spec.transit {
-        return Ok(connector);
-    }
-    let (left, right) = connector.load_infos().await?;
-    let hub = ClusterHandle {
-        label: "hub".to_owned(),
-        client: ctx.hub.clone(),
-        namespace: namespace.to_owned(),
-        endpoint_override: None,
-    };
-    let fallback =
-        connector::transit::fallback_via(&hub, &left.cluster.id, &right.cluster.id).await?;
-    Ok(connector.with_fallback(Some(fallback)))
-}
-
 async fn apply(
     api: &Api<ShortcutConnection>,
     shortcut: &ShortcutConnection,
@@ -266,10 +252,7 @@ async fn apply(
     let outcome = match connector_for(shortcut, &namespace, ctx).await {
         Ok(connector) => {
             ctx.leaf_watches.ensure(shortcut, &connector);
-            match with_transit(connector, shortcut, &namespace, ctx).await {
-                Ok(connector) => connector.sync(&TracingProgress).await.map_err(Error::from),
-                Err(error) => Err(error),
-            }
+            connector.sync(&TracingProgress).await.map_err(Error::from)
         }
         Err(error) => Err(error),
     };
