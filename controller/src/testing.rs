@@ -354,3 +354,72 @@ pub fn gateway_settings(
         ..crate::planner::GatewaySettings::default()
     }
 }
+
+/// What a cluster that remaps none of `info`'s CIDRs (no overlap) reports for its
+/// NetworkConfig: processed, every CIDR its own view.
+pub fn unremapped_status(
+    info: &crate::cluster_info::ClusterInfo,
+) -> kubetun_crds::NetworkConfigStatus {
+    let same = |cidrs: &[ipnet::IpNet]| {
+        cidrs
+            .iter()
+            .map(|c| kubetun_crds::CidrMapping {
+                real: c.to_string(),
+                view: c.to_string(),
+            })
+            .collect()
+    };
+    kubetun_crds::NetworkConfigStatus {
+        processed: true,
+        pod_cidrs: same(&info.pod_cidrs),
+        external_cidrs: same(&info.external_cidrs),
+        ..kubetun_crds::NetworkConfigStatus::default()
+    }
+}
+
+/// Writes into `local`'s cluster what the connector writes there to link `remote`, with
+/// `remote`'s side simulated: `to-<remote>` (processed by the remote, nothing remapped) and
+/// `from-<remote>`. Three requests.
+pub async fn link_as_connector(
+    configs: &kube::Api<kubetun_crds::NetworkConfig>,
+    namespace: &str,
+    local: &crate::cluster_info::ClusterInfo,
+    remote: &crate::cluster_info::ClusterInfo,
+) -> Result<(), kube::Error> {
+    use crate::planner::{ROLE_LOCAL, ROLE_REMOTE, local_config_name, remote_config_name};
+    use kube::api::{Patch, PatchParams};
+    let id = &remote.cluster.id;
+    let apply = PatchParams::apply(crate::connector::FIELD_MANAGER).force();
+    let ours = crate::connector::network_config(
+        &local_config_name(id),
+        namespace,
+        ROLE_LOCAL,
+        id,
+        &local.network_config_for(&remote.cluster),
+    );
+    let theirs = crate::connector::network_config(
+        &remote_config_name(id),
+        namespace,
+        ROLE_REMOTE,
+        id,
+        &remote.network_config_for(&local.cluster),
+    );
+    let written = configs
+        .patch(&local_config_name(id), &apply, &Patch::Apply(&ours))
+        .await?;
+    configs
+        .patch(&remote_config_name(id), &apply, &Patch::Apply(&theirs))
+        .await?;
+    let status = kubetun_crds::NetworkConfigStatus {
+        observed_generation: written.metadata.generation,
+        ..unremapped_status(local)
+    };
+    configs
+        .patch_status(
+            &local_config_name(id),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "status": status })),
+        )
+        .await?;
+    Ok(())
+}

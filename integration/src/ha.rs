@@ -13,7 +13,6 @@
 //! as its peer's endpoint; it is never touched again: a failover must need nothing from it.
 //! A 20 ms ping train from B to A's pod measures each outage.
 
-use std::collections::BTreeMap;
 use std::io::{BufRead as _, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -25,19 +24,16 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kubetun_controller::cluster_info::ClusterInfo;
-use kubetun_controller::connector::{MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL};
 use kubetun_controller::gateway_api::{self, StatusResponse};
 use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::ha::DEFAULT_LEASE_NAME;
 use kubetun_controller::keys::GatewayKey;
-use kubetun_controller::planner::{
-    PEER_LABEL, ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE, local_config_name, remote_config_name,
-};
-use kubetun_crds::{CidrMapping, ClusterRef, Endpoint, NetworkConfig, NetworkConfigStatus};
+use kubetun_controller::testing::link_as_connector;
+use kubetun_crds::{ClusterRef, Endpoint, NetworkConfig};
 use kubetun_testenv::{Assets, TestCluster};
 
 use crate::lab::apiserver::{NAMESPACE, apply_manifests, wait_crds_served};
-use crate::netns::{Netns, NsChild, bin_path, command_in, run_in_named, veth};
+use crate::netns::{Netns, NsChild, bin_path, command_in, gateway_command, run_in_named, veth};
 
 /// The manifests a user applies, less the gateway Deployment the lab replaces.
 const MANIFESTS: [&str; 4] = [
@@ -46,7 +42,6 @@ const MANIFESTS: [&str; 4] = [
     include_str!("../../deploy/rbac.yaml"),
     include_str!("../../deploy/agent/rbac.yaml"),
 ];
-const FIELD_MANAGER: &str = "kubetun-lab";
 const PORT: u16 = 51820;
 const A_POD_CIDR: &str = "10.1.0.0/16";
 const B_POD_CIDR: &str = "10.2.0.0/16";
@@ -416,27 +411,21 @@ impl HaLab {
         let lease_moved = started.elapsed();
         // The outage ends with the first reply; a few seconds show that it stays over.
         tokio::time::sleep(Duration::from_secs(4)).await;
-        let outage = train.longest_gap(failed_at, unix_now()).ok_or_else(|| {
-            HaError::Step(format!(
-                "{failure:?}: no reply after the failover; logs in {}",
-                self.dir.display()
-            ))
-        })?;
+        let outage = self.silence_since(&train, failed_at, &format!("{failure:?} failover"))?;
         let restored_at = unix_now();
         self.restore(failed, failure)?;
         tokio::time::sleep(Duration::from_secs(3)).await;
-        let after_restore = train.longest_gap(restored_at, unix_now()).ok_or_else(|| {
-            HaError::Step(format!(
-                "{failure:?}: no reply after the node came back; logs in {}",
-                self.dir.display()
-            ))
-        })?;
+        let after_restore = self.silence_since(
+            &train,
+            restored_at,
+            &format!("{failure:?}: the node's return"),
+        )?;
         Ok(FailoverReport {
             failed,
             took_over,
             lease_moved,
-            outage: Duration::from_secs_f64(outage),
-            after_restore: Duration::from_secs_f64(after_restore),
+            outage,
+            after_restore,
         })
     }
 
@@ -450,13 +439,26 @@ impl HaLab {
         tokio::time::sleep(down_for).await;
         self.cluster.start_apiserver().await?;
         tokio::time::sleep(Duration::from_secs(3)).await;
-        let gap = train.longest_gap(stopped_at, unix_now()).ok_or_else(|| {
-            HaError::Step(format!(
-                "no reply during or after the API-server outage; logs in {}",
-                self.dir.display()
-            ))
-        })?;
-        Ok(Duration::from_secs_f64(gap))
+        self.silence_since(&train, stopped_at, "the API-server outage")
+    }
+
+    /// The longest silence of `train` from `since` (Unix seconds) until now; an error when
+    /// no reply came after `what`.
+    fn silence_since(
+        &self,
+        train: &PingTrain,
+        since: f64,
+        what: &str,
+    ) -> Result<Duration, HaError> {
+        train
+            .longest_gap(since, unix_now())
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| {
+                HaError::Step(format!(
+                    "no reply after {what}; logs in {}",
+                    self.dir.display()
+                ))
+            })
     }
 
     /// A ping train from B to A's pod, one every 20 ms.
@@ -589,31 +591,19 @@ impl HaLab {
     fn start_replica(&mut self, replica: usize) -> Result<(), HaError> {
         let node = self.nodes[replica].clone();
         let socket = self.socket(replica);
-        let uapi_dir = self.dir.join(format!("uapi-{}", replica + 1));
-        std::fs::create_dir_all(&uapi_dir)?;
         let gateway_running = self.replicas[replica]
             .gateway
             .as_mut()
             .is_some_and(NsChild::is_running);
         if !gateway_running {
-            let _ = std::fs::remove_file(&socket);
-            let mut cmd = command_in(&node.ns, &bin_path("kubetun-gateway").to_string_lossy());
-            cmd.args(["-f", "--standby", "--grpc-socket"])
-                .arg(&socket)
-                .arg("--uapi-dir")
-                .arg(&uapi_dir)
-                .arg(GATEWAY_IF)
-                .env("RUST_LOG", "info")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(self.log(&format!("gateway-{}.log", replica + 1))?);
-            self.replicas[replica].gateway = Some(NsChild::spawn(&mut cmd)?);
-            if !crate::netns::wait_for_path(&socket, Duration::from_secs(20)) {
-                return Err(HaError::Step(format!(
-                    "gateway {} did not open its socket",
-                    replica + 1
-                )));
-            }
+            let gateway = self.spawn_gateway(
+                &node.ns,
+                GATEWAY_IF,
+                &socket,
+                &format!("gateway-{}", replica + 1),
+                &["--standby"],
+            )?;
+            self.replicas[replica].gateway = Some(gateway);
         }
         if !self.controller_running(replica) {
             let underlay = node.underlay.clone().unwrap_or_default();
@@ -634,6 +624,32 @@ impl HaLab {
             self.replicas[replica].controller = Some(NsChild::spawn(&mut cmd)?);
         }
         Ok(())
+    }
+
+    /// Starts a gateway on interface `ifname` in namespace `ns` with control socket `socket`,
+    /// its UAPI socket and log named after `name` in the lab's directory, and waits for it.
+    fn spawn_gateway(
+        &self,
+        ns: &str,
+        ifname: &str,
+        socket: &Path,
+        name: &str,
+        extra: &[&str],
+    ) -> Result<NsChild, HaError> {
+        let _ = std::fs::remove_file(socket);
+        let uapi_dir = self.dir.join(format!("uapi-{name}"));
+        std::fs::create_dir_all(&uapi_dir)?;
+        let log = self.dir.join(format!("{name}.log"));
+        let mut cmd = gateway_command(ns, ifname, socket, &log, "info")?;
+        cmd.arg("--uapi-dir").arg(&uapi_dir).args(extra);
+        let child = NsChild::spawn(&mut cmd)?;
+        if !crate::netns::wait_for_path(socket, Duration::from_secs(20)) {
+            return Err(HaError::Step(format!(
+                "{name} did not open its socket; log in {}",
+                log.display()
+            )));
+        }
+        Ok(child)
     }
 
     fn start_agent(&mut self, index: usize) -> Result<(), HaError> {
@@ -692,64 +708,11 @@ impl HaLab {
             mtu: 1420,
         };
         let configs: Api<NetworkConfig> = Api::namespaced(client.clone(), NAMESPACE);
-        let apply = PatchParams::apply(FIELD_MANAGER).force();
-        let ours = connector_config(
-            &local_config_name("b"),
-            ROLE_LOCAL,
-            a.network_config_for(&b.cluster),
-        );
-        let written = configs
-            .patch(&local_config_name("b"), &apply, &Patch::Apply(&ours))
-            .await?;
-        let theirs = connector_config(
-            &remote_config_name("b"),
-            ROLE_REMOTE,
-            b.network_config_for(&a.cluster),
-        );
-        configs
-            .patch(&remote_config_name("b"), &apply, &Patch::Apply(&theirs))
-            .await?;
-        // B's controller would report A's CIDRs as unremapped (no overlap).
-        let same = |cidrs: &[ipnet::IpNet]| -> Vec<CidrMapping> {
-            cidrs
-                .iter()
-                .map(|c| CidrMapping {
-                    real: c.to_string(),
-                    view: c.to_string(),
-                })
-                .collect()
-        };
-        let status = NetworkConfigStatus {
-            observed_generation: written.metadata.generation,
-            processed: true,
-            pod_cidrs: same(&a.pod_cidrs),
-            ..NetworkConfigStatus::default()
-        };
-        configs
-            .patch_status(
-                &local_config_name("b"),
-                &PatchParams::default(),
-                &Patch::Merge(serde_json::json!({ "status": status })),
-            )
-            .await?;
+        link_as_connector(&configs, NAMESPACE, &a, &b).await?;
 
         let remote_ns = self.remote_ns_name();
         let socket = self.dir.join("remote.grpc.sock");
-        let _ = std::fs::remove_file(&socket);
-        let mut cmd = command_in(&remote_ns, &bin_path("kubetun-gateway").to_string_lossy());
-        cmd.args(["-f", "--grpc-socket"])
-            .arg(&socket)
-            .arg("--uapi-dir")
-            .arg(self.dir.join("uapi-b"))
-            .arg("kt-b")
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(self.log("gateway-b.log")?);
-        self.remote = Some(NsChild::spawn(&mut cmd)?);
-        if !crate::netns::wait_for_path(&socket, Duration::from_secs(20)) {
-            return Err(HaError::Step("B's gateway did not open its socket".into()));
-        }
+        self.remote = Some(self.spawn_gateway(&remote_ns, "kt-b", &socket, "gateway-b", &[])?);
         let endpoint: SocketAddr = format!(
             "{}:{PORT}",
             self.nodes[holder].underlay.as_deref().unwrap_or_default()
@@ -815,27 +778,6 @@ impl Drop for HaLab {
             replica.gateway = None;
         }
         self.relays.clear();
-    }
-}
-
-fn connector_config(
-    name: &str,
-    role: &str,
-    spec: kubetun_crds::NetworkConfigSpec,
-) -> NetworkConfig {
-    NetworkConfig {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some(NAMESPACE.to_owned()),
-            labels: Some(BTreeMap::from([
-                (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_CONNECTOR.to_owned()),
-                (ROLE_LABEL.to_owned(), role.to_owned()),
-                (PEER_LABEL.to_owned(), "b".to_owned()),
-            ])),
-            ..ObjectMeta::default()
-        },
-        spec,
-        status: None,
     }
 }
 

@@ -355,10 +355,10 @@ impl Drop for NsChild {
     }
 }
 
-/// `kubetun-gateway -f <ifname> --grpc-socket <socket>` in `ns` at log level `rust_log`, its
+/// `kubetun-gateway -f <ifname> --grpc-socket <socket>` in the namespace named `ns` at log level `rust_log`, its
 /// stderr appended to `log`; add arguments, then [`NsChild::spawn`] it.
 pub fn gateway_command(
-    ns: &Netns,
+    ns: &str,
     ifname: &str,
     grpc_socket: &std::path::Path,
     log: &std::path::Path,
@@ -372,7 +372,7 @@ pub fn gateway_command(
             command: format!("open {}", log.display()),
             source,
         })?;
-    let mut cmd = ns.command(&bin_path("kubetun-gateway").to_string_lossy());
+    let mut cmd = command_in(ns, &bin_path("kubetun-gateway").to_string_lossy());
     cmd.args(["-f", ifname, "--grpc-socket"])
         .arg(grpc_socket)
         .env("RUST_LOG", rust_log)

@@ -16,15 +16,17 @@
 //!
 //! Traffic stays between the addresses the test assigns inside its namespaces.
 
-use std::path::PathBuf;
+mod gateway_ns;
+
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use gateway_ns::GatewayNs;
 use kubetun_controller::gateway_api::{self, ConnCheck, DesiredState, PeerStatus};
 use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::keys::GatewayKey;
 use kubetun_integration::ha::{PingTrain, unix_now};
-use kubetun_integration::netns::{Netns, NsChild, bin_path, require_root, veth, wait_for_path};
+use kubetun_integration::netns::{NsChild, require_root, veth};
 
 const PORT: u32 = 51820;
 /// Cuts and heals of the shortcut.
@@ -33,59 +35,6 @@ const ROUNDS: u32 = 5;
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
-}
-
-struct Gateway {
-    process: Option<NsChild>,
-    ns: Netns,
-    key: GatewayKey,
-    dir: tempfile::TempDir,
-}
-
-impl Gateway {
-    fn new(ns: &str) -> Self {
-        let ns = Netns::new(ns).expect("namespace");
-        ns.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"])
-            .expect("forwarding");
-        Self {
-            process: None,
-            ns,
-            key: GatewayKey::generate(),
-            dir: tempfile::tempdir().expect("temp dir"),
-        }
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.path().join("gateway.grpc.sock")
-    }
-
-    fn start(&mut self) {
-        let mut cmd = self
-            .ns
-            .command(&bin_path("kubetun-gateway").to_string_lossy());
-        cmd.args(["-f", "--grpc-socket"])
-            .arg(self.socket())
-            .arg("--uapi-dir")
-            .arg(self.dir.path())
-            .arg("kt-fb")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        self.process = Some(NsChild::spawn(&mut cmd).expect("start the gateway"));
-        assert!(wait_for_path(&self.socket(), Duration::from_secs(10)));
-    }
-
-    fn client(&self) -> GatewayClient {
-        GatewayClient::new(self.socket())
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        if let Some(mut process) = self.process.take() {
-            process.stop();
-        }
-    }
 }
 
 fn route(real: &str, view: &str, fallback: bool) -> gateway_api::Route {
@@ -113,7 +62,7 @@ fn peer(
 }
 
 fn state(
-    own: &Gateway,
+    own: &GatewayNs,
     address: &str,
     local: &[&str],
     peers: Vec<gateway_api::Peer>,
@@ -134,6 +83,38 @@ fn state(
         }),
         peers,
     }
+}
+
+/// A leaf's state (both leaves have 10.70.0.0/16): the other leaf over the shortcut at
+/// `view`, and the hub (10.200.0.0/16) carrying the same view as a fallback, the other leaf
+/// being `at_hub` there.
+fn leaf_state(
+    own: &GatewayNs,
+    address: &str,
+    (other, other_key, other_endpoint): (&str, &GatewayKey, &str),
+    view: &str,
+    (hub_key, hub_endpoint): (&GatewayKey, &str),
+    at_hub: &str,
+) -> DesiredState {
+    state(
+        own,
+        address,
+        &["10.70.0.0/16"],
+        vec![
+            peer(
+                other,
+                other_key,
+                other_endpoint,
+                vec![route("10.70.0.0/16", view, false)],
+            ),
+            peer(
+                "hub",
+                hub_key,
+                hub_endpoint,
+                vec![route("10.200.0.0/16", "", false), route(at_hub, view, true)],
+            ),
+        ],
+    )
 }
 
 async fn peer_status(client: &GatewayClient, name: &str) -> PeerStatus {
@@ -169,7 +150,7 @@ async fn wait_for(
 
 /// A burst of 50 1000-byte pings from Rome to Milan's view; returns how many bytes the hub
 /// received from Rome meanwhile (other traffic included).
-async fn hub_bytes_during_burst(rome: &Gateway, hub: &GatewayClient) -> u64 {
+async fn hub_bytes_during_burst(rome: &GatewayNs, hub: &GatewayClient) -> u64 {
     let before = peer_status(hub, "rome").await.rx_bytes;
     assert!(
         rome.ns.succeeds(&[
@@ -197,9 +178,9 @@ async fn the_hub_carries_a_cut_shortcut_and_gives_it_back_once_healed() {
     if !require_root("gateway_fallback") {
         return;
     }
-    let mut rome = Gateway::new("kfb-r");
-    let mut hub = Gateway::new("kfb-h");
-    let mut milan = Gateway::new("kfb-m");
+    let mut rome = GatewayNs::new("kfb-r");
+    let mut hub = GatewayNs::new("kfb-h");
+    let mut milan = GatewayNs::new("kfb-m");
     for (a, a_if, a_ip, b, b_if, b_ip) in [
         (&rome, "dm", "198.19.1.1", &milan, "dr", "198.19.1.2"),
         (&rome, "hu", "198.19.2.1", &hub, "ru", "198.19.2.2"),
@@ -212,51 +193,23 @@ async fn the_hub_carries_a_cut_shortcut_and_gives_it_back_once_healed() {
             .expect("address");
     }
     for gateway in [&mut rome, &mut hub, &mut milan] {
-        gateway.start();
+        gateway.start(&[]);
     }
-    let rome_state = state(
+    let rome_state = leaf_state(
         &rome,
         "10.70.1.1",
-        &["10.70.0.0/16"],
-        vec![
-            peer(
-                "milan",
-                &milan.key,
-                "198.19.1.2",
-                vec![route("10.70.0.0/16", "10.73.0.0/16", false)],
-            ),
-            peer(
-                "hub",
-                &hub.key,
-                "198.19.2.2",
-                vec![
-                    route("10.200.0.0/16", "", false),
-                    route("10.72.0.0/16", "10.73.0.0/16", true),
-                ],
-            ),
-        ],
+        ("milan", &milan.key, "198.19.1.2"),
+        "10.73.0.0/16",
+        (&hub.key, "198.19.2.2"),
+        "10.72.0.0/16",
     );
-    let milan_state = state(
+    let milan_state = leaf_state(
         &milan,
         "10.70.2.2",
-        &["10.70.0.0/16"],
-        vec![
-            peer(
-                "rome",
-                &rome.key,
-                "198.19.1.1",
-                vec![route("10.70.0.0/16", "10.74.0.0/16", false)],
-            ),
-            peer(
-                "hub",
-                &hub.key,
-                "198.19.3.1",
-                vec![
-                    route("10.200.0.0/16", "", false),
-                    route("10.71.0.0/16", "10.74.0.0/16", true),
-                ],
-            ),
-        ],
+        ("rome", &rome.key, "198.19.1.1"),
+        "10.74.0.0/16",
+        (&hub.key, "198.19.3.1"),
+        "10.71.0.0/16",
     );
     // The hub forwards between its views of the two leaves: their sources are allowed.
     let hub_state = state(
@@ -283,10 +236,7 @@ async fn the_hub_carries_a_cut_shortcut_and_gives_it_back_once_healed() {
     h.apply(hub_state.clone()).await.expect("apply hub");
     m.apply(milan_state).await.expect("apply milan");
     let started = Instant::now();
-    while !rome
-        .ns
-        .succeeds(&["ping", "-c", "1", "-W", "1", "-I", "10.70.1.1", "10.73.2.2"])
-    {
+    while !rome.pings("10.70.1.1", "10.73.2.2", 1) {
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "Rome does not reach Milan"
@@ -446,18 +396,7 @@ async fn the_hub_carries_a_cut_shortcut_and_gives_it_back_once_healed() {
         .expect("cut");
     wait_for(&r, "milan", Duration::from_secs(5), |p| p.failed_over).await;
     assert!(
-        !rome.ns.succeeds(&[
-            "ping",
-            "-c",
-            "3",
-            "-i",
-            "0.2",
-            "-W",
-            "1",
-            "-I",
-            "10.70.1.1",
-            "10.73.2.2"
-        ]),
+        !rome.pings("10.70.1.1", "10.73.2.2", 3),
         "transit that the hub does not allow went through"
     );
     let dropped = drops(&h.status().await.expect("status")) - dropped_before;

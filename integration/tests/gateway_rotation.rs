@@ -69,7 +69,7 @@ impl Gateway {
     fn start(&mut self) {
         let _ = std::fs::remove_file(self.socket());
         let log = self.dir.path().join("gateway.log");
-        let mut cmd = gateway_command(&self.ns, &self.ifname, &self.socket(), &log, "info")
+        let mut cmd = gateway_command(self.ns.name(), &self.ifname, &self.socket(), &log, "info")
             .expect("gateway command");
         self.child = Some(NsChild::spawn(&mut cmd).expect("start the gateway"));
         assert!(

@@ -12,78 +12,45 @@
 //!
 //! Traffic stays between the addresses the test assigns inside its namespaces.
 
-use std::path::PathBuf;
-use std::process::Stdio;
+mod gateway_ns;
+
 use std::time::{Duration, Instant};
 
+use gateway_ns::GatewayNs;
 use kubetun_controller::gateway_api::{self, DesiredState};
 use kubetun_controller::gateway_client::GatewayClient;
-use kubetun_controller::keys::GatewayKey;
-use kubetun_integration::netns::{Netns, NsChild, bin_path, require_root, veth, wait_for_path};
+use kubetun_integration::netns::{require_root, veth};
 
 const PORT: u32 = 51820;
 
+/// One gateway and the addresses the test gives it.
 struct Side {
-    // The process stops before its namespace is deleted.
-    process: Option<NsChild>,
-    ns: Netns,
+    gateway: GatewayNs,
     underlay: &'static str,
     address: &'static str,
-    key: GatewayKey,
-    dir: tempfile::TempDir,
 }
 
 impl Side {
     fn new(ns: &str, underlay: &'static str, address: &'static str) -> Self {
         Self {
-            process: None,
-            ns: Netns::new(ns).expect("namespace"),
+            gateway: GatewayNs::new(ns),
             underlay,
             address,
-            key: GatewayKey::generate(),
-            dir: tempfile::tempdir().expect("temp dir"),
         }
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.path().join("gateway.grpc.sock")
-    }
-
-    fn start(&mut self, standby: bool) {
-        let mut cmd = self
-            .ns
-            .command(&bin_path("kubetun-gateway").to_string_lossy());
-        cmd.args(["-f", "--grpc-socket"])
-            .arg(self.socket())
-            .arg("--uapi-dir")
-            .arg(self.dir.path())
-            .arg("kt-standby")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if standby {
-            cmd.arg("--standby");
-        }
-        self.process = Some(NsChild::spawn(&mut cmd).expect("start the gateway"));
-        assert!(wait_for_path(&self.socket(), Duration::from_secs(10)));
-    }
-
-    fn client(&self) -> GatewayClient {
-        GatewayClient::new(self.socket())
     }
 
     fn state(&self, peer: &Side) -> DesiredState {
         DesiredState {
             version: "v1".to_owned(),
             interface: Some(gateway_api::Interface {
-                private_key: self.key.private_base64(),
+                private_key: self.gateway.key.private_base64(),
                 listen_port: PORT,
                 addresses: vec![format!("{}/32", self.address)],
                 manage_routes: true,
                 ..Default::default()
             }),
             peers: vec![gateway_api::Peer {
-                public_key: peer.key.public_base64().to_owned(),
+                public_key: peer.gateway.key.public_base64().to_owned(),
                 name: "peer".to_owned(),
                 endpoint: format!("{}:{PORT}", peer.underlay),
                 persistent_keepalive: 1,
@@ -98,16 +65,7 @@ impl Side {
     }
 
     fn pings(&self, to: &str) -> bool {
-        self.ns
-            .succeeds(&["ping", "-c", "1", "-W", "1", "-I", self.address, to])
-    }
-}
-
-impl Drop for Side {
-    fn drop(&mut self) {
-        if let Some(mut process) = self.process.take() {
-            process.stop();
-        }
+        self.gateway.pings(self.address, to, 1)
     }
 }
 
@@ -128,9 +86,10 @@ async fn a_standby_stays_silent_until_held_and_falls_back_at_the_deadline() {
     }
     let mut replica = Side::new("kst-r", "198.18.20.1", "10.91.0.1");
     let mut remote = Side::new("kst-p", "198.18.20.2", "10.92.0.1");
-    veth(&replica.ns, "ul", &remote.ns, "ul").expect("veth");
+    veth(&replica.gateway.ns, "ul", &remote.gateway.ns, "ul").expect("veth");
     for side in [&replica, &remote] {
-        side.ns
+        side.gateway
+            .ns
             .exec(&[
                 "ip",
                 "addr",
@@ -141,9 +100,9 @@ async fn a_standby_stays_silent_until_held_and_falls_back_at_the_deadline() {
             ])
             .expect("address");
     }
-    replica.start(true);
-    remote.start(false);
-    let (r, p) = (replica.client(), remote.client());
+    replica.gateway.start(&["--standby"]);
+    remote.gateway.start(&[]);
+    let (r, p) = (replica.gateway.client(), remote.gateway.client());
     r.apply(replica.state(&remote))
         .await
         .expect("apply replica");

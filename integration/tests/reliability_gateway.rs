@@ -110,7 +110,7 @@ impl Side {
     /// Starts the gateway at debug level, its log appended to [`Side::log`].
     fn start_gateway(&mut self, extra: &[&str]) {
         let mut cmd = gateway_command(
-            &self.ns,
+            self.ns.name(),
             &self.ifname,
             &self.grpc_socket(),
             &self.log(),

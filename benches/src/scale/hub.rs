@@ -23,18 +23,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt as _, TryStreamExt as _};
-use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kubetun_controller::cluster_info::{ClusterInfo, DEFAULT_NAMESPACE};
-use kubetun_controller::connector::{FIELD_MANAGER, MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL};
+use kubetun_controller::connector::{FIELD_MANAGER, network_config};
 use kubetun_controller::keys::GatewayKey;
-use kubetun_controller::planner::{
-    PEER_LABEL, ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE, local_config_name, remote_config_name,
-};
-use kubetun_controller::testing::FakeGateway;
-use kubetun_crds::{
-    CidrMapping, ClusterRef, ConnectionState, Endpoint, NetworkConfig, NetworkConfigSpec,
-    NetworkConfigStatus, TunnelEndpoint,
-};
+use kubetun_controller::planner::{ROLE_REMOTE, remote_config_name};
+use kubetun_controller::testing::{FakeGateway, link_as_connector};
+use kubetun_crds::{ClusterRef, ConnectionState, Endpoint, NetworkConfig, TunnelEndpoint};
 use kubetun_testenv::{Assets, TestCluster};
 use serde::Serialize;
 
@@ -150,43 +145,6 @@ fn remote(index: usize) -> Result<Remote, ScaleError> {
     Ok(Remote { info })
 }
 
-fn connector_config(name: &str, role: &str, peer: &str, spec: NetworkConfigSpec) -> NetworkConfig {
-    NetworkConfig {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some(NAMESPACE.to_owned()),
-            labels: Some(BTreeMap::from([
-                (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_CONNECTOR.to_owned()),
-                (ROLE_LABEL.to_owned(), role.to_owned()),
-                (PEER_LABEL.to_owned(), peer.to_owned()),
-            ])),
-            ..ObjectMeta::default()
-        },
-        spec,
-        status: None,
-    }
-}
-
-/// What the remote's controller reports for the hub's NetworkConfig: every CIDR mapped to
-/// itself (the remote has no overlap with the hub).
-fn remote_processing(hub: &ClusterInfo) -> NetworkConfigStatus {
-    let same = |cidrs: &[ipnet::IpNet]| {
-        cidrs
-            .iter()
-            .map(|c| CidrMapping {
-                real: c.to_string(),
-                view: c.to_string(),
-            })
-            .collect()
-    };
-    NetworkConfigStatus {
-        processed: true,
-        pod_cidrs: same(&hub.pod_cidrs),
-        external_cidrs: same(&hub.external_cidrs),
-        ..NetworkConfigStatus::default()
-    }
-}
-
 /// Writes one remote's objects on the hub as the connector does: three requests.
 async fn connect(
     configs: &Api<NetworkConfig>,
@@ -195,43 +153,10 @@ async fn connect(
     requests: &AtomicU64,
 ) -> Result<(), ScaleError> {
     let id = &remote.info.cluster.id;
-    let apply = PatchParams::apply(FIELD_MANAGER).force();
-    let ours = connector_config(
-        &local_config_name(id),
-        ROLE_LOCAL,
-        id,
-        hub.network_config_for(&remote.info.cluster),
-    );
-    let theirs = connector_config(
-        &remote_config_name(id),
-        ROLE_REMOTE,
-        id,
-        remote.info.network_config_for(&hub.cluster),
-    );
-    requests.fetch_add(1, Ordering::Relaxed);
-    let written = configs
-        .patch(&local_config_name(id), &apply, &Patch::Apply(&ours))
+    requests.fetch_add(3, Ordering::Relaxed);
+    link_as_connector(configs, NAMESPACE, hub, &remote.info)
         .await
-        .map_err(ScaleError::kube(format!("apply to-{id}")))?;
-    requests.fetch_add(1, Ordering::Relaxed);
-    configs
-        .patch(&remote_config_name(id), &apply, &Patch::Apply(&theirs))
-        .await
-        .map_err(ScaleError::kube(format!("apply from-{id}")))?;
-    let status = NetworkConfigStatus {
-        observed_generation: written.metadata.generation,
-        ..remote_processing(hub)
-    };
-    requests.fetch_add(1, Ordering::Relaxed);
-    configs
-        .patch_status(
-            &local_config_name(id),
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "status": status })),
-        )
-        .await
-        .map_err(ScaleError::kube(format!("status of to-{id}")))?;
-    Ok(())
+        .map_err(ScaleError::kube(format!("link {id} as the connector")))
 }
 
 /// `apiserver_request_total` summed by `VERB resource[/subresource]`.
@@ -497,7 +422,7 @@ async fn measure(
     spec.endpoint.port += 1000;
     let new_endpoint = format!("{}:{}", spec.endpoint.address, spec.endpoint.port);
     let id = changed.info.cluster.id.clone();
-    let object = connector_config(&remote_config_name(&id), ROLE_REMOTE, &id, spec.clone());
+    let object = network_config(&remote_config_name(&id), NAMESPACE, ROLE_REMOTE, &id, &spec);
     let change_started = Instant::now();
     configs
         .patch(

@@ -85,22 +85,30 @@ pub struct GatewayPlacement {
     pub pod_ip: Option<IpAddr>,
 }
 
+/// The spec of every TunnelEndpoint of `namespace` not being deleted, sorted by name.
+pub async fn tunnel_endpoint_specs(
+    client: &Client,
+    namespace: &str,
+) -> Result<Vec<TunnelEndpointSpec>, kube::Error> {
+    let mut endpoints = Api::<TunnelEndpoint>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await?
+        .items;
+    endpoints.sort_by_key(ResourceExt::name_any);
+    Ok(endpoints
+        .into_iter()
+        .filter(|te| te.metadata.deletion_timestamp.is_none())
+        .map(|te| te.spec)
+        .collect())
+}
+
 /// Reads TunnelEndpoints and Nodes, and locates the gateway.
 pub async fn read_cluster(
     client: &Client,
     namespace: &str,
     locator: &GatewayLocator,
 ) -> Result<ClusterView, SourceError> {
-    let mut endpoints = Api::<TunnelEndpoint>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default())
-        .await?
-        .items;
-    endpoints.sort_by_key(ResourceExt::name_any);
-    let endpoints = endpoints
-        .into_iter()
-        .filter(|te| te.metadata.deletion_timestamp.is_none())
-        .map(|te| te.spec)
-        .collect();
+    let endpoints = tunnel_endpoint_specs(client, namespace).await?;
 
     let mut nodes = Vec::new();
     let mut unaddressed = Vec::new();

@@ -1,14 +1,14 @@
 //! Bringing a link up: [`Connector::sync`] applies the four NetworkConfigs and observes both
 //! directions once; [`Connector::connect`] repeats it until the link is processed or connected.
 
-use kubetun_crds::{FallbackPath, NetworkConfig, TunnelEndpoint};
+use kubetun_crds::{NetworkConfig, TunnelEndpoint};
 use tokio::time::Instant;
 
 use super::publish::{ConfigTarget, apply_config, mirror_status};
 use super::state::{current_processed_status, current_rejection};
 use super::{
-    ClusterHandle, Connector, Direction, Error, Fallback, LinkState, Progress, WaitOptions,
-    describe_views, error_chain,
+    ClusterHandle, Connector, Direction, Error, LinkState, Progress, WaitOptions, describe_views,
+    error_chain,
 };
 use crate::cluster_info::ClusterInfo;
 use crate::planner::{ROLE_LOCAL, ROLE_REMOTE, local_config_name, remote_config_name};
@@ -29,34 +29,19 @@ impl Connector {
     ) -> Result<LinkState, Error> {
         let (local, remote) = self.load_infos().await?;
         let mut writes = 0;
-        let fallback = match &self.transit_hub {
-            Some(hub) => Some(
-                super::transit::fallback_via(hub, &local.cluster.id, &remote.cluster.id).await?,
-            ),
-            None => None,
-        };
-        let at_hub = |side: fn(&Fallback) -> &(Vec<String>, Vec<String>)| {
-            fallback.as_ref().map(|f| FallbackPath {
-                hub: f.hub.clone(),
-                pod_cidrs: side(f).0.clone(),
-                external_cidrs: side(f).1.clone(),
-            })
+        // With a transit hub, each side's NetworkConfig says how the hub sees that side.
+        let (local_fallback, remote_fallback) = match &self.transit_hub {
+            Some(hub) => {
+                let (l, r) =
+                    super::transit::fallback_via(hub, &local.cluster.id, &remote.cluster.id)
+                        .await?;
+                (Some(l), Some(r))
+            }
+            None => (None, None),
         };
         for (from, from_info, to, to_info, fallback) in [
-            (
-                &self.local,
-                &local,
-                &self.remote,
-                &remote,
-                at_hub(|f| &f.local_at_hub),
-            ),
-            (
-                &self.remote,
-                &remote,
-                &self.local,
-                &local,
-                at_hub(|f| &f.remote_at_hub),
-            ),
+            (&self.local, &local, &self.remote, &remote, local_fallback),
+            (&self.remote, &remote, &self.local, &local, remote_fallback),
         ] {
             let mut spec = from_info.network_config_for(&to_info.cluster);
             spec.fallback = fallback;

@@ -31,7 +31,7 @@ use std::time::Duration;
 pub use cluster::ClusterHandle;
 pub use error::{Error, error_chain};
 pub use progress::{Progress, TracingProgress};
-pub use publish::link_owner;
+pub use publish::{link_owner, network_config};
 pub use state::{Direction, LinkState, describe_views};
 pub use status::{CidrKind, LinkStatus, link_statuses};
 pub use teardown::{Removed, forget, reset, wait_removed};
@@ -88,17 +88,6 @@ pub struct Connector {
     mtu: Option<u32>,
     owner: Option<LinkOwner>,
     transit_hub: Option<ClusterHandle>,
-}
-
-/// A hub that carries the link's traffic while the direct tunnel is down: how the hub sees
-/// each side's CIDRs (see `kubetun_crds::FallbackPath`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fallback {
-    pub hub: kubetun_crds::ClusterRef,
-    /// The local side's pod and external CIDRs at the hub, in its announced order.
-    pub local_at_hub: (Vec<String>, Vec<String>),
-    /// The remote side's, likewise.
-    pub remote_at_hub: (Vec<String>, Vec<String>),
 }
 
 impl Connector {

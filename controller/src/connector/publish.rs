@@ -14,7 +14,7 @@ use super::{
 use crate::planner::{PEER_LABEL, ROLE_LABEL};
 
 /// The NetworkConfig object the connector writes: spec plus identifying labels.
-fn desired_config(
+pub fn network_config(
     name: &str,
     namespace: &str,
     role: &str,
@@ -136,7 +136,7 @@ pub(super) async fn apply_config(
             return Ok(0);
         }
     }
-    let mut desired = desired_config(name, &handle.namespace, role, peer_id, spec);
+    let mut desired = network_config(name, &handle.namespace, role, peer_id, spec);
     if owner.is_some() {
         desired.metadata.annotations = Some(owner_annotations(owner));
     }

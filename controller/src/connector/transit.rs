@@ -7,22 +7,34 @@
 use std::collections::BTreeMap;
 
 use kube::api::{Patch, PatchParams};
-use kubetun_crds::NetworkConfig;
+use kubetun_crds::{CidrMapping, ClusterRef, FallbackPath, NetworkConfig, NetworkConfigStatus};
 
 use super::state::current_processed_status;
-use super::{ClusterHandle, Error, Fallback};
+use super::{ClusterHandle, Error};
 use crate::planner::{TRANSIT_ANNOTATION, remote_config_name};
 
-/// The fallback through `hub` for the link between leaves `local_id` and `remote_id`; marks
-/// the hub's NetworkConfigs of both leaves for transit. Fails when a leaf is not linked to
-/// the hub (or the hub has not processed it yet).
+/// How `hub` sees a leaf it processed with `at_hub`: what the other leaf of a transit
+/// shortcut gets as its fallback to that leaf (the hub's views, in announced order).
+pub fn path_through(hub: &ClusterRef, at_hub: &NetworkConfigStatus) -> FallbackPath {
+    let views = |mappings: &[CidrMapping]| mappings.iter().map(|m| m.view.clone()).collect();
+    FallbackPath {
+        hub: hub.clone(),
+        pod_cidrs: views(&at_hub.pod_cidrs),
+        external_cidrs: views(&at_hub.external_cidrs),
+    }
+}
+
+/// The fallbacks through `hub` to leaves `local_id` and `remote_id` (the path to the local
+/// leaf, which its own NetworkConfig carries to the remote one, and the path to the remote
+/// leaf); marks the hub's NetworkConfigs of both leaves for transit. Fails when a leaf is not
+/// linked to the hub (or the hub has not processed it yet).
 pub async fn fallback_via(
     hub: &ClusterHandle,
     local_id: &str,
     remote_id: &str,
-) -> Result<Fallback, Error> {
+) -> Result<(FallbackPath, FallbackPath), Error> {
     let info = hub.load_info().await?;
-    let mut at_hub = Vec::with_capacity(2);
+    let mut paths = Vec::with_capacity(2);
     for leaf in [local_id, remote_id] {
         let name = remote_config_name(leaf);
         let config = hub
@@ -53,16 +65,9 @@ pub async fn fallback_via(
                 .map_err(hub.api_error::<NetworkConfig>(&info.cluster.id, "annotate", &name))?;
             tracing::info!(leaf, "the hub forwards this leaf's traffic (transit)");
         }
-        let views = |mappings: &[kubetun_crds::CidrMapping]| {
-            mappings.iter().map(|m| m.view.clone()).collect::<Vec<_>>()
-        };
-        at_hub.push((views(&status.pod_cidrs), views(&status.external_cidrs)));
+        paths.push(path_through(&info.cluster, &status));
     }
-    let remote_at_hub = at_hub.pop().unwrap_or_default();
-    let local_at_hub = at_hub.pop().unwrap_or_default();
-    Ok(Fallback {
-        hub: info.cluster,
-        local_at_hub,
-        remote_at_hub,
-    })
+    let remote = paths.pop().unwrap_or_default();
+    let local = paths.pop().unwrap_or_default();
+    Ok((local, remote))
 }

@@ -153,11 +153,11 @@ impl Elector {
                 Step::Unsure | Step::Unreachable
                     if !self.leads() && self.sticky_since.is_none() =>
                 {
+                    // `step` has put the gateway on standby already.
                     tracing::warn!(
                         lease = self.name,
                         "could not renew the gateway lease within the renew deadline; stepping down"
                     );
-                    self.hold(Duration::ZERO).await;
                     return;
                 }
                 Step::Unsure | Step::Unreachable => {}
@@ -171,12 +171,7 @@ impl Elector {
     pub async fn release(&mut self) {
         self.election.resign();
         self.hold(Duration::ZERO).await;
-        let Ok(Ok(Some(mut lease))) = tokio::time::timeout(
-            self.election.timing().renew_deadline,
-            self.api.get_opt(&self.name),
-        )
-        .await
-        else {
+        let Ok(Some(mut lease)) = self.bounded(self.api.get_opt(&self.name)).await else {
             return;
         };
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
@@ -188,8 +183,7 @@ impl Elector {
             annotations.remove(NODE_IP_ANNOTATION);
         }
         match self
-            .api
-            .replace(&self.name, &PostParams::default(), &lease)
+            .bounded(self.api.replace(&self.name, &PostParams::default(), &lease))
             .await
         {
             Ok(_) => tracing::info!(lease = self.name, "gateway lease released"),
@@ -283,10 +277,7 @@ impl Elector {
         started: Instant,
         gateway_alive: bool,
     ) -> Result<Step, LeaseError> {
-        let deadline = self.election.timing().renew_deadline;
-        let current = tokio::time::timeout(deadline, self.api.get_opt(&self.name))
-            .await
-            .map_err(|_| LeaseError::Timeout(deadline))??;
+        let current = self.bounded(self.api.get_opt(&self.name)).await?;
         let observed = current.as_ref().map(observed);
         let holder = observed
             .as_ref()
@@ -310,17 +301,17 @@ impl Elector {
             }
             Decision::Claim { takeover } => {
                 let lease = self.claim_record(current, takeover);
-                let written = tokio::time::timeout(deadline, async {
-                    if lease.metadata.resource_version.is_some() {
-                        self.api
-                            .replace(&self.name, &PostParams::default(), &lease)
-                            .await
-                    } else {
-                        self.api.create(&PostParams::default(), &lease).await
-                    }
-                })
-                .await
-                .map_err(|_| LeaseError::Timeout(deadline))?;
+                let written = self
+                    .bounded(async {
+                        if lease.metadata.resource_version.is_some() {
+                            self.api
+                                .replace(&self.name, &PostParams::default(), &lease)
+                                .await
+                        } else {
+                            self.api.create(&PostParams::default(), &lease).await
+                        }
+                    })
+                    .await;
                 match written {
                     Ok(lease) => {
                         self.election.claimed(started);
@@ -332,11 +323,25 @@ impl Elector {
                         Ok(Step::Leading)
                     }
                     // Someone else wrote first; the next read shows who.
-                    Err(kube::Error::Api(status)) if status.code == 409 => Ok(Step::Unsure),
-                    Err(error) => Err(error.into()),
+                    Err(LeaseError::Kube(kube::Error::Api(status))) if status.code == 409 => {
+                        Ok(Step::Unsure)
+                    }
+                    Err(error) => Err(error),
                 }
             }
         }
+    }
+
+    /// `request` within the renew deadline: a later answer could not count anyway.
+    async fn bounded<T>(
+        &self,
+        request: impl std::future::Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, LeaseError> {
+        let deadline = self.election.timing().renew_deadline;
+        tokio::time::timeout(deadline, request)
+            .await
+            .map_err(|_| LeaseError::Timeout(deadline))?
+            .map_err(LeaseError::from)
     }
 
     /// The record naming this replica, built on the one read (its resourceVersion makes the

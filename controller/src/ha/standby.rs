@@ -8,10 +8,10 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, ListParams};
-use kube::{Client, ResourceExt};
-use kubetun_crds::TunnelEndpoint;
+use kube::Client;
+use kube::api::Api;
 
+use crate::agent::source::tunnel_endpoint_specs;
 use crate::gateway_client::GatewayClient;
 use crate::keys::{self, GatewayKeys};
 use crate::planner::{self, GatewaySettings};
@@ -44,13 +44,7 @@ pub async fn sync(
         .await?;
     let keys = GatewayKeys::from_secret(&secret)?;
     settings.set_keys(&keys.current, keys.previous.as_ref());
-    let mut endpoints = Api::<TunnelEndpoint>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default())
-        .await?
-        .items;
-    endpoints.retain(|te| te.metadata.deletion_timestamp.is_none());
-    endpoints.sort_by_key(ResourceExt::name_any);
-    let specs: Vec<_> = endpoints.into_iter().map(|te| te.spec).collect();
+    let specs = tunnel_endpoint_specs(client, namespace).await?;
     let desired = planner::desired_state(settings, &specs);
     if gateway.status().await?.version == desired.version {
         return Ok(false);

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use ipnet::{IpNet, Ipv4Net};
 use kubetun_controller::cluster_info::ClusterInfo;
+use kubetun_controller::connector::transit::path_through;
 use kubetun_controller::gateway_api::DesiredState;
 use kubetun_controller::ipam::{Ipam, IpamConfig, rfc1918_pools};
 use kubetun_controller::keys::GatewayKey;
@@ -17,9 +18,7 @@ use kubetun_controller::planner::{
     GatewaySettings, PlanError, TRANSIT_ANNOTATION, check_addressing, desired_state,
     local_config_name, process_network_config, remote_config_name, tunnel_endpoint_spec,
 };
-use kubetun_crds::{
-    ClusterRef, Endpoint, FallbackPath, NetworkConfig, NetworkConfigStatus, TunnelEndpointSpec,
-};
+use kubetun_crds::{ClusterRef, Endpoint, NetworkConfig, NetworkConfigStatus, TunnelEndpointSpec};
 
 use crate::table::{ClusterTable, PeerMapping};
 use crate::topology::{ClusterSpec, GATEWAY_PORT, Topology};
@@ -126,15 +125,8 @@ impl ControlPlanes {
                     name: remote_config_name(&other_id),
                     why: "transit needs both leaves linked to the hub",
                 })?;
-            let views =
-                |m: &[kubetun_crds::CidrMapping]| m.iter().map(|m| m.view.clone()).collect();
-            let fallback = FallbackPath {
-                hub: hub_ref.clone(),
-                pod_cidrs: views(&at_hub.pod_cidrs),
-                external_cidrs: views(&at_hub.external_cidrs),
-            };
             if let Some(config) = self.clusters[leaf].received.get_mut(&other_id) {
-                config.spec.fallback = Some(fallback);
+                config.spec.fallback = Some(path_through(&hub_ref, &at_hub));
             }
         }
         for leaf in [a, b] {
