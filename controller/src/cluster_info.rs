@@ -90,6 +90,7 @@ impl ClusterInfo {
             public_key: self.public_key.clone(),
             mtu: Some(self.mtu),
             fallback: None,
+            hub_only: false,
         }
     }
 

@@ -339,8 +339,14 @@ pub fn tunnel_endpoint_spec(
         allowed_prefixes: None,
         fallback: match &remote.spec.fallback {
             Some(path) => Some(fallback_routes(path, theirs)?),
+            None if remote.spec.hub_only => {
+                return Err(PlanError::InvalidFallback(
+                    "hubOnly needs a fallback: the hub path is the only one".to_owned(),
+                ));
+            }
             None => None,
         },
+        hub_only: remote.spec.hub_only,
         transit,
     })
 }
@@ -462,8 +468,9 @@ impl std::fmt::Debug for GatewaySettings {
     }
 }
 
-/// The gateway's whole desired state: one peer per TunnelEndpoint (sorted by cluster id), its
-/// routes real -> view (pod CIDRs first, then external), and its ACL. The version is a hash
+/// The gateway's whole desired state: one peer per TunnelEndpoint (sorted by cluster id) but
+/// the hub-only ones, its routes real -> view (pod CIDRs first, then external, then the
+/// fallback and hub-only routes of the peers it is the hub of), and its ACL. The version is a hash
 /// of everything but the private keys (their public keys stand in for them).
 pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec]) -> DesiredState {
     let mut sorted: Vec<&TunnelEndpointSpec> = endpoints.iter().collect();
@@ -475,6 +482,7 @@ pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec
     };
     let mut peers: Vec<gateway_api::Peer> = sorted
         .iter()
+        .filter(|te| !te.hub_only)
         .map(|te| gateway_api::Peer {
             public_key: te.public_key.clone(),
             name: te.cluster.id.clone(),
@@ -496,14 +504,15 @@ pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec
             conncheck_disabled: false,
         })
         .collect();
-    // A peer's fallback path is a set of routes on its hub's peer, at the same views.
+    // A peer's fallback path is a set of routes on its hub's peer, at the same views; for a
+    // peer reached only through the hub they are ordinary routes.
     for te in &sorted {
         let Some(fallback) = &te.fallback else {
             continue;
         };
         if let Some(hub) = peers.iter_mut().find(|p| p.name == fallback.hub.id) {
             hub.routes
-                .extend(fallback.routes.iter().map(|m| route(m, true)));
+                .extend(fallback.routes.iter().map(|m| route(m, !te.hub_only)));
         }
     }
     // A hub forwards between leaves that allow transit: their views are sources it sends.

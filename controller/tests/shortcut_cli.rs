@@ -58,6 +58,7 @@ fn request() -> ShortcutRequest {
         right: leaf("milan"),
         mtu: Some(1380),
         transit: false,
+        hub_only: false,
     }
 }
 

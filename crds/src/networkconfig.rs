@@ -1,6 +1,6 @@
 //! `NetworkConfig`: what one cluster tells a peer about itself.
 
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -10,7 +10,7 @@ use crate::{CidrMapping, ClusterRef, Condition, Endpoint, cidr_list_schema};
 ///
 /// The sender creates it in the destination cluster; the destination processes it (IPAM
 /// remaps overlapping CIDRs) and records in the status how it sees the sender.
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[kube(
     group = "net.kubetun.io",
     version = "v1alpha1",
@@ -27,6 +27,7 @@ use crate::{CidrMapping, ClusterRef, Condition, Endpoint, cidr_list_schema};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.hubOnly) || !self.hubOnly || has(self.fallback)").message("hubOnly needs fallback: the hub path is the only one"))]
 pub struct NetworkConfigSpec {
     /// The cluster that wrote this NetworkConfig.
     pub source_cluster: ClusterRef,
@@ -53,6 +54,11 @@ pub struct NetworkConfigSpec {
     /// while the direct tunnel is down, at the same views.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<FallbackPath>,
+    /// The receiver makes no tunnel to the sender: `fallback`'s hub is the only path (a
+    /// ShortcutConnection with `hubOnly`). `endpoint` and `publicKey` still name the sender's
+    /// gateway, for when a shortcut is added.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hub_only: bool,
 }
 
 /// How the sender is reached through a hub.

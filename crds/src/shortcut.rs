@@ -1,6 +1,6 @@
 //! `ShortcutConnection`: a direct leaf-to-leaf link, managed from the hub.
 
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -8,7 +8,7 @@ use crate::{CidrMapping, Condition, ConnectionState, Endpoint};
 
 /// Links two leaf clusters directly; the hub's operator runs the same exchange as
 /// `kubetun network connect` between them.
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[kube(
     group = "net.kubetun.io",
     version = "v1alpha1",
@@ -25,6 +25,7 @@ use crate::{CidrMapping, Condition, ConnectionState, Endpoint};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.hubOnly) || !self.hubOnly || (has(self.transit) && self.transit)").message("hubOnly needs transit: the hub forwards between leaves only where transit allows it"))]
 pub struct ShortcutConnectionSpec {
     /// One leaf.
     pub left: LeafCluster,
@@ -40,6 +41,11 @@ pub struct ShortcutConnectionSpec {
     /// leaves only where a ShortcutConnection says so.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub transit: bool,
+    /// No tunnel between the leaves: each reaches the other only through the hub, at the
+    /// addresses a shortcut would give (switching to a shortcut later changes none). Needs
+    /// `transit`. Off by default.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hub_only: bool,
 }
 
 /// How the hub reaches one leaf cluster.

@@ -56,10 +56,25 @@ pub struct TunnelEndpointSpec {
     /// as over the direct tunnel).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fallback: Option<TunnelFallback>,
+    /// No tunnel to the peer: `fallback` is its only path, and its routes are ordinary
+    /// routes on the hub's peer (`endpoint` and `publicKey` are not used).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hub_only: bool,
     /// This cluster is a hub that forwards between this peer and others (a ShortcutConnection
     /// allows transit): its gateway accepts this peer's views as sources.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub transit: bool,
+}
+
+impl TunnelEndpointSpec {
+    /// The name of the gateway peer whose tunnel carries this peer's traffic (gateway peers
+    /// are named by cluster id): its hub's for a hub-only peer, else its own.
+    pub fn tunnel_peer(&self) -> &str {
+        match &self.fallback {
+            Some(fallback) if self.hub_only => &fallback.hub.id,
+            _ => &self.cluster.id,
+        }
+    }
 }
 
 /// The fallback path of a TunnelEndpoint.

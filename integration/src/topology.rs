@@ -1,6 +1,7 @@
 //! Lab topologies: which clusters exist (pod and external CIDRs, how many nodes, pods and
 //! external endpoints each has), the underlay that joins their gateways, and which clusters are
-//! linked — first the hub `links`, then the leaf-to-leaf `shortcuts`.
+//! linked — first the hub `links`, then the leaf-to-leaf `shortcuts` and the leaf pairs linked
+//! only through their hub (`hubOnly`).
 //!
 //! A cluster with `nodes: 1` (the default) is one gateway namespace with its pods behind it. With
 //! `nodes: N >= 2` it has N node namespaces on one cluster L2 at [`NODE_NETWORK`], node `i`
@@ -98,7 +99,7 @@ pub enum TopologyError {
     /// A link names a cluster that does not exist.
     #[error("{kind} {a} <-> {b}: unknown cluster {unknown:?}")]
     UnknownCluster {
-        /// `link` or `shortcut`.
+        /// `link`, `shortcut` or `hub-only`.
         kind: &'static str,
         /// First end.
         a: String,
@@ -110,10 +111,20 @@ pub enum TopologyError {
     /// A link joins a cluster to itself.
     #[error("{kind} {name} <-> {name} joins a cluster to itself")]
     SelfLink {
-        /// `link` or `shortcut`.
+        /// `link`, `shortcut` or `hub-only`.
         kind: &'static str,
         /// The cluster.
         name: String,
+    },
+    /// A pair that goes through a hub has none: no cluster is linked to both.
+    #[error("{kind} {a} <-> {b}: no cluster is linked to both, to carry their traffic")]
+    NoHub {
+        /// `shortcut` (with `transit`) or `hub-only`.
+        kind: &'static str,
+        /// First end.
+        a: String,
+        /// Second end.
+        b: String,
     },
     /// The same pair of clusters is linked twice.
     #[error("{a} <-> {b} is linked twice")]
@@ -160,6 +171,10 @@ pub struct Topology {
     /// (a ShortcutConnection with `transit`), at the same addresses.
     #[serde(default)]
     pub transit: bool,
+    /// Leaf pairs without a tunnel of their own, linked through the hub linked to both (a
+    /// ShortcutConnection with `hubOnly`), at the addresses a shortcut would give.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hub_only: Vec<LinkSpec>,
 }
 
 fn default_mtu() -> u32 {
@@ -358,6 +373,14 @@ impl Topology {
                     b: link.1.clone(),
                 });
             }
+            let needs_hub = kind == "hub-only" || (kind == "shortcut" && self.transit);
+            if needs_hub && self.hub_of(&link.0, &link.1).is_none() {
+                return Err(TopologyError::NoHub {
+                    kind,
+                    a: link.0.clone(),
+                    b: link.1.clone(),
+                });
+            }
         }
         Ok(())
     }
@@ -395,21 +418,38 @@ impl Topology {
             .map(|c| c.name.clone())
     }
 
-    /// Every link with its kind (`link` first, then `shortcut`).
+    /// The leaf pairs of the second phase: each shortcut, then each pair only its hub links
+    /// (`true`).
+    pub fn leaf_pairs(&self) -> impl Iterator<Item = (&LinkSpec, bool)> {
+        self.shortcuts
+            .iter()
+            .map(|l| (l, false))
+            .chain(self.hub_only.iter().map(|l| (l, true)))
+    }
+
+    /// Whether there is a second phase (shortcuts or pairs through a hub).
+    pub fn has_leaf_pairs(&self) -> bool {
+        self.leaf_pairs().next().is_some()
+    }
+
+    /// Every link with its kind (`link` first, then `shortcut`, then `hub-only`).
     pub fn all_links(&self) -> impl Iterator<Item = (&'static str, &LinkSpec)> {
         self.links
             .iter()
             .map(|l| ("link", l))
             .chain(self.shortcuts.iter().map(|l| ("shortcut", l)))
+            .chain(self.hub_only.iter().map(|l| ("hub-only", l)))
     }
 
-    /// The peers of cluster `name` over `links`, plus over `shortcuts` when `with_shortcuts`,
-    /// in link order.
+    /// The peers of cluster `name` over `links`, plus over `shortcuts` and `hubOnly` when
+    /// `with_shortcuts`, in link order.
     pub fn peers_of(&self, name: &str, with_shortcuts: bool) -> Vec<&ClusterSpec> {
-        let links = self
-            .links
-            .iter()
-            .chain(self.shortcuts.iter().filter(move |_| with_shortcuts));
+        let links = self.links.iter().chain(
+            self.shortcuts
+                .iter()
+                .chain(&self.hub_only)
+                .filter(move |_| with_shortcuts),
+        );
         links
             .filter_map(|link| {
                 if link.0.eq_ignore_ascii_case(name) {
@@ -574,15 +614,16 @@ mod tests {
     fn seed_topology_parses() {
         let seed = Topology::seed();
         let names: Vec<_> = seed.clusters.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(names, ["Europe", "Rome", "Milan"]);
+        assert_eq!(names, ["Europe", "Rome", "Milan", "Paris"]);
         let external: Vec<_> = seed.clusters.iter().map(|c| c.external_cidr).collect();
         assert!(
             external
                 .iter()
                 .all(|c| *c == Some("10.70.0.0/16".parse().unwrap()))
         );
-        assert_eq!(seed.links.len(), 2);
+        assert_eq!(seed.links.len(), 3);
         assert_eq!(seed.shortcuts, [LinkSpec("Rome".into(), "Milan".into())]);
+        assert_eq!(seed.hub_only, [LinkSpec("Rome".into(), "Paris".into())]);
         assert_eq!(seed.mtu, 1420);
     }
 
@@ -612,9 +653,15 @@ mod tests {
         let names = |peers: Vec<&ClusterSpec>| -> Vec<String> {
             peers.into_iter().map(|c| c.name.clone()).collect()
         };
-        assert_eq!(names(seed.peers_of("Europe", false)), ["Rome", "Milan"]);
+        assert_eq!(
+            names(seed.peers_of("Europe", false)),
+            ["Rome", "Milan", "Paris"]
+        );
         assert_eq!(names(seed.peers_of("Rome", false)), ["Europe"]);
-        assert_eq!(names(seed.peers_of("Rome", true)), ["Europe", "Milan"]);
+        assert_eq!(
+            names(seed.peers_of("Rome", true)),
+            ["Europe", "Milan", "Paris"]
+        );
         assert_eq!(names(seed.peers_of("Milan", true)), ["Europe", "Rome"]);
     }
 
@@ -704,9 +751,9 @@ mod tests {
 
     #[test]
     fn rejects_bad_links() {
-        let err = seed_with(|t| t.links.push(LinkSpec("Rome".into(), "Paris".into())));
+        let err = seed_with(|t| t.links.push(LinkSpec("Rome".into(), "Lyon".into())));
         let message = err.unwrap_err().to_string();
-        assert!(message.contains("unknown cluster \"Paris\""), "{message}");
+        assert!(message.contains("unknown cluster \"Lyon\""), "{message}");
         let err = seed_with(|t| t.links.push(LinkSpec("Rome".into(), "rome".into())));
         assert!(
             matches!(err, Err(TopologyError::SelfLink { .. })),
@@ -716,6 +763,12 @@ mod tests {
         assert!(
             matches!(err, Err(TopologyError::DuplicateLink { .. })),
             "{err:?}"
+        );
+        // A pair through the hub needs one linked to both.
+        let err = seed_with(|t| t.links.retain(|l| l.1 != "Paris"));
+        assert_eq!(
+            err.unwrap_err().to_string(),
+            "hub-only Rome <-> Paris: no cluster is linked to both, to carry their traffic"
         );
     }
 

@@ -1,5 +1,5 @@
-//! The lab end to end: the seed topology (Europe hub, Rome and Milan leaves, all with external
-//! CIDR 10.70.0.0/16) built as namespaces with real gateways, linked with the controller's
+//! The lab end to end: the seed topology (Europe hub, Rome, Milan and Paris leaves, all with
+//! external CIDR 10.70.0.0/16; Rome and Paris linked only through Europe) built as namespaces with real gateways, linked with the controller's
 //! IPAM and planner over gRPC, checked by ping and a 1 s iperf3, then removed — also after a
 //! gateway was killed, as after a crash. Needs root.
 
@@ -55,21 +55,47 @@ fn seed_topology_links_remaps_and_tears_down() {
         "an iperf3 check ran"
     );
 
-    // Every cluster sees both peers' 10.70.0.0/16 under distinct views, none of them its own.
+    // Rome and Paris reached each other through Europe only, with the quoted headers of ICMP
+    // errors translated on both hops.
+    for check in [
+        "tcp Rome ext",
+        "tcp Paris ext",
+        "icmp error Rome",
+        "icmp error Paris",
+    ] {
+        assert!(
+            report
+                .checks
+                .iter()
+                .any(|c| c.phase == "through the hub" && c.description.starts_with(check)),
+            "a {check} check through the hub ran"
+        );
+    }
+
+    // Every cluster sees each peer's 10.70.0.0/16 under a distinct view, none of them its own
+    // (Rome sees Paris through Europe at a view of its own, as over a shortcut).
+    let peers = [("Europe", 3), ("Rome", 3), ("Milan", 2), ("Paris", 2)];
     for table in &report.tables {
-        let views: Vec<&str> = table
+        let mut views: Vec<&str> = table
             .peers
             .iter()
             .flat_map(|p| &p.external_cidrs)
             .map(|m| m.view.as_str())
             .collect();
-        assert_eq!(views.len(), 2, "{} has two peers: {table:?}", table.cluster);
+        let expected = peers.iter().find(|(name, _)| *name == table.cluster);
+        assert_eq!(Some(views.len()), expected.map(|e| e.1), "{table:?}");
         assert!(!views.contains(&"10.70.0.0/16"), "{table:?}");
-        assert_ne!(views[0], views[1], "{table:?}");
+        views.sort_unstable();
+        views.dedup();
+        assert_eq!(
+            Some(views.len()),
+            expected.map(|e| e.1),
+            "distinct: {table:?}"
+        );
     }
 
     let status = lab::status(&dir).expect("status");
-    assert_eq!(status.clusters.len(), 3);
+    assert_eq!(status.clusters.len(), 4);
     for cluster in &status.clusters {
         assert!(cluster.running, "{} gateway runs", cluster.name);
         for peer in &cluster.peers {

@@ -301,7 +301,7 @@ async fn seed_lab_on_real_apiservers_survives_faults() {
             let (ns, addr) = (ns.clone(), addr.clone());
             std::thread::spawn(move || first_reply(&ns, &addr, Duration::from_secs(30)))
         };
-        apiserver::shortcut(europe, rome, milan, true).expect("shortcut create");
+        apiserver::shortcut(europe, rome, milan, Some("--transit")).expect("shortcut create");
         let returned = started.elapsed();
         let first = probe.join().expect("probe").unwrap_or_else(|| {
             panic!(

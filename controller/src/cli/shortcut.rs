@@ -118,6 +118,10 @@ pub struct CreateArgs {
     /// linked to the hub).
     #[arg(long)]
     transit: bool,
+    /// No tunnel between the leaves: they reach each other only through the hub, at the
+    /// addresses a shortcut would give (implies --transit).
+    #[arg(long)]
+    hub_only: bool,
     /// Wait until both tunnels are connected.
     #[arg(long)]
     wait: bool,
@@ -239,6 +243,8 @@ pub struct ShortcutRequest {
     pub mtu: Option<u32>,
     /// Fallback through the hub ([`ShortcutConnectionSpec::transit`]).
     pub transit: bool,
+    /// Only through the hub ([`ShortcutConnectionSpec::hub_only`]; sets `transit` too).
+    pub hub_only: bool,
 }
 
 impl ShortcutRequest {
@@ -256,7 +262,8 @@ impl ShortcutRequest {
             left: leaf(&self.left),
             right: leaf(&self.right),
             mtu: self.mtu,
-            transit: self.transit,
+            transit: self.transit || self.hub_only,
+            hub_only: self.hub_only,
         }
     }
 }
@@ -447,6 +454,7 @@ async fn create(args: CreateArgs) -> Result<(), Error> {
         },
         mtu: args.mtu,
         transit: args.transit,
+        hub_only: args.hub_only,
     };
     let client = args.hub.client().await?;
     apply_shortcut(&client, &request, &progress).await?;

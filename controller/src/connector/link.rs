@@ -30,21 +30,26 @@ impl Connector {
         let (local, remote) = self.load_infos().await?;
         let mut writes = 0;
         // With a transit hub, each side's NetworkConfig says how the hub sees that side.
-        let (local_fallback, remote_fallback) = match &self.transit_hub {
-            Some(hub) => {
-                let (l, r) =
-                    super::transit::fallback_via(hub, &local.cluster.id, &remote.cluster.id)
-                        .await?;
+        let (local_fallback, remote_fallback) = match &self.transit {
+            Some(transit) => {
+                let (l, r) = super::transit::fallback_via(
+                    &transit.hub,
+                    &local.cluster.id,
+                    &remote.cluster.id,
+                )
+                .await?;
                 (Some(l), Some(r))
             }
             None => (None, None),
         };
+        let hub_only = self.transit.as_ref().is_some_and(|t| t.hub_only);
         for (from, from_info, to, to_info, fallback) in [
             (&self.local, &local, &self.remote, &remote, local_fallback),
             (&self.remote, &remote, &self.local, &local, remote_fallback),
         ] {
             let mut spec = from_info.network_config_for(&to_info.cluster);
             spec.fallback = fallback;
+            spec.hub_only = hub_only;
             let outgoing = ConfigTarget {
                 owner: self.owner.as_ref(),
                 handle: from,

@@ -87,7 +87,17 @@ pub struct Connector {
     remote: ClusterHandle,
     mtu: Option<u32>,
     owner: Option<LinkOwner>,
-    transit_hub: Option<ClusterHandle>,
+    transit: Option<Transit>,
+}
+
+/// A hub both clusters of a link are linked to, that carries their traffic.
+#[derive(Debug, Clone)]
+pub struct Transit {
+    /// The hub.
+    pub hub: ClusterHandle,
+    /// Only through the hub: the clusters make no tunnel to each other. Otherwise the hub
+    /// carries their traffic while their own tunnel is down.
+    pub hub_only: bool,
 }
 
 impl Connector {
@@ -98,15 +108,15 @@ impl Connector {
             remote,
             mtu: None,
             owner: None,
-            transit_hub: None,
+            transit: None,
         }
     }
 
-    /// Gives each side the other as a fallback through `hub`, which both are linked to
-    /// (see [`transit::fallback_via`]).
+    /// Gives each side a path to the other through a hub both are linked to (see
+    /// [`transit::fallback_via`]).
     #[must_use]
-    pub fn with_transit_hub(mut self, hub: Option<ClusterHandle>) -> Self {
-        self.transit_hub = hub;
+    pub fn with_transit(mut self, transit: Option<Transit>) -> Self {
+        self.transit = transit;
         self
     }
 

@@ -542,6 +542,76 @@ fn a_fallback_through_the_hub_keeps_the_peers_views_and_the_hub_allows_transit_s
     );
 }
 
+#[test]
+fn a_hub_only_peer_has_no_tunnel_and_its_views_are_plain_routes_on_the_hub() {
+    let (rome, milan) = (GatewayKey::generate(), GatewayKey::generate());
+    let to_milan = config(
+        "to-milan",
+        spec(
+            "rome",
+            "milan",
+            "10.70.0.0/16",
+            "10.90.0.0/16",
+            rome.public_base64(),
+        ),
+        processed(
+            mapping("10.70.0.0/16", "10.74.0.0/16"),
+            mapping("10.90.0.0/16", "10.90.0.0/16"),
+        ),
+    );
+    let mut from_milan = config(
+        "from-milan",
+        spec(
+            "milan",
+            "rome",
+            "10.70.0.0/16",
+            "10.91.0.0/16",
+            milan.public_base64(),
+        ),
+        processed(
+            mapping("10.70.0.0/16", "10.73.0.0/16"),
+            mapping("10.91.0.0/16", "10.91.0.0/16"),
+        ),
+    );
+    from_milan.spec.hub_only = true;
+    let error = tunnel_endpoint_spec(&to_milan, &from_milan).expect_err("no path");
+    assert_eq!(
+        error.to_string(),
+        "spec.fallback: hubOnly needs a fallback: the hub path is the only one"
+    );
+
+    from_milan.spec.fallback = Some(FallbackPath {
+        hub: cluster("europe"),
+        pod_cidrs: vec!["10.72.0.0/16".into()],
+        external_cidrs: vec!["10.91.0.0/16".into()],
+    });
+    let te = tunnel_endpoint_spec(&to_milan, &from_milan).expect("valid");
+    assert!(te.hub_only);
+    let hub = te_for(
+        "europe",
+        "10.200.0.0/16",
+        "10.71.0.0/16",
+        &GatewayKey::generate(),
+    );
+    let state = desired_state(&GatewaySettings::default(), &[te, hub]);
+    let names: Vec<&str> = state.peers.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["europe"], "no tunnel to milan");
+    let routes: Vec<(&str, &str, bool)> = state.peers[0]
+        .routes
+        .iter()
+        .map(|r| (r.real.as_str(), r.view.as_str(), r.fallback))
+        .collect();
+    assert_eq!(
+        routes,
+        [
+            ("10.200.0.0/16", "10.71.0.0/16", false),
+            ("10.72.0.0/16", "10.73.0.0/16", false),
+            ("10.91.0.0/16", "10.91.0.0/16", false)
+        ],
+        "milan at the hub's address on the wire, at this cluster's view, always"
+    );
+}
+
 /// A TunnelEndpoint of `id` with one pod CIDR `real` seen as `view`.
 fn te_for(id: &str, real: &str, view: &str, key: &GatewayKey) -> TunnelEndpointSpec {
     TunnelEndpointSpec {

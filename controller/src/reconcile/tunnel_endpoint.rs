@@ -221,10 +221,16 @@ pub fn status_from_report(
             status: gateway,
             desired_version,
         } => {
-            let peer = gateway
-                .peers
-                .iter()
-                .find(|p| p.public_key == endpoint.spec.public_key);
+            let hub = endpoint.spec.fallback.as_ref().map(|f| f.hub.id.as_str());
+            let peer = if endpoint.spec.hub_only {
+                let tunnel = endpoint.spec.tunnel_peer();
+                gateway.peers.iter().find(|p| p.name == tunnel)
+            } else {
+                gateway
+                    .peers
+                    .iter()
+                    .find(|p| p.public_key == endpoint.spec.public_key)
+            };
             let (applied, why, message) = if gateway.version != desired_version {
                 (
                     false,
@@ -258,8 +264,14 @@ pub fn status_from_report(
                 generation,
                 now.clone(),
             );
-            let hub = endpoint.spec.fallback.as_ref().map(|f| f.hub.id.as_str());
-            connection_status(peer, hub)
+            let mut connection = connection_status(peer, hub);
+            if let Some(hub) = hub.filter(|_| endpoint.spec.hub_only) {
+                connection.message = format!("through hub {hub}: {}", connection.message);
+                connection.via_hub = Some(hub.to_owned());
+                connection.path_changed = None;
+                connection.path_switches = 0;
+            }
+            connection
         }
         GatewayReport::Failed(error) => {
             let why = if error.is_rejection() {

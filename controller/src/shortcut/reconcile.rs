@@ -24,7 +24,9 @@ use super::{
 };
 use crate::cluster_info::DEFAULT_NAMESPACE;
 use crate::conditions;
-use crate::connector::{self, ClusterHandle, Connector, LinkOwner, TracingProgress, WaitOptions};
+use crate::connector::{
+    self, ClusterHandle, Connector, LinkOwner, TracingProgress, Transit, WaitOptions,
+};
 use crate::runtime::{self, ApiHealth};
 
 /// What the reconciler needs.
@@ -173,18 +175,21 @@ async fn connector_for(
         shortcut: key_of(shortcut),
         hub: ctx.hub_id.clone(),
     };
-    // With transit, the hub is each leaf's fallback.
-    let hub = spec.transit.then(|| ClusterHandle {
-        label: "hub".to_owned(),
-        client: ctx.hub.clone(),
-        namespace: namespace.to_owned(),
-        endpoint_override: None,
+    // With transit, the hub is each leaf's fallback (or its only path to the other).
+    let transit = spec.transit.then(|| Transit {
+        hub: ClusterHandle {
+            label: "hub".to_owned(),
+            client: ctx.hub.clone(),
+            namespace: namespace.to_owned(),
+            endpoint_override: None,
+        },
+        hub_only: spec.hub_only,
     });
     Ok(
         Connector::new(handle(&spec.left, left), handle(&spec.right, right))
             .with_mtu(spec.mtu)
             .with_owner(Some(owner))
-            .with_transit_hub(hub),
+            .with_transit(transit),
     )
 }
 

@@ -390,7 +390,7 @@ pub fn shortcut(
     hub: &ClusterState,
     left: &ClusterState,
     right: &ClusterState,
-    transit: bool,
+    flag: Option<&str>,
 ) -> Result<String, LabError> {
     let (ph, pl, pr) = (plane(hub)?, plane(left)?, plane(right)?);
     let name = format!("{}-{}", left.id, right.id);
@@ -417,9 +417,7 @@ pub fn shortcut(
         "--timeout",
         "60s",
     ];
-    if transit {
-        args.push("--transit");
-    }
+    args.extend(flag);
     kubetun(&args)
 }
 

@@ -27,6 +27,8 @@ const FIRST_CONTACT: Duration = Duration::from_secs(10);
 const PINGS: u32 = 3;
 /// TCP port of the TCP exchange checks.
 const TCP_PORT: u16 = 5180;
+/// A UDP port nothing in the lab listens on (discard).
+const CLOSED_PORT: u16 = 9;
 /// The route agent's routing table.
 const AGENT_TABLE: &str = "1880";
 
@@ -70,7 +72,8 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn members(self, cluster: &ClusterState) -> &[Member] {
+    /// The cluster's pods or external endpoints.
+    pub fn members(self, cluster: &ClusterState) -> &[Member] {
         match self {
             Self::Pod => &cluster.pods,
             Self::External => &cluster.externals,
@@ -175,7 +178,7 @@ pub fn tcp_off_gateway(phase: &str, a: &ClusterState, b: &ClusterState) -> Vec<C
         let (Some(src), Some(dst)) = (off_gateway_pod(from), off_gateway_pod(to)) else {
             continue;
         };
-        checks.push(tcp(phase, from, src, to, dst));
+        checks.push(tcp(phase, Kind::Pod, from, src, to, dst));
     }
     checks
 }
@@ -183,6 +186,7 @@ pub fn tcp_off_gateway(phase: &str, a: &ClusterState, b: &ClusterState) -> Vec<C
 /// One TCP exchange from `src` of `from` to `dst` of `to` at its view.
 pub fn tcp(
     phase: &str,
+    kind: Kind,
     from: &ClusterState,
     src: &Member,
     to: &ClusterState,
@@ -190,8 +194,9 @@ pub fn tcp(
 ) -> Check {
     let target = reach_address(from, to, dst.address);
     let expected = reach_address(to, from, src.address);
+    let label = kind.label();
     let description = format!(
-        "tcp {} pod {}{} -> {} pod {}{} at {}",
+        "tcp {} {label} {}{} -> {} {label} {}{} at {}",
         from.name,
         src.address,
         node_suffix(from, src),
@@ -223,6 +228,41 @@ pub fn tcp(
             }
         }),
         _ => Err("no route between the two clusters".to_owned()),
+    };
+    Check::new(phase, description, outcome)
+}
+
+/// A UDP datagram from `src` of `from` to a closed port of `dst` of `to` at its view: the
+/// ICMP port-unreachable error must come back and match the sender's socket, which needs the
+/// header it quotes translated on every hop back.
+pub fn port_unreachable(
+    phase: &str,
+    kind: Kind,
+    from: &ClusterState,
+    src: &Member,
+    to: &ClusterState,
+    dst: &Member,
+) -> Check {
+    let target = reach_address(from, to, dst.address);
+    let label = kind.label();
+    let description = format!(
+        "icmp error {} {label} {} -> {} {label} {} at {} (udp to a closed port)",
+        from.name,
+        src.address,
+        to.name,
+        dst.address,
+        target.map_or_else(|| "?".to_owned(), |t| t.to_string())
+    );
+    let outcome = match target {
+        Some(target) => {
+            named::udp_refused(&src.namespace, target, CLOSED_PORT, FIRST_CONTACT).map(|took| {
+                format!(
+                    "port unreachable came back after {:.0} ms",
+                    took.as_secs_f64() * 1000.0
+                )
+            })
+        }
+        None => Err("no route between the two clusters".to_owned()),
     };
     Check::new(phase, description, outcome)
 }

@@ -22,7 +22,7 @@ pub(super) fn not_connected<'a>(
         match runtime.block_on(client.status()) {
             Ok(status) => {
                 for te in &cluster.tunnel_endpoints {
-                    let peer = status.peers.iter().find(|p| p.public_key == te.public_key);
+                    let peer = status.peers.iter().find(|p| p.name == te.tunnel_peer());
                     if peer.is_none_or(|p| p.state() != ConnectionState::Connected) {
                         pending.push(format!("{} -> {}", cluster.name, te.cluster.name));
                     }

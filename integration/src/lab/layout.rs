@@ -161,6 +161,10 @@ mod tests {
         assert!(!rome.is_multi_node());
         assert_eq!(rome.namespace, "rome-gw");
         assert_eq!(rome.pods[0].namespace, "rome-pod1");
-        assert_eq!(state.namespaces.len(), 10);
+        assert_eq!(
+            state.namespaces.len(),
+            13,
+            "a gateway, a pod and an external endpoint per cluster, and the underlay"
+        );
     }
 }

@@ -7,7 +7,7 @@ use std::time::Instant;
 use kubetun_controller::gateway_client::GatewayClient;
 
 use super::agents::converge_agents;
-use super::checks::{self, Check};
+use super::checks::{self, Check, Kind};
 use super::connectivity::{connected_check, link_checks, not_connected};
 use super::fabric::Fabric;
 use super::plan::ControlPlanes;
@@ -42,32 +42,37 @@ impl RunningLab<'_> {
         }
         self.check_links("links", &topology.links, out);
 
-        // Phase 2: the shortcuts, re-applying both ends; every link is checked again.
-        if !topology.shortcuts.is_empty() {
+        // Phase 2: the shortcuts and the pairs only their hub links, re-applying both ends
+        // (and the hub, when it carries them); every link is checked again.
+        if topology.has_leaf_pairs() {
             let mut touched = Vec::new();
-            for link in &topology.shortcuts {
+            for (link, hub_only) in topology.leaf_pairs() {
                 self.link(&link.0, &link.1, out)?;
-                touched.extend([self.index(&link.0)?, self.index(&link.1)?]);
-            }
-            if topology.transit {
-                for link in &topology.shortcuts {
-                    let (a, b) = (self.index(&link.0)?, self.index(&link.1)?);
-                    let hub = self.hub_index(link)?;
-                    self.planes
-                        .add_transit(hub, a, b)
-                        .map_err(|error| LabError::Plan {
-                            cluster: format!("{} <-> {} through its hub", link.0, link.1),
-                            error: Box::new(error),
-                        })?;
-                    touched.push(hub);
-                    say(
-                        out,
-                        &format!(
-                            "  {} <-> {} falls back through {} (transit)",
-                            link.0, link.1, self.state.clusters[hub].name
-                        ),
-                    );
+                let (a, b) = (self.index(&link.0)?, self.index(&link.1)?);
+                touched.extend([a, b]);
+                if !(topology.transit || hub_only) {
+                    continue;
                 }
+                let hub = self.hub_index(link)?;
+                self.planes
+                    .add_transit(hub, a, b, hub_only)
+                    .map_err(|error| LabError::Plan {
+                        cluster: format!("{} <-> {} through its hub", link.0, link.1),
+                        error: Box::new(error),
+                    })?;
+                touched.push(hub);
+                let how = if hub_only {
+                    "reach each other only"
+                } else {
+                    "fall back"
+                };
+                say(
+                    out,
+                    &format!(
+                        "  {} <-> {} {how} through {} (transit)",
+                        link.0, link.1, self.state.clusters[hub].name
+                    ),
+                );
             }
             touched.sort_unstable();
             touched.dedup();
@@ -76,6 +81,7 @@ impl RunningLab<'_> {
             }
             let all: Vec<_> = topology.all_links().map(|(_, l)| l.clone()).collect();
             self.check_links("shortcuts", &all, out);
+            self.check_through_hub(out)?;
             self.check_fallbacks(out)?;
         }
         Ok(())
@@ -90,6 +96,32 @@ impl RunningLab<'_> {
             ))
         })?;
         self.index(&hub)
+    }
+
+    /// Each pair only its hub links, between external endpoints in overlapping CIDRs: a TCP
+    /// client is seen at the address the other leaf uses for it (remapped on both hops), and
+    /// a UDP datagram to a closed port gets the ICMP error back through the hub.
+    fn check_through_hub(&mut self, out: &mut dyn Write) -> Result<(), LabError> {
+        for link in &self.topology.hub_only {
+            let (a, b) = (self.index(&link.0)?, self.index(&link.1)?);
+            for (from, to) in [(a, b), (b, a)] {
+                let (cf, ct) = (&self.state.clusters[from], &self.state.clusters[to]);
+                // External endpoints: their CIDRs overlap, so every hop remaps them.
+                let kind = Kind::External;
+                let (Some(sf), Some(st)) = (kind.members(cf).first(), kind.members(ct).first())
+                else {
+                    continue;
+                };
+                for check in [
+                    checks::tcp("through the hub", kind, cf, sf, ct, st),
+                    checks::port_unreachable("through the hub", kind, cf, sf, ct, st),
+                ] {
+                    report_check(out, &check);
+                    self.checks.push(check);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// With `transit`, each shortcut is cut, must move to its hub, and is healed.
@@ -174,17 +206,23 @@ impl RunningLab<'_> {
         }
         self.refresh_tunnel_endpoints()?;
         self.check_links("links", &topology.links, out);
-        if !topology.shortcuts.is_empty() {
-            for link in &topology.shortcuts {
+        if topology.has_leaf_pairs() {
+            for (link, hub_only) in topology.leaf_pairs() {
                 let (a, b) = (self.index(&link.0)?, self.index(&link.1)?);
                 let hub = self.hub_index(link)?;
                 let started = Instant::now();
                 let clusters = &self.state.clusters;
-                apiserver::shortcut(&clusters[hub], &clusters[a], &clusters[b], topology.transit)?;
+                let flag = match (hub_only, topology.transit) {
+                    (true, _) => Some("--hub-only"),
+                    (false, true) => Some("--transit"),
+                    (false, false) => None,
+                };
+                apiserver::shortcut(&clusters[hub], &clusters[a], &clusters[b], flag)?;
                 say(
                     out,
                     &format!(
-                        "  kubetun shortcut create on {}: {} <-> {} connected in {:.1} s",
+                        "  kubetun shortcut create{} on {}: {} <-> {} connected in {:.1} s",
+                        flag.map(|f| format!(" {f}")).unwrap_or_default(),
                         clusters[hub].name,
                         link.0,
                         link.1,
@@ -195,6 +233,7 @@ impl RunningLab<'_> {
             self.refresh_tunnel_endpoints()?;
             let all: Vec<_> = topology.all_links().map(|(_, l)| l.clone()).collect();
             self.check_links("shortcuts", &all, out);
+            self.check_through_hub(out)?;
             self.check_fallbacks(out)?;
         }
         Ok(())

@@ -21,6 +21,43 @@ pub fn wait_ping(ns: &str, addr: Ipv4Addr, timeout: Duration) -> bool {
     netns::wait_ping_from(ns, &addr.to_string(), timeout)
 }
 
+/// Sends UDP datagrams from namespace `ns` to `target:port`, where nothing listens, until the
+/// ICMP port-unreachable error comes back (a connected socket then fails with
+/// `ConnectionRefused`) or `timeout` passes. Returns the time to the error.
+pub fn udp_refused(
+    ns: &str,
+    target: Ipv4Addr,
+    port: u16,
+    timeout: Duration,
+) -> Result<Duration, String> {
+    let probe = move || -> Result<Duration, String> {
+        let started = Instant::now();
+        let socket = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))
+            .and_then(|socket| {
+                socket.connect((target, port))?;
+                socket.set_read_timeout(Some(Duration::from_millis(200)))?;
+                Ok(socket)
+            })
+            .map_err(|e| format!("udp socket: {e}"))?;
+        let mut buffer = [0u8; 64];
+        while started.elapsed() < timeout {
+            // The send itself fails once an earlier datagram's error has arrived.
+            let outcome = socket
+                .send(b"kubetun lab udp check")
+                .and_then(|_| socket.recv(&mut buffer));
+            match outcome {
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    return Ok(started.elapsed());
+                }
+                Ok(_) => return Err(format!("{target}:{port} answered")),
+                Err(_) => {}
+            }
+        }
+        Err(format!("no ICMP error within {timeout:?}"))
+    };
+    run_in(ns, probe).map_err(|e| format!("enter namespace {ns}: {e}"))?
+}
+
 /// A TCP exchange: a server in `server_ns` listens on `listen:port`; a client in `client_ns`
 /// connects to `target:port` (retrying until `timeout`), sends a message and reads it back.
 /// Returns the client address the server saw.

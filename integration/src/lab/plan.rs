@@ -109,11 +109,17 @@ impl ControlPlanes {
         Ok(())
     }
 
-    /// Makes hub `hub` the fallback of the shortcut between leaves `a` and `b`, as the hub's
-    /// operator does for a ShortcutConnection with `transit`: each leaf's `from-` copy of the
-    /// other gets the other's CIDRs as the hub sees them, and the hub's copies of both leaves
-    /// are marked for transit.
-    pub fn add_transit(&mut self, hub: usize, a: usize, b: usize) -> Result<(), PlanError> {
+    /// Makes hub `hub` the fallback of the link between leaves `a` and `b` (or, `hub_only`,
+    /// its only path), as the hub's operator does for a ShortcutConnection with `transit`
+    /// (and `hubOnly`): each leaf's `from-` copy of the other gets the other's CIDRs as the
+    /// hub sees them, and the hub's copies of both leaves are marked for transit.
+    pub fn add_transit(
+        &mut self,
+        hub: usize,
+        a: usize,
+        b: usize,
+        hub_only: bool,
+    ) -> Result<(), PlanError> {
         let hub_ref = self.clusters[hub].info.cluster.clone();
         for (leaf, other) in [(a, b), (b, a)] {
             let other_id = self.clusters[other].info.cluster.id.clone();
@@ -127,6 +133,7 @@ impl ControlPlanes {
                 })?;
             if let Some(config) = self.clusters[leaf].received.get_mut(&other_id) {
                 config.spec.fallback = Some(path_through(&hub_ref, &at_hub));
+                config.spec.hub_only = hub_only;
             }
         }
         for leaf in [a, b] {

@@ -124,7 +124,7 @@ fn cluster_status(
             let peer_status = gateway
                 .as_ref()
                 .ok()
-                .and_then(|s| s.peers.iter().find(|p| p.public_key == te.public_key));
+                .and_then(|s| s.peers.iter().find(|p| p.name == te.tunnel_peer()));
             let remote = state.clusters.iter().find(|c| c.id == te.cluster.id);
             let reachable_at = remote
                 .map(|remote| {
