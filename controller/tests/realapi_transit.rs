@@ -10,6 +10,10 @@
 //!   them as fallback routes on its hub peer, and the hub's gateway accepts both leaves'
 //!   views as sources.
 //!
+//! - With `hubOnly`, neither leaf has a tunnel to the other: the hub's addresses are ordinary
+//!   routes on the hub peer at the same views, and the shortcut's status says `ViaHub`. The
+//!   API server refuses `hubOnly` without `transit`.
+//!
 //! The data path of this (switching on the connectivity check, hysteresis, a TCP stream
 //! across the switches) is `integration/tests/gateway_fallback.rs`.
 
@@ -196,4 +200,93 @@ async fn transit_through_the_hub_only_where_a_shortcut_allows_it() {
     })
     .await;
     println!("hub accepts as sources: {:?}", local_prefixes(&hub_state));
+
+    // The API server refuses hubOnly without transit, with the reason.
+    let mut refused = shortcuts.get("rome-milan").await.unwrap();
+    refused.metadata = kube::api::ObjectMeta {
+        name: Some("refused".to_owned()),
+        ..Default::default()
+    };
+    refused.status = None;
+    refused.spec.transit = false;
+    refused.spec.hub_only = true;
+    let error = shortcuts
+        .create(&Default::default(), &refused)
+        .await
+        .expect_err("hubOnly without transit");
+    assert!(
+        error.to_string().contains("hubOnly needs transit"),
+        "{error}"
+    );
+
+    // Hub only: no tunnel between the leaves, the hub's routes at the same views.
+    shortcuts
+        .patch(
+            "rome-milan",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": { "hubOnly": true } })),
+        )
+        .await
+        .unwrap();
+    for (leaf, other, other_at_hub) in [
+        (&rome_leaf, "milan", &hub_sees_milan),
+        (&milan_leaf, "rome", &hub_sees_rome),
+    ] {
+        let state = wait_state(leaf, "the hub peer only", |s| s.peers.len() == 1).await;
+        assert_eq!(state.peers[0].name, "europe");
+        let tunnels: Api<TunnelEndpoint> = Api::namespaced(leaf.client.clone(), NAMESPACE);
+        let te = tunnels.get(other).await.unwrap();
+        assert!(te.spec.hub_only);
+        let view = te.spec.remote_pod_cidrs[0].view.clone();
+        let routes: Vec<(String, String, bool)> = state.peers[0]
+            .routes
+            .iter()
+            .map(|r| (r.real.clone(), r.view.clone(), r.fallback))
+            .collect();
+        assert!(
+            routes.contains(&(other_at_hub.clone(), view.clone(), false)),
+            "{other} at {view} through the hub, always: {routes:?}"
+        );
+        println!(
+            "{}: {other} at {view} through the hub only",
+            leaf.info.cluster.id
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = shortcuts.get_status("rome-milan").await.unwrap().status;
+        let paths: Vec<_> = status
+            .iter()
+            .flat_map(|s| &s.directions)
+            .map(|d| d.path)
+            .collect();
+        if paths.len() == 2
+            && paths
+                .iter()
+                .all(|p| *p == Some(kubetun_crds::ShortcutPath::ViaHub))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "both directions via the hub: {paths:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Back to a shortcut: the direct peers return, at the views the hub path used.
+    shortcuts
+        .patch(
+            "rome-milan",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": { "hubOnly": false } })),
+        )
+        .await
+        .unwrap();
+    for leaf in [&rome_leaf, &milan_leaf] {
+        wait_state(leaf, "the shortcut peer back", |s| {
+            s.peers.len() == 2 && !fallback_routes(s, "europe").is_empty()
+        })
+        .await;
+    }
 }
