@@ -31,9 +31,26 @@ pub const PEER_LABEL: &str = "net.kubetun.io/peer";
 pub const ROLE_LOCAL: &str = "local";
 /// [`ROLE_LABEL`] value of the NetworkConfig a peer sent to this cluster.
 pub const ROLE_REMOTE: &str = "remote";
-/// Annotation the hub's ShortcutConnection operator puts on the hub's `from-` NetworkConfig
-/// of a leaf whose traffic the hub may forward to other leaves ("true").
-pub const TRANSIT_ANNOTATION: &str = "net.kubetun.io/transit";
+/// Prefix of the annotations the hub's ShortcutConnection operator puts on the hub's `from-`
+/// NetworkConfig of a leaf whose traffic the hub may forward to other leaves: one per
+/// ShortcutConnection that allows it, `transit.net.kubetun.io/<its uid>: "true"`, so each
+/// grant is added and withdrawn on its own and the last one gone ends the transit.
+pub const TRANSIT_ANNOTATION_PREFIX: &str = "transit.net.kubetun.io/";
+
+/// The annotation of one transit grant (see [`TRANSIT_ANNOTATION_PREFIX`]).
+pub fn transit_annotation(grant: &str) -> String {
+    format!("{TRANSIT_ANNOTATION_PREFIX}{grant}")
+}
+
+/// Whether a `from-` NetworkConfig carries a transit grant.
+pub fn allows_transit(config: &NetworkConfig) -> bool {
+    config
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .any(|(key, value)| key.starts_with(TRANSIT_ANNOTATION_PREFIX) && value == "true")
+}
 
 /// Name of the NetworkConfig this cluster sends to `peer_id` (its status mirrors the peer's
 /// processing).
@@ -321,12 +338,7 @@ pub fn tunnel_endpoint_spec(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    let transit = remote
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(TRANSIT_ANNOTATION))
-        .is_some_and(|v| v == "true");
+    let transit = allows_transit(remote);
     Ok(TunnelEndpointSpec {
         cluster: remote.spec.source_cluster.clone(),
         local_pod_cidrs: ours.pod_cidrs.clone(),
@@ -404,6 +416,9 @@ fn fallback_routes(
 pub const CONNCHECK_INTERVAL_MS: u32 = 2000;
 /// Consecutive unanswered probes after which the gateway reports a peer unreachable.
 pub const CONNCHECK_LOSS_THRESHOLD: u32 = 5;
+/// Milliseconds between probes of a peer whose traffic a hub takes over when it is
+/// unreachable (a shortcut with transit): five losses then move it within about a second.
+pub const CONNCHECK_FALLBACK_INTERVAL_MS: u32 = 200;
 
 fn nonzero_or(value: u32, default: u32) -> u32 {
     if value == 0 { default } else { value }
@@ -437,6 +452,9 @@ pub struct GatewaySettings {
     pub conncheck_interval_ms: u32,
     /// Unanswered probes before a peer is unreachable (0: [`CONNCHECK_LOSS_THRESHOLD`]).
     pub conncheck_loss_threshold: u32,
+    /// Milliseconds between probes of a peer with a fallback through a hub (0:
+    /// [`CONNCHECK_FALLBACK_INTERVAL_MS`]).
+    pub conncheck_fallback_interval_ms: u32,
 }
 
 impl GatewaySettings {
@@ -464,6 +482,10 @@ impl std::fmt::Debug for GatewaySettings {
             .field("persistent_keepalive", &self.persistent_keepalive)
             .field("conncheck_interval_ms", &self.conncheck_interval_ms)
             .field("conncheck_loss_threshold", &self.conncheck_loss_threshold)
+            .field(
+                "conncheck_fallback_interval_ms",
+                &self.conncheck_fallback_interval_ms,
+            )
             .finish_non_exhaustive()
     }
 }
@@ -541,6 +563,10 @@ pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec
                 loss_threshold: nonzero_or(
                     settings.conncheck_loss_threshold,
                     CONNCHECK_LOSS_THRESHOLD,
+                ),
+                fallback_interval_ms: nonzero_or(
+                    settings.conncheck_fallback_interval_ms,
+                    CONNCHECK_FALLBACK_INTERVAL_MS,
                 ),
             }),
         }),

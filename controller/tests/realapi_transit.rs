@@ -13,6 +13,8 @@
 //! - With `hubOnly`, neither leaf has a tunnel to the other: the hub's addresses are ordinary
 //!   routes on the hub peer at the same views, and the shortcut's status says `ViaHub`. The
 //!   API server refuses `hubOnly` without `transit`.
+//! - With `transit` off again, the hub withdraws its grant: it accepts neither leaf's views
+//!   as sources any more.
 //!
 //! The data path of this (switching on the connectivity check, hysteresis, a TCP stream
 //! across the switches) is `integration/tests/gateway_fallback.rs`.
@@ -25,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use kube::api::{Api, Patch, PatchParams};
 use kubetun_controller::gateway_api::DesiredState;
-use kubetun_controller::planner::remote_config_name;
+use kubetun_controller::planner::{TRANSIT_ANNOTATION_PREFIX, remote_config_name};
 use kubetun_controller::shortcut;
 use kubetun_crds::{NetworkConfig, ShortcutConnection, TunnelEndpoint};
 use realapi_support::{Leaf, NAMESPACE, kubetun, text};
@@ -288,5 +290,32 @@ async fn transit_through_the_hub_only_where_a_shortcut_allows_it() {
             s.peers.len() == 2 && !fallback_routes(s, "europe").is_empty()
         })
         .await;
+    }
+
+    // Transit off: the hub withdraws the grant and accepts neither leaf's views as sources.
+    shortcuts
+        .patch(
+            "rome-milan",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": { "transit": false, "hubOnly": false } })),
+        )
+        .await
+        .unwrap();
+    wait_state(&europe, "no transit sources", |s| {
+        let local = local_prefixes(s);
+        !local.contains(&hub_sees_rome) && !local.contains(&hub_sees_milan)
+    })
+    .await;
+    for leaf in ["rome", "milan"] {
+        let config = hub_configs.get(&remote_config_name(leaf)).await.unwrap();
+        let grants: Vec<&String> = config
+            .metadata
+            .annotations
+            .iter()
+            .flatten()
+            .map(|(k, _)| k)
+            .filter(|k| k.starts_with(TRANSIT_ANNOTATION_PREFIX))
+            .collect();
+        assert!(grants.is_empty(), "{leaf}: {grants:?}");
     }
 }

@@ -22,6 +22,7 @@ use crate::{CidrMapping, ClusterRef, Condition, Endpoint, optional_cidr_list_sch
     printcolumn = r#"{"name":"Endpoint","type":"string","jsonPath":".spec.endpoint.address"}"#,
     printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.connection.status"}"#,
     printcolumn = r#"{"name":"Latency","type":"string","jsonPath":".status.connection.latency"}"#,
+    printcolumn = r#"{"name":"Via","type":"string","jsonPath":".status.connection.viaHub"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

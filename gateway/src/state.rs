@@ -445,15 +445,22 @@ impl DesiredState {
                 .map(|a| parse_cidr("interface local_prefixes", a))
                 .collect::<Result<_, _>>()?,
             manage_routes: iface.manage_routes,
-            conncheck: iface.conncheck.map(|c| ConnCheckConfig {
-                interval_ms: match c.interval_ms {
+            conncheck: iface.conncheck.map(|c| {
+                let interval_ms = match c.interval_ms {
                     0 => DEFAULT_INTERVAL_MS,
                     ms => ms,
-                },
-                loss_threshold: match c.loss_threshold {
-                    0 => DEFAULT_LOSS_THRESHOLD,
-                    n => n,
-                },
+                };
+                ConnCheckConfig {
+                    interval_ms,
+                    loss_threshold: match c.loss_threshold {
+                        0 => DEFAULT_LOSS_THRESHOLD,
+                        n => n,
+                    },
+                    fallback_interval_ms: match c.fallback_interval_ms {
+                        0 => interval_ms,
+                        ms => ms,
+                    },
+                }
             }),
         };
         let peers = request
@@ -544,13 +551,21 @@ fn peer_from_proto(index: usize, peer: proto::Peer) -> Result<PeerConfig, StateE
 /// Rejects probe intervals and thresholds that make no sense: probes more often than every
 /// 100 ms are load rather than a check, and a minute apart or 100 losses they detect nothing.
 fn validate_conncheck(conncheck: &ConnCheckConfig) -> Result<(), StateError> {
-    if !(MIN_INTERVAL_MS..=MAX_INTERVAL_MS).contains(&conncheck.interval_ms) {
-        return Err(StateError::OutOfRange {
-            field: "interface conncheck interval_ms",
-            value: u64::from(conncheck.interval_ms),
-            min: u64::from(MIN_INTERVAL_MS),
-            max: u64::from(MAX_INTERVAL_MS),
-        });
+    for (field, value) in [
+        ("interface conncheck interval_ms", conncheck.interval_ms),
+        (
+            "interface conncheck fallback_interval_ms",
+            conncheck.fallback_interval_ms,
+        ),
+    ] {
+        if !(MIN_INTERVAL_MS..=MAX_INTERVAL_MS).contains(&value) {
+            return Err(StateError::OutOfRange {
+                field,
+                value: u64::from(value),
+                min: u64::from(MIN_INTERVAL_MS),
+                max: u64::from(MAX_INTERVAL_MS),
+            });
+        }
     }
     if !(1..=MAX_LOSS_THRESHOLD).contains(&conncheck.loss_threshold) {
         return Err(StateError::OutOfRange {
@@ -776,29 +791,39 @@ mod tests {
             state.interface.conncheck,
             Some(ConnCheckConfig {
                 interval_ms: 2000,
-                loss_threshold: 5
+                loss_threshold: 5,
+                fallback_interval_ms: 2000,
             }),
-            "0 means the defaults"
+            "0 means the defaults (the fallback interval: the interval)"
         );
         assert!(!state.peers[0].conncheck);
 
-        for (interval_ms, loss_threshold, expected) in [
+        for (interval_ms, loss_threshold, fallback_interval_ms, expected) in [
             (
                 50,
                 0,
+                0,
                 "interface conncheck interval_ms: 50 is out of range 100..=60000",
             ),
-            (3_600_000, 0, "interval_ms: 3600000 is out of range"),
+            (3_600_000, 0, 0, "interval_ms: 3600000 is out of range"),
             (
                 0,
                 1000,
+                0,
                 "interface conncheck loss_threshold: 1000 is out of range 1..=100",
+            ),
+            (
+                0,
+                0,
+                99,
+                "interface conncheck fallback_interval_ms: 99 is out of range 100..=60000",
             ),
         ] {
             if let Some(iface) = req.interface.as_mut() {
                 iface.conncheck = Some(proto::ConnCheck {
                     interval_ms,
                     loss_threshold,
+                    fallback_interval_ms,
                 });
             }
             let error = DesiredState::from_proto(req.clone(), &DesiredState::default())

@@ -172,6 +172,7 @@ fn state(
             conncheck: Some(ConnCheck {
                 interval_ms: INTERVAL_MS,
                 loss_threshold: THRESHOLD,
+                fallback_interval_ms: 0,
             }),
             ..Default::default()
         }),

@@ -75,9 +75,11 @@ fn state(
             addresses: vec![format!("{address}/32")],
             local_prefixes: local.iter().map(|p| (*p).to_owned()).collect(),
             manage_routes: true,
+            // Every peer on the default 2 s but the shortcut's, whose losses move traffic.
             conncheck: Some(ConnCheck {
-                interval_ms: 100,
+                interval_ms: 2000,
                 loss_threshold: 5,
+                fallback_interval_ms: 100,
             }),
             ..Default::default()
         }),

@@ -1,7 +1,7 @@
 //! Key rotation on real API servers: the seed lab with a kube-apiserver, etcd and
 //! `kubetun-controller` per cluster; Rome's gateway key is rotated with `kubetun network
-//! rotate-keys` while pods ping across Rome's direct link (to Europe) and its hub-managed
-//! shortcut (to Milan) every 20 ms. Measures the longest silence between two echo replies
+//! rotate-keys` while pods ping across Rome's direct link (to Europe), its hub-managed
+//! shortcut (to Milan) and its hub-only pair (to Paris, through Europe) every 20 ms. Measures the longest silence between two echo replies
 //! on each path per rotation (and, as the same-run baseline, without a rotation), asserts
 //! the median stays within 1 s, and that afterwards no Secret of any cluster holds a replaced
 //! private key. Also the interrupted rotation: a direct peer whose kubeconfig is missing keeps
@@ -26,7 +26,7 @@ use kubetun_integration::netns::command_in;
 
 mod apiserver_lab;
 
-use apiserver_lab::{EUROPE, MILAN, ROME, admin, median, plane, pod_path};
+use apiserver_lab::{EUROPE, MILAN, PARIS, ROME, admin, median, plane, pod_path};
 
 const PREFIX: &str = "kr";
 const ROTATIONS: usize = 5;
@@ -160,14 +160,16 @@ async fn rotating_keys_keeps_traffic_and_leaves_no_old_key() {
     let dir = tmp.path().join("lab");
     let _down = lab::DownOnDrop(dir.clone());
     let lab = apiserver_lab::up_seed_lab(PREFIX, &dir).await;
-    let (europe, rome, milan) = (
+    let (europe, rome, milan, paris) = (
         &lab.clusters[EUROPE],
         &lab.clusters[ROME],
         &lab.clusters[MILAN],
+        &lab.clusters[PARIS],
     );
     let paths = [
         ("rome -> europe (direct)", pod_path(rome, europe)),
         ("rome -> milan (shortcut)", pod_path(rome, milan)),
+        ("rome -> paris (through europe)", pod_path(rome, paris)),
     ];
 
     // The same-run baseline: the longest silence between replies without a rotation.
@@ -218,8 +220,12 @@ async fn rotating_keys_keeps_traffic_and_leaves_no_old_key() {
         assert_eq!(report["resumed"], false, "{report:#}");
         assert_ne!(report["previousPublicKey"], report["publicKey"]);
         let peers = report["peers"].as_array().expect("peers");
-        assert_eq!(peers.len(), 2, "{report:#}");
-        for (peer, propagation) in [(&europe.id, "direct"), (&milan.id, "hub")] {
+        assert_eq!(peers.len(), 3, "{report:#}");
+        for (peer, propagation) in [
+            (&europe.id, "direct"),
+            (&milan.id, "hub"),
+            (&paris.id, "hub"),
+        ] {
             let entry = peers
                 .iter()
                 .find(|p| p["peerId"] == peer.as_str())
@@ -231,7 +237,7 @@ async fn rotating_keys_keeps_traffic_and_leaves_no_old_key() {
         let new_private = private_key(rome).await;
         assert!(!printed.contains(&old_private) && !printed.contains(&new_private));
         assert_ne!(new_private, old_private);
-        for viewer in [europe, milan] {
+        for viewer in [europe, milan, paris] {
             assert_eq!(dialled_key(viewer, rome).await, new_public, "{}", viewer.id);
         }
         let info = ClusterInfo::load(&admin(rome).await, NAMESPACE)
@@ -318,7 +324,7 @@ async fn rotating_keys_keeps_traffic_and_leaves_no_old_key() {
     replaced.push(old_private);
 
     // No replaced private key in any Secret of any cluster, in any namespace.
-    for cluster in [europe, rome, milan] {
+    for cluster in [europe, rome, milan, paris] {
         let secrets: Api<Secret> = Api::all(admin(cluster).await);
         let all = secrets.list(&ListParams::default()).await.expect("Secrets");
         assert!(!all.items.is_empty());

@@ -413,14 +413,26 @@ async fn printer_columns_through_the_table_api(cluster: &ClusterState) {
         .iter()
         .filter_map(|c| c["name"].as_str())
         .collect();
-    for wanted in ["Name", "Peer", "Endpoint", "Status", "Age"] {
+    for wanted in ["Name", "Peer", "Endpoint", "Status", "Via", "Age"] {
         assert!(columns.contains(&wanted), "column {wanted} in {columns:?}");
     }
     let status = columns.iter().position(|c| *c == "Status").expect("Status");
     let rows = table["rows"].as_array().expect("rows");
-    assert_eq!(rows.len(), 2, "{table}");
+    assert_eq!(rows.len(), cluster.tunnel_endpoints.len(), "{table}");
+    let (peer, via) = (
+        columns.iter().position(|c| *c == "Peer").expect("Peer"),
+        columns.iter().position(|c| *c == "Via").expect("Via"),
+    );
     for row in rows {
         assert_eq!(row["cells"][status], "Connected", "{row}");
+        // Rome reaches Paris only through Europe, the others over their own tunnels.
+        let through = if row["cells"][peer] == "paris" {
+            "europe"
+        } else {
+            ""
+        };
+        // (an absent value is a null cell)
+        assert_eq!(row["cells"][via].as_str().unwrap_or(""), through, "{row}");
     }
     let printed = kubetun_testenv::TestCluster::attach(&plane(cluster).dir)
         .expect("attach")

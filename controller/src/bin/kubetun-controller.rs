@@ -109,6 +109,10 @@ struct Args {
     /// Consecutive unanswered probes after which a peer is reported unreachable (Error).
     #[arg(long, env = "KUBETUN_CONNCHECK_LOSS_THRESHOLD", default_value_t = planner::CONNCHECK_LOSS_THRESHOLD, value_parser = clap::value_parser!(u32).range(1..=100))]
     conncheck_loss_threshold: u32,
+    /// Milliseconds between probes of a peer whose traffic a hub takes over while it is
+    /// unreachable (a shortcut with transit): how soon that traffic moves.
+    #[arg(long, env = "KUBETUN_CONNCHECK_FALLBACK_INTERVAL_MS", default_value_t = planner::CONNCHECK_FALLBACK_INTERVAL_MS, value_parser = clap::value_parser!(u32).range(100..=60_000))]
+    conncheck_fallback_interval_ms: u32,
     /// Tunnel MTU.
     #[arg(long, env = "KUBETUN_MTU", default_value_t = 1420, value_parser = clap::value_parser!(u32).range(1280..=9000))]
     mtu: u32,
@@ -269,6 +273,7 @@ async fn main() -> anyhow::Result<()> {
         persistent_keepalive: args.persistent_keepalive,
         conncheck_interval_ms: args.conncheck_interval_ms,
         conncheck_loss_threshold: args.conncheck_loss_threshold,
+        conncheck_fallback_interval_ms: args.conncheck_fallback_interval_ms,
         ..GatewaySettings::default()
     };
 

@@ -34,6 +34,7 @@ impl Connector {
             Some(transit) => {
                 let (l, r) = super::transit::fallback_via(
                     &transit.hub,
+                    &transit.grant,
                     &local.cluster.id,
                     &remote.cluster.id,
                 )

@@ -98,6 +98,8 @@ pub struct Transit {
     /// Only through the hub: the clusters make no tunnel to each other. Otherwise the hub
     /// carries their traffic while their own tunnel is down.
     pub hub_only: bool,
+    /// Names this link's transit grant on the hub (see [`transit::release`]).
+    pub grant: String,
 }
 
 impl Connector {

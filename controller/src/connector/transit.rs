@@ -1,17 +1,18 @@
 //! Transit through a hub: what a ShortcutConnection that allows it needs from the hub's own
 //! links to the two leaves. The hub's `from-<leaf>` NetworkConfigs say how the hub sees each
-//! leaf (its views: the addresses on the wire between the other leaf and the hub); marking
-//! them with [`TRANSIT_ANNOTATION`] makes the hub's gateway accept those views as sources of
-//! what it forwards.
+//! leaf (its views: the addresses on the wire between the other leaf and the hub); a transit
+//! grant on them ([`transit_annotation`]) makes the hub's gateway accept those views as
+//! sources of what it forwards, and [`release`] withdraws it.
 
 use std::collections::BTreeMap;
 
-use kube::api::{Patch, PatchParams};
+use kube::ResourceExt as _;
+use kube::api::{ListParams, Patch, PatchParams};
 use kubetun_crds::{CidrMapping, ClusterRef, FallbackPath, NetworkConfig, NetworkConfigStatus};
 
 use super::state::current_processed_status;
 use super::{ClusterHandle, Error};
-use crate::planner::{TRANSIT_ANNOTATION, remote_config_name};
+use crate::planner::{remote_config_name, transit_annotation};
 
 /// How `hub` sees a leaf it processed with `at_hub`: what the other leaf of a transit
 /// shortcut gets as its fallback to that leaf (the hub's views, in announced order).
@@ -26,14 +27,16 @@ pub fn path_through(hub: &ClusterRef, at_hub: &NetworkConfigStatus) -> FallbackP
 
 /// The fallbacks through `hub` to leaves `local_id` and `remote_id` (the path to the local
 /// leaf, which its own NetworkConfig carries to the remote one, and the path to the remote
-/// leaf); marks the hub's NetworkConfigs of both leaves for transit. Fails when a leaf is not
-/// linked to the hub (or the hub has not processed it yet).
+/// leaf); puts transit grant `grant` on the hub's NetworkConfigs of both leaves. Fails when a
+/// leaf is not linked to the hub (or the hub has not processed it yet).
 pub async fn fallback_via(
     hub: &ClusterHandle,
+    grant: &str,
     local_id: &str,
     remote_id: &str,
 ) -> Result<(FallbackPath, FallbackPath), Error> {
     let info = hub.load_info().await?;
+    let annotation = transit_annotation(grant);
     let mut paths = Vec::with_capacity(2);
     for leaf in [local_id, remote_id] {
         let name = remote_config_name(leaf);
@@ -50,14 +53,13 @@ pub async fn fallback_via(
                 name: name.clone(),
                 namespace: hub.namespace.clone(),
             })?;
-        let marked = config
+        let granted = config
             .as_ref()
-            .and_then(|c| c.metadata.annotations.as_ref())
-            .and_then(|a| a.get(TRANSIT_ANNOTATION))
+            .and_then(|c| c.annotations().get(&annotation))
             .is_some_and(|v| v == "true");
-        if !marked {
+        if !granted {
             let patch = serde_json::json!({
-                "metadata": { "annotations": BTreeMap::from([(TRANSIT_ANNOTATION, "true")]) }
+                "metadata": { "annotations": BTreeMap::from([(&annotation, "true")]) }
             });
             hub.configs()
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -70,4 +72,34 @@ pub async fn fallback_via(
     let remote = paths.pop().unwrap_or_default();
     let local = paths.pop().unwrap_or_default();
     Ok((local, remote))
+}
+
+/// Withdraws transit grant `grant` from every NetworkConfig of `hub` that carries it (the
+/// ShortcutConnection went or no longer allows transit). Returns how many it changed.
+pub async fn release(hub: &ClusterHandle, grant: &str) -> Result<usize, Error> {
+    let annotation = transit_annotation(grant);
+    let configs = hub
+        .configs()
+        .list(&ListParams::default())
+        .await
+        .map_err(hub.api_error::<NetworkConfig>(&hub.label, "list", "(all)"))?;
+    let mut released = 0;
+    for config in configs
+        .items
+        .iter()
+        .filter(|c| c.annotations().contains_key(&annotation))
+    {
+        let name = config.name_any();
+        // A merge patch with null removes just this key: other grants stay.
+        let patch = serde_json::json!({
+            "metadata": { "annotations": { &annotation: null } }
+        });
+        hub.configs()
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(hub.api_error::<NetworkConfig>(&hub.label, "annotate", &name))?;
+        tracing::info!(config = %name, "transit grant withdrawn");
+        released += 1;
+    }
+    Ok(released)
 }

@@ -398,16 +398,28 @@ fn desired_state_turns_the_connectivity_check_on_for_every_peer() {
         .expect("the check is on");
     assert_eq!(conncheck.interval_ms, CONNCHECK_INTERVAL_MS);
     assert_eq!(conncheck.loss_threshold, CONNCHECK_LOSS_THRESHOLD);
+    assert_eq!(
+        conncheck.fallback_interval_ms,
+        CONNCHECK_FALLBACK_INTERVAL_MS
+    );
     assert!(state.peers.iter().all(|p| !p.conncheck_disabled));
 
     let tuned = GatewaySettings {
         conncheck_interval_ms: 500,
         conncheck_loss_threshold: 3,
+        conncheck_fallback_interval_ms: 100,
         ..settings.clone()
     };
     let state = desired_state(&tuned, &[te("rome", "10.202.0.0/16", "10.71.0.0/16", "R")]);
     let conncheck = state.interface.and_then(|i| i.conncheck).expect("on");
-    assert_eq!((conncheck.interval_ms, conncheck.loss_threshold), (500, 3));
+    assert_eq!(
+        (
+            conncheck.interval_ms,
+            conncheck.loss_threshold,
+            conncheck.fallback_interval_ms
+        ),
+        (500, 3, 100)
+    );
 }
 
 #[test]

@@ -177,13 +177,9 @@ async fn connector_for(
     };
     // With transit, the hub is each leaf's fallback (or its only path to the other).
     let transit = spec.transit.then(|| Transit {
-        hub: ClusterHandle {
-            label: "hub".to_owned(),
-            client: ctx.hub.clone(),
-            namespace: namespace.to_owned(),
-            endpoint_override: None,
-        },
+        hub: hub_handle(ctx, namespace),
         hub_only: spec.hub_only,
+        grant: transit_grant(shortcut),
     });
     Ok(
         Connector::new(handle(&spec.left, left), handle(&spec.right, right))
@@ -191,6 +187,35 @@ async fn connector_for(
             .with_owner(Some(owner))
             .with_transit(transit),
     )
+}
+
+/// The hub, as the connector sees it.
+fn hub_handle(ctx: &Context, namespace: &str) -> ClusterHandle {
+    ClusterHandle {
+        label: "hub".to_owned(),
+        client: ctx.hub.clone(),
+        namespace: namespace.to_owned(),
+        endpoint_override: None,
+    }
+}
+
+/// The name of the transit grant a shortcut puts on the hub's NetworkConfigs: its uid (a
+/// valid annotation name, unlike `namespace/name`, and never reused by a later object).
+fn transit_grant(shortcut: &ShortcutConnection) -> String {
+    shortcut
+        .uid()
+        .unwrap_or_else(|| key_of(shortcut).replace('/', "."))
+}
+
+/// Withdraws the shortcut's transit grant from the hub where it no longer holds: the
+/// shortcut went, or does not allow transit (any more).
+async fn release_transit(
+    ctx: &Context,
+    shortcut: &ShortcutConnection,
+    namespace: &str,
+) -> Result<(), Error> {
+    connector::transit::release(&hub_handle(ctx, namespace), &transit_grant(shortcut)).await?;
+    Ok(())
 }
 
 /// Reporter of the operator's events.
@@ -257,7 +282,13 @@ async fn apply(
     let outcome = match connector_for(shortcut, &namespace, ctx).await {
         Ok(connector) => {
             ctx.leaf_watches.ensure(shortcut, &connector);
-            connector.sync(&TracingProgress).await.map_err(Error::from)
+            let synced = connector.sync(&TracingProgress).await.map_err(Error::from);
+            match synced {
+                Ok(state) if !shortcut.spec.transit => release_transit(ctx, shortcut, &namespace)
+                    .await
+                    .map(|()| state),
+                other => other,
+            }
         }
         Err(error) => Err(error),
     };
@@ -307,6 +338,7 @@ async fn cleanup(
     match outcome {
         Ok(_) => {
             ctx.leaf_watches.stop(&key_of(shortcut));
+            release_transit(ctx, shortcut, &namespace).await?;
             delete_kubeconfig_secrets(ctx, shortcut, &namespace).await?;
             Ok(Action::await_change())
         }

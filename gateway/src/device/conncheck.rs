@@ -222,6 +222,8 @@ pub struct ConnCheckConfig {
     pub interval_ms: u32,
     /// Consecutive unanswered probes that make a peer unreachable.
     pub loss_threshold: u32,
+    /// Milliseconds between probes of a peer whose views have fallbacks.
+    pub fallback_interval_ms: u32,
 }
 
 impl Default for ConnCheckConfig {
@@ -229,11 +231,30 @@ impl Default for ConnCheckConfig {
         Self {
             interval_ms: DEFAULT_INTERVAL_MS,
             loss_threshold: DEFAULT_LOSS_THRESHOLD,
+            fallback_interval_ms: DEFAULT_INTERVAL_MS,
         }
     }
 }
 
 impl ConnCheckConfig {
+    /// The settings of one peer: `interval_ms` is [`Self::fallback_interval_ms`] for a peer
+    /// whose views have fallbacks (`backed_up`).
+    pub fn for_peer(self, backed_up: bool) -> Self {
+        if backed_up {
+            Self {
+                interval_ms: self.fallback_interval_ms,
+                ..self
+            }
+        } else {
+            self
+        }
+    }
+
+    /// The shortest interval any peer is probed at.
+    pub fn shortest_interval_ms(&self) -> u32 {
+        self.interval_ms.min(self.fallback_interval_ms)
+    }
+
     /// The interval in microseconds.
     pub fn interval_us(&self) -> u64 {
         u64::from(self.interval_ms) * 1000
@@ -368,6 +389,14 @@ impl Prober {
             histogram: RttHistogram::default(),
             reported_unreachable: false,
         }
+    }
+
+    /// Whether a PING is due at `now_us` for a peer probed every `interval_us`, in rounds
+    /// every `round_us` (a round early by less than half of one is not early).
+    pub fn is_due(&self, now_us: u64, interval_us: u64, round_us: u64) -> bool {
+        self.last_sent.is_none_or(|(_, at)| {
+            now_us.saturating_sub(at).saturating_add(round_us / 2) >= interval_us
+        })
     }
 
     /// A PING is due at `now_us`: the previous one, if still unanswered, is counted lost, and
@@ -702,11 +731,43 @@ mod tests {
     }
 
     #[test]
+    fn a_backed_up_peer_is_probed_on_its_own_interval_in_shorter_rounds() {
+        let config = ConnCheckConfig {
+            interval_ms: 2000,
+            loss_threshold: 5,
+            fallback_interval_ms: 200,
+        };
+        assert_eq!(config.for_peer(false), config);
+        assert_eq!(config.for_peer(true).interval_ms, 200);
+        assert_eq!(config.shortest_interval_ms(), 200);
+
+        // Rounds every 200 ms, a few hundred µs late or early: a 2 s peer is due every
+        // tenth round, not the eleventh.
+        let (round, interval) = (200_000, 2_000_000);
+        let mut prober = Prober::new(1);
+        assert!(prober.is_due(0, interval, round), "never probed");
+        prober.next_ping(0, interval);
+        let due: Vec<u64> = (1..=20u64)
+            .map(|n| n * round - 300 + (n % 2) * 600)
+            .filter(|&at| {
+                let due = prober.is_due(at, interval, round);
+                if due {
+                    prober.next_ping(at, interval);
+                }
+                due
+            })
+            .map(|at| (at + 300) / round)
+            .collect();
+        assert_eq!(due, [10, 20]);
+    }
+
+    #[test]
     fn interval_text() {
         let text = |interval_ms| {
             ConnCheckConfig {
                 interval_ms,
                 loss_threshold: 5,
+                fallback_interval_ms: interval_ms,
             }
             .interval_text()
         };

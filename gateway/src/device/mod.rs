@@ -674,7 +674,10 @@ impl PeerReport {
             report.previous_key =
                 rotating_to.is_some_and(|new| new != tunnel_key || !peer.proven_on_its_key());
             report.latency_us = rtt_ms.map(|ms| u64::from(ms) * 1000);
-            if let Some(config) = conncheck.filter(|_| slot.config.conncheck) {
+            if let Some(config) = conncheck
+                .filter(|_| slot.config.conncheck)
+                .map(|c| c.for_peer(slot.backed_up))
+            {
                 let reading = peer.conncheck.lock().reading();
                 // The prober's clock is monotonic; status speaks Unix time.
                 let last_reply_unix_ms = reading.last_reply_us.map_or(0, |at| {

@@ -1,6 +1,7 @@
 //! The connectivity check's prober task, an IO shell around the pure [`super::conncheck`]
-//! state machine: each interval it sends a PING through every probed peer's session
-//! ([`super::core::timers::send_probe`]). The answers are consumed by the ingress core.
+//! state machine: each round it sends a PING through every probed peer's session whose
+//! interval has passed ([`super::core::timers::send_probe`]); peers whose views others back
+//! up have their own, usually shorter, interval. The answers are consumed by the ingress core.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,14 +43,20 @@ pub async fn prober_loop(shared: Arc<Shared>) {
             tokio::time::sleep_until(next_round.min(now + CONFIG_POLL)).await;
             continue;
         }
-        let interval = Duration::from_millis(u64::from(config.interval_ms));
-        // Keep the cadence; after a stall, start again from now rather than bursting.
-        next_round = if now.duration_since(next_round) > interval {
-            now + interval
-        } else {
-            next_round + interval
-        };
         let snapshot = shared.snapshot.load_full();
+        // Rounds at the shortest interval a peer has; each peer is probed on its own.
+        let round_ms = if snapshot.slots().any(|(_, slot)| slot.backed_up) {
+            config.shortest_interval_ms()
+        } else {
+            config.interval_ms
+        };
+        let round = Duration::from_millis(u64::from(round_ms));
+        // Keep the cadence; after a stall, start again from now rather than bursting.
+        next_round = if now.duration_since(next_round) > round {
+            now + round
+        } else {
+            next_round + round
+        };
         let sockets = shared.sockets.load();
         let mut sender = Sender::new(&sockets, &shared.drops);
         for (_, slot) in snapshot.slots() {
@@ -60,9 +67,14 @@ pub async fn prober_loop(shared: Arc<Shared>) {
             let Some(endpoint) = peer.endpoint() else {
                 continue;
             };
+            let config = config.for_peer(slot.backed_up);
             let now = clock::now();
             let (ping, changes, losses) = {
                 let mut prober = peer.conncheck.lock();
+                let round_us = u64::from(round_ms) * 1000;
+                if !prober.is_due(now.mono_us, config.interval_us(), round_us) {
+                    continue;
+                }
                 // A reply since the last round, then the loss this round may count.
                 let replied = prober.reachability_change(config.loss_threshold);
                 let ping = prober.next_ping(now.mono_us, config.interval_us());

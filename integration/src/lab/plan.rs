@@ -15,8 +15,8 @@ use kubetun_controller::gateway_api::DesiredState;
 use kubetun_controller::ipam::{Ipam, IpamConfig, rfc1918_pools};
 use kubetun_controller::keys::GatewayKey;
 use kubetun_controller::planner::{
-    GatewaySettings, PlanError, TRANSIT_ANNOTATION, check_addressing, desired_state,
-    local_config_name, process_network_config, remote_config_name, tunnel_endpoint_spec,
+    GatewaySettings, PlanError, check_addressing, desired_state, local_config_name,
+    process_network_config, remote_config_name, transit_annotation, tunnel_endpoint_spec,
 };
 use kubetun_crds::{ClusterRef, Endpoint, NetworkConfig, NetworkConfigStatus, TunnelEndpointSpec};
 
@@ -143,7 +143,7 @@ impl ControlPlanes {
                     .metadata
                     .annotations
                     .get_or_insert_with(Default::default)
-                    .insert(TRANSIT_ANNOTATION.to_owned(), "true".to_owned());
+                    .insert(transit_annotation("lab"), "true".to_owned());
             }
         }
         Ok(())

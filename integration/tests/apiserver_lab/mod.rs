@@ -16,6 +16,7 @@ use kubetun_integration::topology::Topology;
 pub const EUROPE: usize = 0;
 pub const ROME: usize = 1;
 pub const MILAN: usize = 2;
+pub const PARIS: usize = 3;
 
 /// Whether the test can run: root and the API-server binaries; under CI=true a missing one
 /// fails instead of skipping.
