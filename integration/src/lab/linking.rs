@@ -99,11 +99,24 @@ impl RunningLab<'_> {
     }
 
     /// Each pair only its hub links, between external endpoints in overlapping CIDRs: a TCP
-    /// client is seen at the address the other leaf uses for it (remapped on both hops), and
-    /// a UDP datagram to a closed port gets the ICMP error back through the hub.
+    /// client is seen at the address the other leaf uses for it (remapped on both hops), a
+    /// UDP datagram to a closed port gets the ICMP error back through the hub, and (with
+    /// `iperf_seconds`) one bounded iperf3 run crosses both hops.
     fn check_through_hub(&mut self, out: &mut dyn Write) -> Result<(), LabError> {
         for link in &self.topology.hub_only {
             let (a, b) = (self.index(&link.0)?, self.index(&link.1)?);
+            if self.options.iperf_seconds > 0 {
+                let check = checks::iperf_external(
+                    self.fabric,
+                    "through the hub",
+                    &self.state.clusters[a],
+                    &self.state.clusters[b],
+                    self.options.iperf_seconds,
+                    &self.options.state_dir,
+                );
+                report_check(out, &check);
+                self.checks.push(check);
+            }
             for (from, to) in [(a, b), (b, a)] {
                 let (cf, ct) = (&self.state.clusters[from], &self.state.clusters[to]);
                 // External endpoints: their CIDRs overlap, so every hop remaps them.
