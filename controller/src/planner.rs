@@ -492,8 +492,8 @@ impl std::fmt::Debug for GatewaySettings {
 
 /// The gateway's whole desired state: one peer per TunnelEndpoint (sorted by cluster id) but
 /// the hub-only ones, its routes real -> view (pod CIDRs first, then external, then the
-/// fallback and hub-only routes of the peers it is the hub of), and its ACL. The version is a hash
-/// of everything but the private keys (their public keys stand in for them).
+/// fallback and hub-only routes of the peers it is the hub of), and its ACL. The version is
+/// a hash of everything but the private keys (their public keys stand in for them).
 pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec]) -> DesiredState {
     let mut sorted: Vec<&TunnelEndpointSpec> = endpoints.iter().collect();
     sorted.sort_by(|a, b| a.cluster.id.cmp(&b.cluster.id));

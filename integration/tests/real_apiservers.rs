@@ -22,7 +22,7 @@ use kubetun_testenv::TestCluster;
 
 mod apiserver_lab;
 
-use apiserver_lab::{EUROPE, MILAN, ROME, admin, median, plane, pod_path, state};
+use apiserver_lab::{EUROPE, MILAN, PARIS, ROME, admin, median, plane, pod_path, state};
 
 const PREFIX: &str = "ra";
 
@@ -160,10 +160,11 @@ async fn seed_lab_on_real_apiservers_survives_faults() {
     let dir = tmp.path().join("lab");
     let _down = lab::DownOnDrop(dir.clone());
     let lab = apiserver_lab::up_seed_lab(PREFIX, &dir).await;
-    let (rome, milan, europe) = (
+    let (rome, milan, europe, paris) = (
         &lab.clusters[ROME],
         &lab.clusters[MILAN],
         &lab.clusters[EUROPE],
+        &lab.clusters[PARIS],
     );
 
     printer_columns_through_the_table_api(rome).await;
@@ -248,32 +249,31 @@ async fn seed_lab_on_real_apiservers_survives_faults() {
         median(recoveries.clone())
     );
 
-    // kill -9 of the gateway: the controller re-applies the state to the new process.
-    let gateway_pid = rome.pid.expect("gateway pid");
-    Command::new("kill")
-        .args(["-KILL", &gateway_pid.to_string()])
-        .status()
-        .expect("kill");
-    std::thread::sleep(Duration::from_millis(200));
-    let _ = std::fs::remove_file(&rome.grpc_socket);
-    let new_gateway =
-        kubetun_integration::lab::fabric::start_gateway(rome, &bin_path("kubetun-gateway"))
-            .expect("restart gateway");
-    let mut lab_state = state(&dir);
-    lab_state.clusters[ROME].pid = Some(new_gateway);
-    lab_state.save(&dir).expect("save");
-    let back = first_reply(&ns, &addr, Duration::from_secs(30));
-    println!("gateway kill -9: first reply {back:.2?} after the new process started");
-    let back = back.unwrap_or_else(|| {
-        panic!(
-            "traffic did not resume after the gateway restart; controller log:\n{}",
-            kubetun_integration::lab::fabric::log_tail(&plane(rome).controller_log)
-        )
-    });
-    assert!(
-        back <= Duration::from_secs(5),
-        "traffic resumed after {back:?}"
-    );
+    // kill -9 of a gateway: its controller re-applies the state to the new process. Rome's
+    // own, then the hub's, which alone carries Rome <-> Paris.
+    for (index, what, (ns, addr)) in [
+        (ROME, "Rome's gateway", (ns.clone(), addr.clone())),
+        (
+            EUROPE,
+            "the hub's gateway (Rome -> Paris)",
+            pod_path(rome, paris),
+        ),
+    ] {
+        let cluster = &lab.clusters[index];
+        restart_gateway_hard(&dir, index, cluster);
+        let back = first_reply(&ns, &addr, Duration::from_secs(30));
+        println!("kill -9 of {what}: first reply {back:.2?} after the new process started");
+        let back = back.unwrap_or_else(|| {
+            panic!(
+                "traffic did not resume after the restart of {what}; controller log:\n{}",
+                kubetun_integration::lab::fabric::log_tail(&plane(cluster).controller_log)
+            )
+        });
+        assert!(
+            back <= Duration::from_secs(5),
+            "{what}: traffic resumed after {back:?}"
+        );
+    }
 
     // Shortcut delete and create on the hub: time to first packet, and when --wait returns.
     let shortcut = format!("{}-{}", rome.id, milan.id);
@@ -390,6 +390,24 @@ async fn seed_lab_on_real_apiservers_survives_faults() {
     // Europe <-> Milan is untouched.
     let (mns, maddr) = pod_path(europe, milan);
     assert!(first_reply(&mns, &maddr, Duration::from_secs(5)).is_some());
+}
+
+/// Kills the gateway of `cluster` (lab index `index`) with SIGKILL and starts a new one, as a
+/// kubelet would; its controller must bring it back to the desired state.
+fn restart_gateway_hard(dir: &Path, index: usize, cluster: &ClusterState) {
+    let gateway_pid = cluster.pid.expect("gateway pid");
+    Command::new("kill")
+        .args(["-KILL", &gateway_pid.to_string()])
+        .status()
+        .expect("kill");
+    std::thread::sleep(Duration::from_millis(200));
+    let _ = std::fs::remove_file(&cluster.grpc_socket);
+    let new_gateway =
+        kubetun_integration::lab::fabric::start_gateway(cluster, &bin_path("kubetun-gateway"))
+            .expect("restart gateway");
+    let mut lab_state = state(dir);
+    lab_state.clusters[index].pid = Some(new_gateway);
+    lab_state.save(dir).expect("save");
 }
 
 /// The printer columns as kubectl reads them: the Table API of a TunnelEndpoint list.

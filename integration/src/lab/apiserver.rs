@@ -227,10 +227,6 @@ fn controller_args(cluster: &ClusterState, underlay: Ipv4Net, hub: bool) -> Vec<
         format!("--gateway-socket={}", cluster.grpc_socket.display()),
         "--manage-routes".to_owned(),
         format!("--persistent-keepalive={}", super::plan::KEEPALIVE_SECONDS),
-        format!(
-            "--conncheck-interval-ms={}",
-            super::plan::CONNCHECK_INTERVAL_MS
-        ),
         format!("--mtu={}", cluster.mtu),
     ];
     if let Some(external) = cluster.external_cidr {

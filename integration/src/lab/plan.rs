@@ -25,8 +25,6 @@ use crate::topology::{ClusterSpec, GATEWAY_PORT, Topology};
 
 /// Persistent keepalive the lab asks for, so links stay up while the lab is idle.
 pub const KEEPALIVE_SECONDS: u32 = 10;
-/// The lab's connectivity probes, every 200 ms per peer.
-pub const CONNCHECK_INTERVAL_MS: u32 = 200;
 
 /// One cluster's control-plane state.
 #[derive(Debug)]
@@ -224,9 +222,8 @@ pub fn gateway_settings(
         local_prefixes,
         manage_routes: true,
         persistent_keepalive: KEEPALIVE_SECONDS,
-        // A dead shortcut is found within a second (5 probes), so its fallback through the
-        // hub takes over quickly.
-        conncheck_interval_ms: CONNCHECK_INTERVAL_MS,
+        // The controller's probing: every 2 s, but every 200 ms for a shortcut the hub backs
+        // up, whose death is then found within a second.
         ..GatewaySettings::default()
     }
 }

@@ -14,7 +14,8 @@ use super::state::{ClusterState, LabState};
 use super::{LabError, say};
 use crate::netns;
 
-/// How long both ends may take to notice a cut (5 probes of 200 ms, plus slack).
+/// How long both ends may take to notice a cut (5 probes at the 200 ms fallback interval,
+/// plus slack).
 const SWITCH_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the return may take (3 s of answered probes, plus slack).
 const RETURN_TIMEOUT: Duration = Duration::from_secs(15);
