@@ -70,6 +70,18 @@ fn fallback_routes(state: &DesiredState, hub: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Merges `spec` into the spec of ShortcutConnection `rome-milan`.
+async fn set_spec(shortcuts: &Api<ShortcutConnection>, spec: serde_json::Value) {
+    shortcuts
+        .patch(
+            "rome-milan",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "spec": spec })),
+        )
+        .await
+        .unwrap();
+}
+
 fn local_prefixes(state: &DesiredState) -> Vec<String> {
     state
         .interface
@@ -153,14 +165,7 @@ async fn transit_through_the_hub_only_where_a_shortcut_allows_it() {
 
     // Transit on: both leaves get the other through the hub, at the same views.
     let shortcuts: Api<ShortcutConnection> = Api::namespaced(hub_client.clone(), NAMESPACE);
-    shortcuts
-        .patch(
-            "rome-milan",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "spec": { "transit": true } })),
-        )
-        .await
-        .unwrap();
+    set_spec(&shortcuts, serde_json::json!({ "transit": true })).await;
     for (leaf, other, other_at_hub) in [
         (&rome_leaf, "milan", &hub_sees_milan),
         (&milan_leaf, "rome", &hub_sees_rome),
@@ -222,14 +227,7 @@ async fn transit_through_the_hub_only_where_a_shortcut_allows_it() {
     );
 
     // Hub only: no tunnel between the leaves, the hub's routes at the same views.
-    shortcuts
-        .patch(
-            "rome-milan",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "spec": { "hubOnly": true } })),
-        )
-        .await
-        .unwrap();
+    set_spec(&shortcuts, serde_json::json!({ "hubOnly": true })).await;
     for (leaf, other, other_at_hub) in [
         (&rome_leaf, "milan", &hub_sees_milan),
         (&milan_leaf, "rome", &hub_sees_rome),
@@ -277,14 +275,7 @@ async fn transit_through_the_hub_only_where_a_shortcut_allows_it() {
     }
 
     // Back to a shortcut: the direct peers return, at the views the hub path used.
-    shortcuts
-        .patch(
-            "rome-milan",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "spec": { "hubOnly": false } })),
-        )
-        .await
-        .unwrap();
+    set_spec(&shortcuts, serde_json::json!({ "hubOnly": false })).await;
     for leaf in [&rome_leaf, &milan_leaf] {
         wait_state(leaf, "the shortcut peer back", |s| {
             s.peers.len() == 2 && !fallback_routes(s, "europe").is_empty()
@@ -293,14 +284,11 @@ async fn transit_through_the_hub_only_where_a_shortcut_allows_it() {
     }
 
     // Transit off: the hub withdraws the grant and accepts neither leaf's views as sources.
-    shortcuts
-        .patch(
-            "rome-milan",
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "spec": { "transit": false, "hubOnly": false } })),
-        )
-        .await
-        .unwrap();
+    set_spec(
+        &shortcuts,
+        serde_json::json!({ "transit": false, "hubOnly": false }),
+    )
+    .await;
     wait_state(&europe, "no transit sources", |s| {
         let local = local_prefixes(s);
         !local.contains(&hub_sees_rome) && !local.contains(&hub_sees_milan)

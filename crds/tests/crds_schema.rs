@@ -287,7 +287,7 @@ fn kubectl_surface_is_complete() {
             "TunnelEndpoint",
             "Namespaced",
             "te",
-            &["Peer", "Endpoint", "Status", "Latency", "Age"],
+            &["Peer", "Endpoint", "Status", "Latency", "Via", "Age"],
         ),
         (
             "ShortcutConnection",

@@ -347,27 +347,29 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-/// The replicated-gateway components (`deploy/ha`, `deploy/agent/ha`), enabled as the README
-/// says, build with kustomize into two standby-started replicas on the host network, no load
-/// balancer, and agents that follow the Lease.
-#[test]
-fn the_replicated_gateway_components_build() {
+/// `deploy/` copied to a temporary directory with `component` enabled in each of
+/// `kustomizations` (paths under `deploy/`), and a builder of a directory of that copy with
+/// `kubectl kustomize`. `None` (after saying why) without kubectl outside CI.
+fn with_component(
+    component: &str,
+    kustomizations: &[&str],
+) -> Option<(tempfile::TempDir, impl Fn(&Path) -> String)> {
     let kubectl = match kubetun_testenv::Assets::find() {
         Ok(assets) => assets.kubectl().expect("kubectl").to_path_buf(),
         Err(e) => {
             assert!(!kubetun_testenv::required(), "CI=true: {e}");
             eprintln!("skipping: {e}");
-            return;
+            return None;
         }
     };
     let dir = tempfile::tempdir().expect("temp dir");
     copy_tree(&repo_root().join("deploy"), dir.path());
-    for kustomization in ["kustomization.yaml", "agent/kustomization.yaml"] {
+    for kustomization in kustomizations {
         let path = dir.path().join(kustomization);
-        let text = read(&path) + "components:\n  - ha\n";
+        let text = read(&path) + &format!("components:\n  - {component}\n");
         std::fs::write(&path, text).expect("write");
     }
-    let build = |dir: &Path| {
+    let build = move |dir: &Path| {
         let out = std::process::Command::new(&kubectl)
             .arg("kustomize")
             .arg(dir)
@@ -380,9 +382,53 @@ fn the_replicated_gateway_components_build() {
         );
         String::from_utf8(out.stdout).expect("utf-8")
     };
-    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&build(dir.path()))
+    Some((dir, build))
+}
+
+fn documents(yaml: &str) -> Vec<serde_yaml::Value> {
+    serde_yaml::Deserializer::from_str(yaml)
         .map(|d| serde::Deserialize::deserialize(d).expect("yaml"))
+        .collect()
+}
+
+/// The hub component (`deploy/hub`) turns on IP forwarding in the gateway pod's network
+/// namespace (what the hub needs to carry leaf-to-leaf traffic) and keeps the rest of the
+/// pod's security context.
+#[test]
+fn the_hub_component_enables_forwarding() {
+    let Some((dir, build)) = with_component("hub", &["kustomization.yaml"]) else {
+        return;
+    };
+    let docs = documents(&build(dir.path()));
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"].as_str() == Some("Deployment"))
+        .expect("the Deployment");
+    let context = &deployment["spec"]["template"]["spec"]["securityContext"];
+    let sysctls: Vec<(&str, &str)> = context["sysctls"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| Some((s["name"].as_str()?, s["value"].as_str()?)))
         .collect();
+    assert_eq!(sysctls, [("net.ipv4.ip_forward", "1")]);
+    assert_eq!(
+        context["seccompProfile"]["type"].as_str(),
+        Some("RuntimeDefault")
+    );
+}
+
+/// The replicated-gateway components (`deploy/ha`, `deploy/agent/ha`), enabled as the README
+/// says, build with kustomize into two standby-started replicas on the host network, no load
+/// balancer, and agents that follow the Lease.
+#[test]
+fn the_replicated_gateway_components_build() {
+    let Some((dir, build)) =
+        with_component("ha", &["kustomization.yaml", "agent/kustomization.yaml"])
+    else {
+        return;
+    };
+    let docs = documents(&build(dir.path()));
     let kind = |doc: &serde_yaml::Value| doc["kind"].as_str().unwrap_or_default().to_owned();
     assert!(
         !docs.iter().any(|d| kind(d) == "Service"),

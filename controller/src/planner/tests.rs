@@ -446,8 +446,9 @@ peers:
     assert!(!state.peers[1].conncheck_disabled, "probed unless disabled");
 }
 
-#[test]
-fn a_fallback_through_the_hub_keeps_the_peers_views_and_the_hub_allows_transit_sources() {
+/// Leaf Rome's processed link to leaf Milan (both pod CIDRs 10.70.0.0/16, Milan seen at
+/// 10.73.0.0/16): Rome's key, its `to-milan` and `from-milan` NetworkConfigs.
+fn rome_and_milan() -> (GatewayKey, NetworkConfig, NetworkConfig) {
     let (rome, milan) = (GatewayKey::generate(), GatewayKey::generate());
     let to_milan = config(
         "to-milan",
@@ -463,7 +464,7 @@ fn a_fallback_through_the_hub_keeps_the_peers_views_and_the_hub_allows_transit_s
             mapping("10.90.0.0/16", "10.90.0.0/16"),
         ),
     );
-    let mut from_milan = config(
+    let from_milan = config(
         "from-milan",
         spec(
             "milan",
@@ -477,6 +478,12 @@ fn a_fallback_through_the_hub_keeps_the_peers_views_and_the_hub_allows_transit_s
             mapping("10.91.0.0/16", "10.91.0.0/16"),
         ),
     );
+    (rome, to_milan, from_milan)
+}
+
+#[test]
+fn a_fallback_through_the_hub_keeps_the_peers_views_and_the_hub_allows_transit_sources() {
+    let (rome, to_milan, mut from_milan) = rome_and_milan();
     // The hub sees Milan's CIDRs as 10.72.0.0/16 and 10.91.0.0/16.
     from_milan.spec.fallback = Some(FallbackPath {
         hub: cluster("europe"),
@@ -556,35 +563,7 @@ fn a_fallback_through_the_hub_keeps_the_peers_views_and_the_hub_allows_transit_s
 
 #[test]
 fn a_hub_only_peer_has_no_tunnel_and_its_views_are_plain_routes_on_the_hub() {
-    let (rome, milan) = (GatewayKey::generate(), GatewayKey::generate());
-    let to_milan = config(
-        "to-milan",
-        spec(
-            "rome",
-            "milan",
-            "10.70.0.0/16",
-            "10.90.0.0/16",
-            rome.public_base64(),
-        ),
-        processed(
-            mapping("10.70.0.0/16", "10.74.0.0/16"),
-            mapping("10.90.0.0/16", "10.90.0.0/16"),
-        ),
-    );
-    let mut from_milan = config(
-        "from-milan",
-        spec(
-            "milan",
-            "rome",
-            "10.70.0.0/16",
-            "10.91.0.0/16",
-            milan.public_base64(),
-        ),
-        processed(
-            mapping("10.70.0.0/16", "10.73.0.0/16"),
-            mapping("10.91.0.0/16", "10.91.0.0/16"),
-        ),
-    );
+    let (_, to_milan, mut from_milan) = rome_and_milan();
     from_milan.spec.hub_only = true;
     let error = tunnel_endpoint_spec(&to_milan, &from_milan).expect_err("no path");
     assert_eq!(

@@ -183,6 +183,28 @@ pub fn tcp_off_gateway(phase: &str, a: &ClusterState, b: &ClusterState) -> Vec<C
     checks
 }
 
+/// `<what> Rome ext 10.70.0.11 -> Paris ext 10.70.0.11 at 10.205.0.11`: a check between two
+/// members, with their nodes in a multi-node cluster.
+fn describe_path(
+    what: &str,
+    kind: Kind,
+    (from, src): (&ClusterState, &Member),
+    (to, dst): (&ClusterState, &Member),
+    target: Option<Ipv4Addr>,
+) -> String {
+    let label = kind.label();
+    format!(
+        "{what} {} {label} {}{} -> {} {label} {}{} at {}",
+        from.name,
+        src.address,
+        node_suffix(from, src),
+        to.name,
+        dst.address,
+        node_suffix(to, dst),
+        target.map_or_else(|| "?".to_owned(), |t| t.to_string())
+    )
+}
+
 /// One TCP exchange from `src` of `from` to `dst` of `to` at its view.
 pub fn tcp(
     phase: &str,
@@ -194,17 +216,7 @@ pub fn tcp(
 ) -> Check {
     let target = reach_address(from, to, dst.address);
     let expected = reach_address(to, from, src.address);
-    let label = kind.label();
-    let description = format!(
-        "tcp {} {label} {}{} -> {} {label} {}{} at {}",
-        from.name,
-        src.address,
-        node_suffix(from, src),
-        to.name,
-        dst.address,
-        node_suffix(to, dst),
-        target.map_or_else(|| "?".to_owned(), |t| t.to_string())
-    );
+    let description = describe_path("tcp", kind, (from, src), (to, dst), target);
     let outcome = match (target, expected) {
         (Some(target), Some(expected)) => named::tcp_exchange(
             &src.namespace,
@@ -244,15 +256,8 @@ pub fn port_unreachable(
     dst: &Member,
 ) -> Check {
     let target = reach_address(from, to, dst.address);
-    let label = kind.label();
-    let description = format!(
-        "icmp error {} {label} {} -> {} {label} {} at {} (udp to a closed port)",
-        from.name,
-        src.address,
-        to.name,
-        dst.address,
-        target.map_or_else(|| "?".to_owned(), |t| t.to_string())
-    );
+    let description = describe_path("icmp error", kind, (from, src), (to, dst), target)
+        + " (udp to a closed port)";
     let outcome = match target {
         Some(target) => {
             named::udp_refused(&src.namespace, target, CLOSED_PORT, FIRST_CONTACT).map(|took| {

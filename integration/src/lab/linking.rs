@@ -106,16 +106,7 @@ impl RunningLab<'_> {
         for link in &self.topology.hub_only {
             let (a, b) = (self.index(&link.0)?, self.index(&link.1)?);
             if self.options.iperf_seconds > 0 {
-                let check = checks::iperf_external(
-                    self.fabric,
-                    "through the hub",
-                    &self.state.clusters[a],
-                    &self.state.clusters[b],
-                    self.options.iperf_seconds,
-                    &self.options.state_dir,
-                );
-                report_check(out, &check);
-                self.checks.push(check);
+                self.iperf("through the hub", a, b, out);
             }
             for (from, to) in [(a, b), (b, a)] {
                 let (cf, ct) = (&self.state.clusters[from], &self.state.clusters[to]);
@@ -381,18 +372,24 @@ impl RunningLab<'_> {
             if let Some(link) = last
                 && let (Ok(a), Ok(b)) = (self.index(&link.0), self.index(&link.1))
             {
-                let check = checks::iperf_external(
-                    self.fabric,
-                    phase,
-                    &self.state.clusters[b],
-                    &self.state.clusters[a],
-                    self.options.iperf_seconds,
-                    &self.options.state_dir,
-                );
-                report_check(out, &check);
-                self.checks.push(check);
+                self.iperf(phase, b, a, out);
             }
         }
+    }
+
+    /// One bounded iperf3 run between the first external endpoints of clusters `from` and
+    /// `to`.
+    fn iperf(&mut self, phase: &str, from: usize, to: usize, out: &mut dyn Write) {
+        let check = checks::iperf_external(
+            self.fabric,
+            phase,
+            &self.state.clusters[from],
+            &self.state.clusters[to],
+            self.options.iperf_seconds,
+            &self.options.state_dir,
+        );
+        report_check(out, &check);
+        self.checks.push(check);
     }
 
     /// Every linked peer of every gateway must report Connected (bounded wait).
