@@ -48,6 +48,18 @@ pub struct ShortcutConnectionSpec {
     pub hub_only: bool,
 }
 
+impl ShortcutConnectionSpec {
+    /// How the leaves reach each other, as `kubetun shortcut list` says it: `direct` (their
+    /// own tunnel), `direct+hub` (the hub while that tunnel is down) or `hub-only`.
+    pub fn paths(&self) -> &'static str {
+        match (self.transit, self.hub_only) {
+            (_, true) => "hub-only",
+            (true, false) => "direct+hub",
+            (false, false) => "direct",
+        }
+    }
+}
+
 /// How the hub reaches one leaf cluster.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -187,6 +187,8 @@ pub struct ShortcutOutput {
     pub left: String,
     /// The right leaf's name.
     pub right: String,
+    /// How the leaves reach each other: `direct`, `direct+hub` or `hub-only`.
+    pub paths: String,
     /// The phase (`Pending`, `Connecting`, `Connected`, `Error`, ...).
     pub phase: String,
     /// The Ready condition's message (empty when there is none).
@@ -256,6 +258,7 @@ impl From<&ShortcutConnection> for ShortcutOutput {
             name: sc.name_any(),
             left: sc.spec.left.name.clone(),
             right: sc.spec.right.name.clone(),
+            paths: sc.spec.paths().to_owned(),
             phase: format!("{:?}", status.phase),
             message,
             directions,
@@ -398,6 +401,7 @@ mod tests {
                 "name": "rome-milan",
                 "left": "rome",
                 "right": "milan",
+                "paths": "direct",
                 "phase": "Connected",
                 "message": "",
                 "directions": [{

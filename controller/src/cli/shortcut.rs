@@ -580,13 +580,22 @@ pub fn render_shortcuts(shortcuts: &[ShortcutConnection]) -> String {
                 sc.name_any(),
                 sc.spec.left.name.clone(),
                 sc.spec.right.name.clone(),
+                sc.spec.paths().to_owned(),
                 format!("{:?}", status.phase),
                 message,
             ]
         })
         .collect();
     let mut out = render_table(
-        &["NAMESPACE", "NAME", "LEFT", "RIGHT", "PHASE", "MESSAGE"],
+        &[
+            "NAMESPACE",
+            "NAME",
+            "LEFT",
+            "RIGHT",
+            "PATHS",
+            "PHASE",
+            "MESSAGE",
+        ],
         &summary,
     );
     for sc in shortcuts {
@@ -730,12 +739,28 @@ mod tests {
             ],
             ..ShortcutConnectionStatus::default()
         });
-        let text = render_shortcuts(&[sc]);
+        let text = render_shortcuts(std::slice::from_ref(&sc));
         let summary = text.lines().nth(1).unwrap();
         assert_eq!(
             summary.split_whitespace().collect::<Vec<_>>(),
-            ["kubetun-system", "rome-milan", "rome", "milan", "Connected"]
+            [
+                "kubetun-system",
+                "rome-milan",
+                "rome",
+                "milan",
+                "direct",
+                "Connected"
+            ]
         );
+        let mut hub_only = sc.clone();
+        (hub_only.spec.transit, hub_only.spec.hub_only) = (true, true);
+        let mut fallback = sc.clone();
+        fallback.spec.transit = true;
+        for (shortcut, paths) in [(hub_only, "hub-only"), (fallback, "direct+hub")] {
+            let text = render_shortcuts(&[shortcut]);
+            let summary = text.lines().nth(1).unwrap();
+            assert_eq!(summary.split_whitespace().nth(4), Some(paths), "{text}");
+        }
         assert!(text.contains("rome-milan (rome <-> milan):"), "{text}");
         let row = text
             .lines()
