@@ -390,28 +390,28 @@ pub async fn link_as_connector(
     use kube::api::{Patch, PatchParams};
     let id = &remote.cluster.id;
     let apply = PatchParams::apply(crate::connector::FIELD_MANAGER).force();
-    let ours = crate::connector::network_config(
-        &local_config_name(id),
-        namespace,
-        ROLE_LOCAL,
-        id,
-        &local.network_config_for(&remote.cluster),
-    );
-    let theirs = crate::connector::network_config(
-        &remote_config_name(id),
-        namespace,
-        ROLE_REMOTE,
-        id,
-        &remote.network_config_for(&local.cluster),
-    );
-    let written = configs
-        .patch(&local_config_name(id), &apply, &Patch::Apply(&ours))
-        .await?;
-    configs
-        .patch(&remote_config_name(id), &apply, &Patch::Apply(&theirs))
-        .await?;
+    // The status describes the generation of our own NetworkConfig.
+    let mut observed_generation = None;
+    for (name, role, spec) in [
+        (
+            local_config_name(id),
+            ROLE_LOCAL,
+            local.network_config_for(&remote.cluster),
+        ),
+        (
+            remote_config_name(id),
+            ROLE_REMOTE,
+            remote.network_config_for(&local.cluster),
+        ),
+    ] {
+        let object = crate::connector::network_config(&name, namespace, role, id, &spec);
+        let written = configs.patch(&name, &apply, &Patch::Apply(&object)).await?;
+        if role == ROLE_LOCAL {
+            observed_generation = written.metadata.generation;
+        }
+    }
     let status = kubetun_crds::NetworkConfigStatus {
-        observed_generation: written.metadata.generation,
+        observed_generation,
         ..unremapped_status(local)
     };
     configs

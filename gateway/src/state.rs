@@ -446,20 +446,11 @@ impl DesiredState {
                 .collect::<Result<_, _>>()?,
             manage_routes: iface.manage_routes,
             conncheck: iface.conncheck.map(|c| {
-                let interval_ms = match c.interval_ms {
-                    0 => DEFAULT_INTERVAL_MS,
-                    ms => ms,
-                };
+                let interval_ms = nonzero_or(c.interval_ms, DEFAULT_INTERVAL_MS);
                 ConnCheckConfig {
                     interval_ms,
-                    loss_threshold: match c.loss_threshold {
-                        0 => DEFAULT_LOSS_THRESHOLD,
-                        n => n,
-                    },
-                    fallback_interval_ms: match c.fallback_interval_ms {
-                        0 => interval_ms,
-                        ms => ms,
-                    },
+                    loss_threshold: nonzero_or(c.loss_threshold, DEFAULT_LOSS_THRESHOLD),
+                    fallback_interval_ms: nonzero_or(c.fallback_interval_ms, interval_ms),
                 }
             }),
         };
@@ -546,6 +537,11 @@ fn peer_from_proto(index: usize, peer: proto::Peer) -> Result<PeerConfig, StateE
         acl,
         conncheck: !peer.conncheck_disabled,
     })
+}
+
+/// `value`, or `default` for the proto's 0 ("unset").
+fn nonzero_or(value: u32, default: u32) -> u32 {
+    if value == 0 { default } else { value }
 }
 
 /// Rejects probe intervals and thresholds that make no sense: probes more often than every

@@ -33,7 +33,9 @@ use kubetun_crds::{ClusterRef, Endpoint, NetworkConfig};
 use kubetun_testenv::{Assets, TestCluster};
 
 use crate::lab::apiserver::{NAMESPACE, apply_manifests, wait_crds_served};
-use crate::netns::{Netns, NsChild, bin_path, command_in, gateway_command, run_in_named, veth};
+use crate::netns::{
+    Netns, NsChild, bin_path, command_in, gateway_command, run_in_named, spawn_gateway, veth,
+};
 
 /// The manifests a user applies, less the gateway Deployment the lab replaces.
 const MANIFESTS: [&str; 4] = [
@@ -642,14 +644,8 @@ impl HaLab {
         let log = self.dir.join(format!("{name}.log"));
         let mut cmd = gateway_command(ns, ifname, socket, &log, "info")?;
         cmd.arg("--uapi-dir").arg(&uapi_dir).args(extra);
-        let child = NsChild::spawn(&mut cmd)?;
-        if !crate::netns::wait_for_path(socket, Duration::from_secs(20)) {
-            return Err(HaError::Step(format!(
-                "{name} did not open its socket; log in {}",
-                log.display()
-            )));
-        }
-        Ok(child)
+        spawn_gateway(&mut cmd, socket, Duration::from_secs(20))
+            .map_err(|error| HaError::Step(format!("{name}: {error}; log in {}", log.display())))
     }
 
     fn start_agent(&mut self, index: usize) -> Result<(), HaError> {

@@ -30,6 +30,16 @@ pub enum NetnsError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// A daemon started but did not open its control socket in time (it was stopped).
+    #[error("`{command}` did not open {socket} within {timeout:?}")]
+    NotReady {
+        /// The command line.
+        command: String,
+        /// The socket it should have opened.
+        socket: String,
+        /// How long it had.
+        timeout: Duration,
+    },
 }
 
 /// Result of a fixture operation.
@@ -355,8 +365,8 @@ impl Drop for NsChild {
     }
 }
 
-/// `kubetun-gateway -f <ifname> --grpc-socket <socket>` in the namespace named `ns` at log level `rust_log`, its
-/// stderr appended to `log`; add arguments, then [`NsChild::spawn`] it.
+/// `kubetun-gateway -f <ifname> --grpc-socket <socket>` in the namespace named `ns` at log
+/// level `rust_log`, its stderr appended to `log`; add arguments, then [`spawn_gateway`] it.
 pub fn gateway_command(
     ns: &str,
     ifname: &str,
@@ -380,6 +390,25 @@ pub fn gateway_command(
         .stdout(Stdio::null())
         .stderr(log);
     Ok(cmd)
+}
+
+/// Spawns a [`gateway_command`] and waits up to `timeout` for its control socket `socket`;
+/// a gateway that does not open it is stopped and reported.
+pub fn spawn_gateway(
+    cmd: &mut Command,
+    socket: &std::path::Path,
+    timeout: Duration,
+) -> Result<NsChild> {
+    let mut child = NsChild::spawn(cmd)?;
+    if wait_for_path(socket, timeout) {
+        return Ok(child);
+    }
+    child.stop();
+    Err(NetnsError::NotReady {
+        command: describe(cmd),
+        socket: socket.display().to_string(),
+        timeout,
+    })
 }
 
 /// Waits until `path` exists (a socket a daemon creates when ready) or `timeout` passes.

@@ -19,7 +19,7 @@ use kubetun_controller::keys::GatewayKey;
 use kubetun_controller::planner::{self, GatewaySettings};
 use kubetun_crds::{CidrMapping, ClusterRef, Endpoint, TunnelEndpointSpec};
 use kubetun_integration::netns::{
-    Netns, NsChild, command_exists, gateway_command, require_root, veth, wait_for_path,
+    Netns, NsChild, command_exists, gateway_command, require_root, spawn_gateway, veth,
 };
 
 const STARTUP: Duration = Duration::from_secs(10);
@@ -71,12 +71,8 @@ impl Gateway {
         let log = self.dir.path().join("gateway.log");
         let mut cmd = gateway_command(self.ns.name(), &self.ifname, &self.socket(), &log, "info")
             .expect("gateway command");
-        self.child = Some(NsChild::spawn(&mut cmd).expect("start the gateway"));
-        assert!(
-            wait_for_path(&self.socket(), STARTUP),
-            "{} did not start",
-            self.id
-        );
+        let child = spawn_gateway(&mut cmd, &self.socket(), STARTUP);
+        self.child = Some(child.unwrap_or_else(|e| panic!("{}: {e}", self.id)));
     }
 
     fn kill(&mut self) {

@@ -36,7 +36,8 @@ use kubetun_crds::{
     TunnelEndpointSpec,
 };
 use kubetun_integration::netns::{
-    Netns, NsChild, command_exists, gateway_command, require_root, veth, wait_for_path,
+    Netns, NsChild, command_exists, gateway_command, require_root, spawn_gateway, veth,
+    wait_for_path,
 };
 use tokio::task::JoinHandle;
 
@@ -119,12 +120,8 @@ impl Side {
         .expect("gateway command");
         cmd.args(["--metrics-addr", &format!("127.0.0.1:{METRICS_PORT}")])
             .args(extra);
-        self.gateway = Some(NsChild::spawn(&mut cmd).expect("start the gateway"));
-        assert!(
-            wait_for_path(&self.grpc_socket(), STARTUP),
-            "gateway {} did not open its control socket",
-            self.id
-        );
+        let gateway = spawn_gateway(&mut cmd, &self.grpc_socket(), STARTUP);
+        self.gateway = Some(gateway.unwrap_or_else(|e| panic!("gateway {}: {e}", self.id)));
     }
 
     /// SIGKILL, no cleanup: the socket files stay behind, the TUN device goes with the process.

@@ -11,7 +11,7 @@ use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams};
 use kubetun_crds::{
     ConnectionState, ConnectionStatus, NetworkConfig, ProbeStatus, TunnelEndpoint,
-    TunnelEndpointStatus,
+    TunnelEndpointSpec, TunnelEndpointStatus,
 };
 
 use crate::cluster_info::FIELD_MANAGER;
@@ -135,17 +135,51 @@ pub enum GatewayReport<'a> {
     Failed(&'a GatewayClientError),
 }
 
-/// The connection status of a peer as the gateway reports it (`None`: not in the gateway).
-pub fn connection_status(
-    peer: Option<&PeerStatus>,
-    fallback_hub: Option<&str>,
-) -> ConnectionStatus {
-    let Some(peer) = peer else {
-        return ConnectionStatus {
+/// How a TunnelEndpoint's traffic travels, which its connection status reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerPath<'a> {
+    /// Over the peer's own tunnel only.
+    Direct,
+    /// Over the peer's own tunnel, and through this hub while that tunnel is down.
+    WithFallback(&'a str),
+    /// Through this hub only: the hub's tunnel is the peer's.
+    HubOnly(&'a str),
+}
+
+impl<'a> PeerPath<'a> {
+    /// The path `spec` describes.
+    pub fn of(spec: &'a TunnelEndpointSpec) -> Self {
+        match &spec.fallback {
+            Some(fallback) if spec.hub_only => Self::HubOnly(&fallback.hub.id),
+            Some(fallback) => Self::WithFallback(&fallback.hub.id),
+            None => Self::Direct,
+        }
+    }
+}
+
+/// The connection status of a peer reached over `path` as the gateway reports the tunnel
+/// (`None`: not in the gateway).
+pub fn connection_status(peer: Option<&PeerStatus>, path: PeerPath) -> ConnectionStatus {
+    let mut connection = peer.map_or_else(
+        || ConnectionStatus {
             status: ConnectionState::Connecting,
             message: "the gateway does not run this peer yet".to_owned(),
             ..ConnectionStatus::default()
-        };
+        },
+        |peer| tunnel_status(peer, path),
+    );
+    if let PeerPath::HubOnly(hub) = path {
+        connection.message = format!("through hub {hub}: {}", connection.message);
+        connection.via_hub = Some(hub.to_owned());
+    }
+    connection
+}
+
+/// What the gateway reports of the tunnel `peer`; with a fallback, which way it goes.
+fn tunnel_status(peer: &PeerStatus, path: PeerPath) -> ConnectionStatus {
+    let fallback_hub = match path {
+        PeerPath::WithFallback(hub) => Some(hub),
+        PeerPath::Direct | PeerPath::HubOnly(_) => None,
     };
     let state = gateway_api::ConnectionState::try_from(peer.state).unwrap_or_default();
     let (status, default_message) = match state {
@@ -221,10 +255,9 @@ pub fn status_from_report(
             status: gateway,
             desired_version,
         } => {
-            let hub = endpoint.spec.fallback.as_ref().map(|f| f.hub.id.as_str());
-            let peer = if endpoint.spec.hub_only {
-                let tunnel = endpoint.spec.tunnel_peer();
-                gateway.peers.iter().find(|p| p.name == tunnel)
+            let path = PeerPath::of(&endpoint.spec);
+            let peer = if let PeerPath::HubOnly(hub) = path {
+                gateway.peers.iter().find(|p| p.name == hub)
             } else {
                 gateway
                     .peers
@@ -264,14 +297,7 @@ pub fn status_from_report(
                 generation,
                 now.clone(),
             );
-            let mut connection = connection_status(peer, hub);
-            if let Some(hub) = hub.filter(|_| endpoint.spec.hub_only) {
-                connection.message = format!("through hub {hub}: {}", connection.message);
-                connection.via_hub = Some(hub.to_owned());
-                connection.path_changed = None;
-                connection.path_switches = 0;
-            }
-            connection
+            connection_status(peer, path)
         }
         GatewayReport::Failed(error) => {
             let why = if error.is_rejection() {

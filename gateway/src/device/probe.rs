@@ -51,6 +51,7 @@ pub async fn prober_loop(shared: Arc<Shared>) {
             config.interval_ms
         };
         let round = Duration::from_millis(u64::from(round_ms));
+        let round_us = u64::from(round_ms) * 1000;
         // Keep the cadence; after a stall, start again from now rather than bursting.
         next_round = if now.duration_since(next_round) > round {
             now + round
@@ -71,7 +72,6 @@ pub async fn prober_loop(shared: Arc<Shared>) {
             let now = clock::now();
             let (ping, changes, losses) = {
                 let mut prober = peer.conncheck.lock();
-                let round_us = u64::from(round_ms) * 1000;
                 if !prober.is_due(now.mono_us, config.interval_us(), round_us) {
                     continue;
                 }

@@ -29,6 +29,8 @@ const PINGS: u32 = 3;
 const TCP_PORT: u16 = 5180;
 /// A UDP port nothing in the lab listens on (discard).
 const CLOSED_PORT: u16 = 9;
+/// Why a check between two clusters could not start.
+const NO_ROUTE: &str = "no route between the two clusters";
 /// The route agent's routing table.
 const AGENT_TABLE: &str = "1880";
 
@@ -73,7 +75,7 @@ pub enum Kind {
 
 impl Kind {
     /// The cluster's pods or external endpoints.
-    pub fn members(self, cluster: &ClusterState) -> &[Member] {
+    fn members(self, cluster: &ClusterState) -> &[Member] {
         match self {
             Self::Pod => &cluster.pods,
             Self::External => &cluster.externals,
@@ -114,11 +116,7 @@ pub fn ping_both_ways(phase: &str, a: &ClusterState, b: &ClusterState) -> Vec<Ch
     let mut checks = Vec::new();
     for (from, to) in [(a, b), (b, a)] {
         for kind in [Kind::Pod, Kind::External] {
-            let (Some(src), Some(dst)) = (kind.members(from).first(), kind.members(to).first())
-            else {
-                continue;
-            };
-            checks.push(ping(phase, kind, from, src, to, dst));
+            checks.extend(Ends::first(kind, from, to).map(|ends| ping(phase, ends)));
         }
     }
     checks
@@ -131,6 +129,17 @@ pub fn off_gateway_pod(cluster: &ClusterState) -> Option<&Member> {
         .pods_off_gateway()
         .next()
         .or_else(|| cluster.pods.first())
+}
+
+/// The pods [`off_gateway_pod`] picks in `from` and `to`.
+fn off_gateway_ends<'a>(from: &'a ClusterState, to: &'a ClusterState) -> Option<Ends<'a>> {
+    Some(Ends {
+        kind: Kind::Pod,
+        from,
+        src: off_gateway_pod(from)?,
+        to,
+        dst: off_gateway_pod(to)?,
+    })
 }
 
 /// ` (node2)` for a pod behind a node of a multi-node cluster, `*` marking the gateway's node;
@@ -159,9 +168,7 @@ pub fn ping_off_gateway(phase: &str, a: &ClusterState, b: &ClusterState) -> Vec<
     }
     let mut checks = Vec::new();
     for (from, to) in [(a, b), (b, a)] {
-        if let (Some(src), Some(dst)) = (off_gateway_pod(from), off_gateway_pod(to)) {
-            checks.push(ping(phase, Kind::Pod, from, src, to, dst));
-        }
+        checks.extend(off_gateway_ends(from, to).map(|ends| ping(phase, ends)));
     }
     checks
 }
@@ -175,53 +182,68 @@ pub fn tcp_off_gateway(phase: &str, a: &ClusterState, b: &ClusterState) -> Vec<C
     }
     let mut checks = Vec::new();
     for (from, to) in [(a, b), (b, a)] {
-        let (Some(src), Some(dst)) = (off_gateway_pod(from), off_gateway_pod(to)) else {
-            continue;
-        };
-        checks.push(tcp(phase, Kind::Pod, from, src, to, dst));
+        checks.extend(off_gateway_ends(from, to).map(|ends| tcp(phase, ends)));
     }
     checks
 }
 
-/// `<what> Rome ext 10.70.0.11 -> Paris ext 10.70.0.11 at 10.205.0.11`: a check between two
-/// members, with their nodes in a multi-node cluster.
-fn describe_path(
-    what: &str,
-    kind: Kind,
-    (from, src): (&ClusterState, &Member),
-    (to, dst): (&ClusterState, &Member),
-    target: Option<Ipv4Addr>,
-) -> String {
-    let label = kind.label();
-    format!(
-        "{what} {} {label} {}{} -> {} {label} {}{} at {}",
-        from.name,
-        src.address,
-        node_suffix(from, src),
-        to.name,
-        dst.address,
-        node_suffix(to, dst),
-        target.map_or_else(|| "?".to_owned(), |t| t.to_string())
-    )
+/// The two ends of a check: member `src` of `from` reaching member `dst` of `to` at the view
+/// `from` uses for it.
+#[derive(Debug, Clone, Copy)]
+pub struct Ends<'a> {
+    /// Pods or external endpoints.
+    pub kind: Kind,
+    pub from: &'a ClusterState,
+    pub src: &'a Member,
+    pub to: &'a ClusterState,
+    pub dst: &'a Member,
 }
 
-/// One TCP exchange from `src` of `from` to `dst` of `to` at its view.
-pub fn tcp(
-    phase: &str,
-    kind: Kind,
-    from: &ClusterState,
-    src: &Member,
-    to: &ClusterState,
-    dst: &Member,
-) -> Check {
-    let target = reach_address(from, to, dst.address);
-    let expected = reach_address(to, from, src.address);
-    let description = describe_path("tcp", kind, (from, src), (to, dst), target);
+impl<'a> Ends<'a> {
+    /// The first `kind` member of `from` towards the first of `to`, if both have one.
+    pub fn first(kind: Kind, from: &'a ClusterState, to: &'a ClusterState) -> Option<Self> {
+        Some(Self {
+            kind,
+            from,
+            src: kind.members(from).first()?,
+            to,
+            dst: kind.members(to).first()?,
+        })
+    }
+
+    /// The address at which `src` reaches `dst` ([`reach_address`]).
+    fn target(&self) -> Option<Ipv4Addr> {
+        reach_address(self.from, self.to, self.dst.address)
+    }
+
+    /// `<what> Rome ext 10.70.0.11 -> Paris ext 10.70.0.11 at 10.205.0.11`, with the members'
+    /// nodes in a multi-node cluster.
+    fn describe(&self, what: &str, target: Option<Ipv4Addr>) -> String {
+        let label = self.kind.label();
+        format!(
+            "{what} {} {label} {}{} -> {} {label} {}{} at {}",
+            self.from.name,
+            self.src.address,
+            node_suffix(self.from, self.src),
+            self.to.name,
+            self.dst.address,
+            node_suffix(self.to, self.dst),
+            target.map_or_else(|| "?".to_owned(), |t| t.to_string())
+        )
+    }
+}
+
+/// One TCP exchange between `ends` at the target's view; the server must see the client at
+/// the view its own cluster uses for it.
+pub fn tcp(phase: &str, ends: Ends) -> Check {
+    let target = ends.target();
+    let expected = reach_address(ends.to, ends.from, ends.src.address);
+    let description = ends.describe("tcp", target);
     let outcome = match (target, expected) {
         (Some(target), Some(expected)) => named::tcp_exchange(
-            &src.namespace,
-            &dst.namespace,
-            dst.address,
+            &ends.src.namespace,
+            &ends.dst.namespace,
+            ends.dst.address,
             target,
             TCP_PORT,
             FIRST_CONTACT,
@@ -239,35 +261,26 @@ pub fn tcp(
                 ))
             }
         }),
-        _ => Err("no route between the two clusters".to_owned()),
+        _ => Err(NO_ROUTE.to_owned()),
     };
     Check::new(phase, description, outcome)
 }
 
-/// A UDP datagram from `src` of `from` to a closed port of `dst` of `to` at its view: the
-/// ICMP port-unreachable error must come back and match the sender's socket, which needs the
-/// header it quotes translated on every hop back.
-pub fn port_unreachable(
-    phase: &str,
-    kind: Kind,
-    from: &ClusterState,
-    src: &Member,
-    to: &ClusterState,
-    dst: &Member,
-) -> Check {
-    let target = reach_address(from, to, dst.address);
-    let description = describe_path("icmp error", kind, (from, src), (to, dst), target)
-        + " (udp to a closed port)";
+/// A UDP datagram between `ends` to a closed port: the ICMP port-unreachable error must come
+/// back and match the sender's socket, which needs the header it quotes translated on every
+/// hop back.
+pub fn port_unreachable(phase: &str, ends: Ends) -> Check {
+    let target = ends.target();
+    let description = ends.describe("icmp error", target) + " (udp to a closed port)";
     let outcome = match target {
-        Some(target) => {
-            named::udp_refused(&src.namespace, target, CLOSED_PORT, FIRST_CONTACT).map(|took| {
+        Some(target) => named::udp_refused(&ends.src.namespace, target, CLOSED_PORT, FIRST_CONTACT)
+            .map(|took| {
                 format!(
                     "port unreachable came back after {:.0} ms",
                     took.as_secs_f64() * 1000.0
                 )
-            })
-        }
-        None => Err("no route between the two clusters".to_owned()),
+            }),
+        None => Err(NO_ROUTE.to_owned()),
     };
     Check::new(phase, description, outcome)
 }
@@ -332,16 +345,13 @@ pub fn agent_routes(phase: &str, cluster: &ClusterState) -> Check {
     }
 }
 
-fn ping(
-    phase: &str,
-    kind: Kind,
-    from: &ClusterState,
-    src: &Member,
-    to: &ClusterState,
-    dst: &Member,
-) -> Check {
-    let label = kind.label();
-    let Some(target) = reach_address(from, to, dst.address) else {
+/// Pings between `ends`: a first reply within [`FIRST_CONTACT`], then [`PINGS`] more.
+fn ping(phase: &str, ends: Ends) -> Check {
+    let Ends {
+        from, dst, to, src, ..
+    } = ends;
+    let Some(target) = ends.target() else {
+        let label = ends.kind.label();
         return Check::new(
             phase,
             format!("ping {} {label} -> {} {label}", from.name, to.name),
@@ -351,15 +361,7 @@ fn ping(
             )),
         );
     };
-    let description = format!(
-        "ping {} {label} {}{} -> {} {label} {}{} at {target}",
-        from.name,
-        src.address,
-        node_suffix(from, src),
-        to.name,
-        dst.address,
-        node_suffix(to, dst)
-    );
+    let description = ends.describe("ping", Some(target));
     let answered = named::wait_ping(&src.namespace, target, FIRST_CONTACT)
         && named::ping(&src.namespace, target, PINGS);
     let outcome = if answered {

@@ -7,7 +7,7 @@ use std::time::Instant;
 use kubetun_controller::gateway_client::GatewayClient;
 
 use super::agents::converge_agents;
-use super::checks::{self, Check, Kind};
+use super::checks::{self, Check, Ends, Kind};
 use super::connectivity::{connected_check, link_checks, not_connected};
 use super::fabric::Fabric;
 use super::plan::ControlPlanes;
@@ -109,16 +109,14 @@ impl RunningLab<'_> {
                 self.iperf("through the hub", a, b, out);
             }
             for (from, to) in [(a, b), (b, a)] {
-                let (cf, ct) = (&self.state.clusters[from], &self.state.clusters[to]);
+                let clusters = &self.state.clusters;
                 // External endpoints: their CIDRs overlap, so every hop remaps them.
-                let kind = Kind::External;
-                let (Some(sf), Some(st)) = (kind.members(cf).first(), kind.members(ct).first())
-                else {
+                let Some(ends) = Ends::first(Kind::External, &clusters[from], &clusters[to]) else {
                     continue;
                 };
                 for check in [
-                    checks::tcp("through the hub", kind, cf, sf, ct, st),
-                    checks::port_unreachable("through the hub", kind, cf, sf, ct, st),
+                    checks::tcp("through the hub", ends),
+                    checks::port_unreachable("through the hub", ends),
                 ] {
                     report_check(out, &check);
                     self.checks.push(check);

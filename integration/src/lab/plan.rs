@@ -110,7 +110,7 @@ impl ControlPlanes {
     /// Makes hub `hub` the fallback of the link between leaves `a` and `b` (or, `hub_only`,
     /// its only path), as the hub's operator does for a ShortcutConnection with `transit`
     /// (and `hubOnly`): each leaf's `from-` copy of the other gets the other's CIDRs as the
-    /// hub sees them, and the hub's copies of both leaves are marked for transit.
+    /// hub sees them, and the hub's copies of both leaves get a transit grant.
     pub fn add_transit(
         &mut self,
         hub: usize,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::keys::GatewayKey;
-use kubetun_integration::netns::{Netns, NsChild, gateway_command, wait_for_path};
+use kubetun_integration::netns::{Netns, NsChild, gateway_command, spawn_gateway};
 
 /// Every test gateway's interface name: each has its own namespace and UAPI directory.
 const INTERFACE: &str = "kt-test";
@@ -44,12 +44,8 @@ impl GatewayNs {
         let mut cmd = gateway_command(self.ns.name(), INTERFACE, &self.socket(), &log, "info")
             .expect("gateway command");
         cmd.arg("--uapi-dir").arg(self.dir.path()).args(extra);
-        self.process = Some(NsChild::spawn(&mut cmd).expect("start the gateway"));
-        assert!(
-            wait_for_path(&self.socket(), Duration::from_secs(10)),
-            "the gateway in {} did not open its control socket",
-            self.ns.name()
-        );
+        let process = spawn_gateway(&mut cmd, &self.socket(), Duration::from_secs(10));
+        self.process = Some(process.unwrap_or_else(|e| panic!("{e}; log in {}", log.display())));
     }
 
     pub fn client(&self) -> GatewayClient {
