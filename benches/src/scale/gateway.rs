@@ -32,8 +32,10 @@ use serde::Serialize;
 
 use super::{ScaleError, raise_fd_limit, read_memory};
 
-/// The gateway's UDP port inside the namespace.
-const GATEWAY_PORT: u16 = 51820;
+/// The gateway's UDP port inside the namespace: below the ephemeral range (32768-60999), so
+/// none of the peers' sockets (bound to port 0 before the gateway's first apply binds its
+/// wildcard address) can have taken it. 51820 did, now and then.
+const GATEWAY_PORT: u16 = 31820;
 /// The gateway's TUN address; the busy peer's datagrams are addressed to it.
 const TUN_ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
 /// The sink's UDP port on [`TUN_ADDRESS`].
