@@ -227,8 +227,12 @@ impl Elector {
             }
         };
         let now = Instant::now();
+        // A step that outlasted its own bounds did not run for a while (its process was
+        // frozen or starved): the failure it saw may be its own timeout, and another
+        // replica may hold the Lease by now, so it must not keep its gateway active.
+        let suspended = now.duration_since(started) > self.step_bound();
         match (&step, self.sticky_since) {
-            (Step::Unreachable, None) if was_active && gateway_alive => {
+            (Step::Unreachable, None) if was_active && gateway_alive && !suspended => {
                 tracing::warn!(
                     lease = self.name,
                     "the API server does not answer: the gateway stays active until it does"
@@ -261,6 +265,13 @@ impl Elector {
             Step::Leading if !self.election.leads(now) => Step::Unsure,
             step => step,
         }
+    }
+
+    /// The longest a step takes while its process runs: a Hold, a read and a write, each
+    /// bounded, and a retry period of slack.
+    fn step_bound(&self) -> Duration {
+        let timing = self.election.timing();
+        HOLD_DEADLINE + timing.renew_deadline * 2 + timing.retry_period
     }
 
     /// How long the gateway may carry traffic from `now` without another step.
