@@ -12,6 +12,7 @@ pub mod device;
 pub mod grpc;
 pub mod io;
 pub mod key;
+pub mod log_filter;
 pub mod metrics;
 pub mod peercred;
 pub mod remap;

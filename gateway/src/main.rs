@@ -183,8 +183,12 @@ async fn busy_poll() {
 }
 
 fn init_tracing(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // A bare level in RUST_LOG is kubetun's own; libraries (tonic, h2, hyper, ...) log below
+    // WARN only when named (`RUST_LOG=debug,h2=debug`), see `log_filter`.
+    let (filter, problem) = kubetun_gateway::log_filter::from_env(
+        "RUST_LOG",
+        tracing_subscriber::filter::LevelFilter::INFO,
+    );
     // Colour only on a terminal: a log file or a pod log gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
         && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
@@ -196,6 +200,9 @@ fn init_tracing(json: bool) {
         builder.json().init();
     } else {
         builder.init();
+    }
+    if let Some(problem) = problem {
+        tracing::warn!("{problem}");
     }
 }
 

@@ -196,8 +196,13 @@ async fn flush_tun(shared: &Shared, tun: &AsyncDevice, writer: &mut TunWriter) {
 /// Which peers [`initiate_sessions`] initiates with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Initiate {
-    /// Those with an endpoint, no session and no handshake in flight: after an apply.
-    WithoutSession,
+    /// Kubetun gateways (the connectivity check is on) with an endpoint, no session and no
+    /// handshake in flight: after an apply. Such a peer initiates after its own apply too,
+    /// so whichever side is configured second gets through. A plain WireGuard peer never
+    /// initiates when configured: an initiation it cannot answer yet would only hold our
+    /// first packets for REKEY_TIMEOUT (5 s), so it gets one when there is traffic, as
+    /// WireGuard does, or when it sends on a session of our previous run (a restart).
+    ProbedWithoutSession,
     /// Every peer with an endpoint: after a promotion, when the remotes' sessions and
     /// endpoints belong to the replica that was active before.
     All,
@@ -205,9 +210,9 @@ pub(super) enum Initiate {
 
 /// Sends a handshake initiation to the peers of `snapshot` that `which` names, unless this
 /// replica is on standby. Run after every applied change, so a restarted gateway (or a
-/// re-applied state) reaches its peers in one round trip instead of waiting for the remote's
-/// rekey timer, which only fires when it has something to send and no answer for 5 s + jitter
-/// (15 s and more in practice); and after a promotion.
+/// re-applied state) reaches its kubetun peers in one round trip instead of waiting for the
+/// remote's rekey timer, which only fires when it has something to send and no answer for
+/// 5 s + jitter (15 s and more in practice); and after a promotion.
 pub(super) async fn initiate_sessions(
     shared: Arc<Shared>,
     snapshot: Arc<Snapshot>,
@@ -216,10 +221,14 @@ pub(super) async fn initiate_sessions(
     // A handshake initiation is 148 bytes.
     let mut out = [0u8; 256];
     let mut sent = 0usize;
+    let probing = snapshot.state.interface.conncheck.is_some();
     for (_, slot) in snapshot.slots() {
         let now = clock::now();
         if !shared.role.is_active(now.mono_us) {
             return;
+        }
+        if which == Initiate::ProbedWithoutSession && !(probing && slot.config.conncheck) {
+            continue;
         }
         let initiated = {
             let sockets = shared.sockets.load();

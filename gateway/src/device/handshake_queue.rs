@@ -19,12 +19,12 @@
 //! with what does get through.
 
 use std::hash::BuildHasher;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
-use super::core::HandshakeSink;
+use super::core::{Endpoint, HandshakeSink};
 use super::dispatch::INITIATION_LEN;
 
 /// Handshake messages that may wait for the worker. At the worker's pace (tens of µs per
@@ -39,7 +39,8 @@ pub const PER_SOURCE_SHARE: u32 = 32;
 /// One received handshake message, copied out of the receive batch.
 #[derive(Debug, Clone, Copy)]
 pub struct HandshakeMessage {
-    source: SocketAddr,
+    /// Where it came from: the sender, and our address it was sent to.
+    source: Endpoint,
     /// The source's bucket of [`SourceShares`], given back when the message leaves the queue.
     bucket: u8,
     len: u8,
@@ -48,7 +49,7 @@ pub struct HandshakeMessage {
 
 impl HandshakeMessage {
     /// Copies `datagram` (at most an initiation's 148 bytes; `None` if longer).
-    fn new(source: SocketAddr, bucket: u8, datagram: &[u8]) -> Option<HandshakeMessage> {
+    fn new(source: Endpoint, bucket: u8, datagram: &[u8]) -> Option<HandshakeMessage> {
         let mut bytes = [0u8; INITIATION_LEN];
         bytes.get_mut(..datagram.len())?.copy_from_slice(datagram);
         Some(HandshakeMessage {
@@ -64,8 +65,8 @@ impl HandshakeMessage {
         &self.bytes[..usize::from(self.len)]
     }
 
-    /// Where it came from.
-    pub fn source(&self) -> SocketAddr {
+    /// Where it came from (and where a reply goes).
+    pub fn source(&self) -> Endpoint {
         self.source
     }
 }
@@ -102,9 +103,9 @@ impl HandshakeQueue {
 
     /// Queues a handshake message without waiting; refused when the queue or the source's
     /// share of it is full.
-    pub fn offer(&self, source: SocketAddr, datagram: &[u8]) -> Result<(), QueueFull> {
+    pub fn offer(&self, source: Endpoint, datagram: &[u8]) -> Result<(), QueueFull> {
         // The share first: a flood is mostly refused here, before any copy.
-        let bucket = self.shares.take(source.ip()).ok_or(QueueFull)?;
+        let bucket = self.shares.take(source.remote.ip()).ok_or(QueueFull)?;
         let queued = HandshakeMessage::new(source, bucket, datagram)
             // Disconnected only while the device is being torn down.
             .is_some_and(|message| self.sender.try_send(message).is_ok());
@@ -164,7 +165,7 @@ impl SourceShares {
 }
 
 impl HandshakeSink for &HandshakeQueue {
-    fn offer(&mut self, source: SocketAddr, datagram: &[u8]) -> bool {
+    fn offer(&mut self, source: Endpoint, datagram: &[u8]) -> bool {
         HandshakeQueue::offer(self, source, datagram).is_ok()
     }
 }
@@ -172,9 +173,10 @@ impl HandshakeSink for &HandshakeQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::SocketAddr;
 
-    fn source() -> SocketAddr {
-        "192.0.2.1:51820".parse().expect("address")
+    fn source() -> Endpoint {
+        Endpoint::unpinned("192.0.2.1:51820".parse().expect("address"))
     }
 
     #[test]
@@ -186,8 +188,11 @@ mod tests {
         assert!(HandshakeMessage::new(source(), 7, &[1u8; INITIATION_LEN + 1]).is_none());
     }
 
-    fn from_host(host: u32) -> SocketAddr {
-        SocketAddr::from((std::net::Ipv4Addr::from(0x0a00_0000 + host), 51820))
+    fn from_host(host: u32) -> Endpoint {
+        Endpoint::unpinned(SocketAddr::from((
+            std::net::Ipv4Addr::from(0x0a00_0000 + host),
+            51820,
+        )))
     }
 
     #[test]
@@ -205,7 +210,9 @@ mod tests {
         // Another address still gets in (unless it shares the flooder's bucket).
         let other = (1..)
             .map(from_host)
-            .find(|a| queue.shares.bucket(a.ip()) != queue.shares.bucket(source().ip()))
+            .find(|a| {
+                queue.shares.bucket(a.remote.ip()) != queue.shares.bucket(source().remote.ip())
+            })
             .expect("an address in another bucket");
         assert_eq!(queue.offer(other, &[2; 64]), Ok(()));
         // Taking one message out gives its source a place back.

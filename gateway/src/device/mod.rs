@@ -340,7 +340,7 @@ impl Device {
         tokio::spawn(datapath::initiate_sessions(
             Arc::clone(&self.shared),
             self.shared.snapshot.load_full(),
-            datapath::Initiate::WithoutSession,
+            datapath::Initiate::ProbedWithoutSession,
         ));
         tracing::info!(
             generation,
@@ -657,7 +657,7 @@ impl PeerReport {
             report.path = slot.backed_up.then(|| *peer.path.lock());
             let stats = &peer.stats;
             report.active = true;
-            report.endpoint = peer.endpoint();
+            report.endpoint = peer.remote();
             report.rx_bytes = stats.rx_bytes.load(Ordering::Relaxed);
             report.tx_bytes = stats.tx_bytes.load(Ordering::Relaxed);
             report.rx_packets = stats.rx_packets.load(Ordering::Relaxed);

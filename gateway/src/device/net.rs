@@ -11,7 +11,7 @@
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::Arc;
 
 use socket2::{Domain, Protocol, Socket, Type};
@@ -20,7 +20,8 @@ use tokio::net::UdpSocket;
 use super::core::Transmit;
 use super::drops::{DeviceDrop, Drops};
 use crate::io::IoOptions;
-use crate::io::udp_batch::UdpOffload;
+use crate::io::endpoint::Endpoint;
+use crate::io::udp_batch::{UdpOffload, receive_local_addresses, send_datagram};
 
 /// Kernel socket buffer size asked for (the same 7 MiB upstream wireguard-go uses): without it
 /// the decrypting side overflows its receive queue under TCP load.
@@ -96,8 +97,8 @@ impl Sockets {
 }
 
 /// Sends the core's single datagrams ([`Transmit`]) on the family's first socket without
-/// waiting: the sockets are non-blocking, and a full send buffer drops the datagram
-/// (counted as `udp_send`), as the kernel would.
+/// waiting, from the endpoint's local address when it has one: the sockets are non-blocking,
+/// and a full send buffer drops the datagram (counted as `udp_send`), as the kernel would.
 #[derive(Debug)]
 pub struct Sender<'a> {
     sockets: &'a Sockets,
@@ -112,12 +113,12 @@ impl<'a> Sender<'a> {
 }
 
 impl Transmit for Sender<'_> {
-    fn transmit(&mut self, datagram: &[u8], endpoint: SocketAddr) -> bool {
-        let Some(socket) = self.sockets.for_addr(&endpoint) else {
+    fn transmit(&mut self, datagram: &[u8], endpoint: Endpoint) -> bool {
+        let Some(socket) = self.sockets.for_addr(&endpoint.remote) else {
             self.drops.device(DeviceDrop::UdpSend);
             return false;
         };
-        match socket2::SockRef::from(&socket.udp).send_to(datagram, &endpoint.into()) {
+        match send_datagram(socket.udp.as_fd(), datagram, endpoint) {
             Ok(_) => true,
             Err(error) => {
                 tracing::trace!(%error, %endpoint, "UDP send failed");
@@ -189,6 +190,11 @@ fn bind_one(
     set_buffer(&socket, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
     set_buffer(&socket, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
     socket.bind(&addr.into())?;
+    // Replies leave from the address the peer sent to (see `io::endpoint`); without the
+    // option every reply takes the kernel's choice of source, which still works.
+    if let Err(error) = receive_local_addresses(socket.as_fd(), addr.is_ipv6()) {
+        tracing::warn!(%error, %addr, "cannot learn the local address of received datagrams");
+    }
     let offload = UdpOffload::configure(&socket, io.udp_gso, io.udp_gro);
     Ok(WgSocket {
         udp: UdpSocket::from_std(socket.into())?,

@@ -2,7 +2,7 @@
 //! and counters as lock-free atomics so that status readers never contend with the data path.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use std::sync::Arc;
 
@@ -15,6 +15,7 @@ use rand_core::RngCore as _;
 
 use super::conncheck::Prober;
 use super::path::PathState;
+use crate::io::endpoint::Endpoint;
 use crate::key::Key;
 
 /// Runtime state of one peer. Created when the peer (or its key material) first appears in
@@ -25,8 +26,9 @@ pub struct Peer {
     pub index: u32,
     /// The Noise state machine and sessions. Every packet method takes `&mut self`.
     pub tunn: Mutex<TunnCell>,
-    /// Where datagrams for this peer go; updated by roaming.
-    endpoint: ArcSwapOption<SocketAddr>,
+    /// Where datagrams for this peer go, and from which of our addresses; updated by
+    /// roaming.
+    endpoint: ArcSwapOption<Endpoint>,
     pub stats: PeerStats,
     /// Connectivity check state. Taken after `tunn` when both are held (a PONG is recorded
     /// while decrypting), never the other way round.
@@ -34,6 +36,9 @@ pub struct Peer {
     /// Whether the views other peers back up for this one go through them (see
     /// [`super::path`]); kept across applies like the sessions.
     pub path: Mutex<PathState>,
+    /// Whether a data message of the peer's for a session we do not have waits in the
+    /// handshake queue (see [`Peer::report_unknown_session`]).
+    unknown_session_queued: AtomicBool,
 }
 
 /// The peer's `Tunn` and our public key it was made with (or last switched to): during a key
@@ -149,31 +154,56 @@ impl Peer {
         Self {
             index,
             tunn: Mutex::new(tunn),
-            endpoint: ArcSwapOption::from_pointee(endpoint),
+            endpoint: ArcSwapOption::from_pointee(endpoint.map(Endpoint::unpinned)),
             stats: PeerStats::default(),
             // A random first sequence number: PONGs meant for a previous session's prober
             // of this peer do not match.
             conncheck: Mutex::new(Prober::new(rand_core::OsRng.next_u32())),
             path: Mutex::new(PathState::default()),
+            unknown_session_queued: AtomicBool::new(false),
         }
     }
 
-    /// The endpoint in use.
-    pub fn endpoint(&self) -> Option<SocketAddr> {
+    /// Claims the peer's one place in the handshake queue for a data message on a session we
+    /// do not have (the peer still uses one with a previous run of this gateway); false when
+    /// one is queued already or a handshake of ours is under way.
+    pub fn report_unknown_session(&self) -> bool {
+        self.stats
+            .handshake_pending_since_ms
+            .load(Ordering::Relaxed)
+            == 0
+            && !self.unknown_session_queued.swap(true, Ordering::Relaxed)
+    }
+
+    /// Gives the place of [`Self::report_unknown_session`] back (taken out of the queue, or
+    /// never queued).
+    pub fn unknown_session_handled(&self) {
+        self.unknown_session_queued.store(false, Ordering::Relaxed);
+    }
+
+    /// The endpoint in use, with the local address replies leave from.
+    pub fn endpoint(&self) -> Option<Endpoint> {
         self.endpoint.load().as_deref().copied()
     }
 
-    /// Replaces the endpoint (configuration change).
-    pub fn set_endpoint(&self, endpoint: Option<SocketAddr>) {
-        self.endpoint.store(endpoint.map(std::sync::Arc::new));
+    /// The peer's address in use (what `wg show` and the status report).
+    pub fn remote(&self) -> Option<SocketAddr> {
+        self.endpoint().map(|endpoint| endpoint.remote)
     }
 
-    /// Roams to `source` if it differs from the current endpoint. Called after a datagram
-    /// from `source` was authenticated.
-    pub fn roam(&self, source: SocketAddr) {
+    /// Replaces the endpoint (configuration change); the kernel picks the source until the
+    /// peer's first datagram arrives.
+    pub fn set_endpoint(&self, endpoint: Option<SocketAddr>) {
+        self.endpoint
+            .store(endpoint.map(|remote| Arc::new(Endpoint::unpinned(remote))));
+    }
+
+    /// Roams to `source` (the peer's address, and ours its datagram arrived at) if it differs
+    /// from the current endpoint. Called after a datagram from `source` was authenticated.
+    pub fn roam(&self, source: Endpoint) {
         if self.endpoint.load().as_deref() != Some(&source) {
             tracing::debug!(index = self.index, endpoint = %source, "peer endpoint changed");
-            self.endpoint.store(Some(std::sync::Arc::new(source)));
+            self.endpoint.store(Some(Arc::new(source)));
         }
     }
 

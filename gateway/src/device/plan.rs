@@ -44,6 +44,7 @@ pub fn next_snapshot(
     peers.resize_with(slot_count, || None);
     let mut by_index = IndexMap::default();
     let mut by_key = HashMap::with_capacity(next.peers.len());
+    let mut by_endpoint = HashMap::with_capacity(next.peers.len());
     for (i, config) in next.peers.iter().enumerate() {
         let id = plan.ids[i];
         let endpoint = resolved[i];
@@ -71,6 +72,9 @@ pub fn next_snapshot(
             by_index.insert(runtime.index, id);
         }
         by_key.insert(config.public_key, id);
+        if let Some(endpoint) = endpoint {
+            by_endpoint.insert(endpoint, id);
+        }
         peers[id as usize] = Some(PeerSlot {
             backed_up: fallbacks.backs_up(config),
             config: config.clone(),
@@ -85,6 +89,7 @@ pub fn next_snapshot(
         peers,
         by_index,
         by_key,
+        by_endpoint,
         remap: table,
     };
     Ok(snapshot)
@@ -287,6 +292,7 @@ mod tests {
             peers: Vec::new(),
             by_index: IndexMap::default(),
             by_key: HashMap::new(),
+            by_endpoint: HashMap::new(),
             remap: RemapTable::empty(),
         }
     }
@@ -475,7 +481,7 @@ mod tests {
         assert_eq!(s1.generation, 1);
         assert_eq!(s1.remap.len(), 2);
         let (id2, peer2) = runtime(&s1, 2);
-        peer2.roam(addr("198.51.100.7:4000"));
+        peer2.roam(addr("198.51.100.7:4000").into());
 
         // New routes, keepalive and a new peer: peer 2 keeps everything it learned.
         let mut changed = peer(2, "10.70.0.0/16", "10.205.0.0/16", Some("192.0.2.2:51820"));
@@ -490,7 +496,7 @@ mod tests {
         let (id2_after, peer2_after) = runtime(&s2, 2);
         assert!(Arc::ptr_eq(&peer2, &peer2_after), "session must survive");
         assert_eq!(id2, id2_after);
-        assert_eq!(peer2_after.endpoint(), Some(addr("198.51.100.7:4000")));
+        assert_eq!(peer2_after.remote(), Some(addr("198.51.100.7:4000")));
         assert_eq!(s2.by_index[&peer2.index], id2);
         // Peer 3 left; peer 4 reuses the lowest free id.
         let (id4, peer4) = runtime(&s2, 4);
@@ -504,7 +510,7 @@ mod tests {
         let s3 = apply(&s2, &state(vec![changed.clone()]));
         let (_, peer2_s3) = runtime(&s3, 2);
         assert!(Arc::ptr_eq(&peer2, &peer2_s3));
-        assert_eq!(peer2_s3.endpoint(), Some(addr("192.0.2.9:51820")));
+        assert_eq!(peer2_s3.remote(), Some(addr("192.0.2.9:51820")));
 
         // A new preshared key means a new session.
         changed.preshared_key = Some(key(9));

@@ -95,7 +95,7 @@ pub async fn reresolve_loop(shared: Arc<Shared>) {
                 continue;
             }
             match lookup(host, *port).await {
-                Ok(addr) if peer.endpoint() != Some(addr) => {
+                Ok(addr) if peer.remote() != Some(addr) => {
                     tracing::info!(
                         peer = %slot.config.display_name(),
                         endpoint = %addr,

@@ -118,6 +118,7 @@ mod tests {
             peers: Vec::new(),
             by_index: Default::default(),
             by_key: HashMap::new(),
+            by_endpoint: HashMap::new(),
             remap: builder.build().expect("valid table"),
         }
     }

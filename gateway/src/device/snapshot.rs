@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use boringtun::noise::rate_limiter::RateLimiter;
@@ -161,6 +162,9 @@ pub struct Snapshot {
     pub by_index: IndexMap,
     /// Peer ids by public key.
     pub by_key: HashMap<Key, PeerId>,
+    /// Peer ids by the endpoint they were configured with: where a peer that still has a
+    /// session with a previous run of this gateway sends from.
+    pub by_endpoint: HashMap<SocketAddr, PeerId>,
     /// Egress routing, ingress source checks, ACLs and address translation.
     pub remap: RemapTable,
 }
@@ -175,6 +179,7 @@ impl Snapshot {
             peers: Vec::new(),
             by_index: IndexMap::default(),
             by_key: HashMap::new(),
+            by_endpoint: HashMap::new(),
             remap: RemapTable::empty(),
         }
     }
@@ -182,6 +187,13 @@ impl Snapshot {
     /// The slot of peer `id`.
     pub fn peer(&self, id: PeerId) -> Option<&PeerSlot> {
         self.peers.get(id as usize).and_then(Option::as_ref)
+    }
+
+    /// The peer whose endpoint was configured as, and still is, `remote`.
+    pub fn peer_at(&self, remote: SocketAddr) -> Option<(&PeerSlot, &Peer)> {
+        let slot = self.peer(*self.by_endpoint.get(&remote)?)?;
+        let peer = slot.runtime.as_deref()?;
+        (peer.remote() == Some(remote)).then_some((slot, peer))
     }
 
     /// Takes everything but the remap table out of this snapshot and returns it (for a
@@ -194,6 +206,7 @@ impl Snapshot {
             peers: std::mem::take(&mut self.peers),
             by_index: std::mem::take(&mut self.by_index),
             by_key: std::mem::take(&mut self.by_key),
+            by_endpoint: std::mem::take(&mut self.by_endpoint),
             remap: RemapTable::empty(),
         }
     }

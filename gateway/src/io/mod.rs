@@ -4,12 +4,14 @@
 //! - [`tun_offload`]: TUN reads and writes in batches, with tun-rs's virtio-net offloads
 //!   (TSO/USO super-packets split on read, GRO coalescing on write).
 //! - [`gro`]: the in-place coalescing of TUN writes.
+//! - [`endpoint`]: a peer's address and the local address its datagrams arrived at.
 //! - [`buffer`]: the preallocated buffers both use; nothing allocates per packet.
 //!
 //! Each technique can be switched off on its own ([`IoOptions`]) so its effect can be
 //! measured in isolation.
 
 pub mod buffer;
+pub mod endpoint;
 pub mod gro;
 pub mod tun_offload;
 pub mod udp_batch;

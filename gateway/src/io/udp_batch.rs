@@ -14,16 +14,23 @@
 //!   and the pending messages are re-sent one datagram each; a segmented message refused as
 //!   too large for the path is split the same way without disabling GSO.
 //!
+//! - Sticky sources: each received datagram carries the local address it arrived at
+//!   (`IP_PKTINFO`, `IPV6_PKTINFO`), and each message to an [`Endpoint`] with a local address
+//!   leaves from it. A local address that is gone (the kernel refuses the send) is dropped
+//!   from the message, which is sent again with the kernel's choice.
+//!
 //! Nothing here allocates after construction. The `unsafe` blocks are the libc calls and the
 //! reinterpretation of the socket addresses and control messages they fill in.
 
 use std::io;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
+
+use super::endpoint::{Endpoint, LocalAddr};
 
 /// `SOL_UDP` socket option: the segment size of a GSO send.
 const UDP_SEGMENT: libc::c_int = 103;
@@ -38,8 +45,10 @@ pub const MAX_UDP_PAYLOAD: usize = 65_507;
 /// Receive buffer per message: a GRO message can carry up to 64 KiB, and a shorter buffer
 /// would truncate it.
 pub const RECV_BUFFER_LEN: usize = 65_536;
-/// Room for one `int` control message (`CMSG_SPACE(4)` is 24 on 64-bit Linux), with margin.
-const CONTROL_LEN: usize = 64;
+/// Room for the control messages of one message: a `UDP_GRO`/`UDP_SEGMENT` size
+/// (`CMSG_SPACE(4)`: 24 bytes on 64-bit Linux) and an `in6_pktinfo` (`CMSG_SPACE(20)`: 40),
+/// with margin.
+const CONTROL_LEN: usize = 128;
 
 /// A control-message buffer aligned for `cmsghdr`.
 #[derive(Clone, Copy)]
@@ -195,12 +204,21 @@ fn getsockopt_udp(fd: BorrowedFd<'_>, option: libc::c_int) -> io::Result<libc::c
 }
 
 fn setsockopt_udp(fd: BorrowedFd<'_>, option: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    setsockopt_int(fd, libc::SOL_UDP, option, value)
+}
+
+fn setsockopt_int(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    option: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: `fd` is a live descriptor; the value is a live c_int whose size is passed.
     #[allow(unsafe_code)]
     let rc = unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
-            libc::SOL_UDP,
+            level,
             option,
             (&raw const value).cast(),
             size_of::<libc::c_int>() as libc::socklen_t,
@@ -217,6 +235,8 @@ fn setsockopt_udp(fd: BorrowedFd<'_>, option: libc::c_int, value: libc::c_int) -
 #[derive(Debug, Clone, Copy)]
 struct RecvMeta {
     source: Option<SocketAddr>,
+    /// Our address the message was sent to, when the kernel said.
+    local: Option<LocalAddr>,
     len: usize,
     /// The GRO segment size; equal to `len` for a single datagram.
     segment: usize,
@@ -244,9 +264,18 @@ impl std::fmt::Debug for RecvBatch {
 #[derive(Debug, Clone, Copy)]
 pub struct Datagram<'a> {
     pub source: SocketAddr,
+    /// Our address it was sent to, when known.
+    pub local: Option<LocalAddr>,
     pub bytes: &'a [u8],
     /// Where it sits in its batch, to find it again with [`RecvBatch::get`].
     pub position: Position,
+}
+
+impl Datagram<'_> {
+    /// Where a reply goes: back to the source, from the address the datagram arrived at.
+    pub fn reply_to(&self) -> Endpoint {
+        Endpoint::reply(self.source, self.local)
+    }
 }
 
 /// The place of a datagram in a [`RecvBatch`]: lets a caller keep a compact list of
@@ -264,6 +293,7 @@ impl RecvBatch {
         let messages = messages.clamp(1, MAX_BATCH);
         let empty = RecvMeta {
             source: None,
+            local: None,
             len: 0,
             segment: 0,
         };
@@ -336,9 +366,11 @@ impl RecvBatch {
             } else {
                 self.names[index].decode(msg.msg_namelen)
             };
-            let segment = gro_segment(msg).unwrap_or(len).min(len);
+            let control = received_control(msg);
+            let segment = control.gro_segment.unwrap_or(len).min(len);
             self.metas[index] = RecvMeta {
                 source,
+                local: control.local,
                 len,
                 segment,
             };
@@ -362,6 +394,7 @@ impl RecvBatch {
             .enumerate()
             .filter_map(|(message, meta)| Some((message, meta.source?, meta)))
             .flat_map(move |(message, source, meta)| {
+                let local = meta.local;
                 let base = message * RECV_BUFFER_LEN;
                 let segment = meta.segment.max(1);
                 (0..meta.len).step_by(segment).map(move |offset| {
@@ -369,6 +402,7 @@ impl RecvBatch {
                     let start = base + offset;
                     Datagram {
                         source,
+                        local,
                         bytes: &self.data[start..start + len],
                         position: Position {
                             start: start as u32,
@@ -386,11 +420,11 @@ impl RecvBatch {
     /// If `position` does not come from the last receive of this batch.
     pub fn get(&self, position: Position) -> Datagram<'_> {
         let start = position.start as usize;
-        let source = self.metas[..self.filled][position.message as usize]
-            .source
-            .expect("position of a received datagram");
+        let meta = &self.metas[..self.filled][position.message as usize];
+        let source = meta.source.expect("position of a received datagram");
         Datagram {
             source,
+            local: meta.local,
             bytes: &self.data[start..start + position.len as usize],
             position,
         }
@@ -405,6 +439,16 @@ impl RecvBatch {
     /// `false` (nothing added) when every message is in use or it is longer than a message.
     /// Lets the data-path core be driven without a socket.
     pub fn push(&mut self, source: SocketAddr, datagram: &[u8]) -> bool {
+        self.push_to(source, None, datagram)
+    }
+
+    /// [`Self::push`] of a datagram that arrived at our address `local`.
+    pub fn push_to(
+        &mut self,
+        source: SocketAddr,
+        local: Option<LocalAddr>,
+        datagram: &[u8],
+    ) -> bool {
         if self.filled == self.metas.len() || datagram.len() > RECV_BUFFER_LEN {
             return false;
         }
@@ -412,6 +456,7 @@ impl RecvBatch {
         self.data[start..start + datagram.len()].copy_from_slice(datagram);
         self.metas[self.filled] = RecvMeta {
             source: Some(source),
+            local,
             len: datagram.len(),
             segment: datagram.len(),
         };
@@ -429,31 +474,76 @@ impl RecvBatch {
     }
 }
 
-/// The `UDP_GRO` segment size in a received message's control data, if any.
-fn gro_segment(msg: &libc::msghdr) -> Option<usize> {
+/// What a received message's control data says.
+#[derive(Debug, Default, Clone, Copy)]
+struct ReceivedControl {
+    /// The `UDP_GRO` segment size.
+    gro_segment: Option<usize>,
+    /// The local address from `IP_PKTINFO` / `IPV6_PKTINFO`.
+    local: Option<LocalAddr>,
+}
+
+/// Reads the control messages the receive options ask for out of a received message.
+fn received_control(msg: &libc::msghdr) -> ReceivedControl {
+    let mut control = ReceivedControl::default();
     // SAFETY: `msg` was filled by `recvmmsg`: `msg_control`/`msg_controllen` describe the
     // control bytes the kernel wrote into our buffer, which the CMSG macros walk within
-    // bounds; the payload of a `UDP_GRO` message is one `c_int`, read unaligned.
+    // bounds; each payload is read unaligned as the type its level and type say it is, and
+    // only when its length covers that type.
     #[allow(unsafe_code)]
     unsafe {
         let mut cmsg = libc::CMSG_FIRSTHDR(msg);
         while !cmsg.is_null() {
             let header = &*cmsg;
-            if header.cmsg_level == libc::SOL_UDP && header.cmsg_type == UDP_GRO {
-                let size = libc::CMSG_DATA(cmsg).cast::<libc::c_int>().read_unaligned();
-                return usize::try_from(size).ok().filter(|size| *size > 0);
+            let data = libc::CMSG_DATA(cmsg);
+            let payload = (header.cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+            match (header.cmsg_level, header.cmsg_type) {
+                (libc::SOL_UDP, UDP_GRO) if payload >= size_of::<libc::c_int>() => {
+                    let size = data.cast::<libc::c_int>().read_unaligned();
+                    control.gro_segment = usize::try_from(size).ok().filter(|size| *size > 0);
+                }
+                (libc::IPPROTO_IP, libc::IP_PKTINFO)
+                    if payload >= size_of::<libc::in_pktinfo>() =>
+                {
+                    let info = data.cast::<libc::in_pktinfo>().read_unaligned();
+                    control.local = Some(LocalAddr {
+                        ip: IpAddr::V4(Ipv4Addr::from(info.ipi_spec_dst.s_addr.to_ne_bytes())),
+                        ifindex: u32::try_from(info.ipi_ifindex).unwrap_or(0),
+                    });
+                }
+                (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO)
+                    if payload >= size_of::<libc::in6_pktinfo>() =>
+                {
+                    let info = data.cast::<libc::in6_pktinfo>().read_unaligned();
+                    control.local = Some(LocalAddr {
+                        ip: IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)),
+                        ifindex: info.ipi6_ifindex,
+                    });
+                }
+                _ => {}
             }
             cmsg = libc::CMSG_NXTHDR(msg, cmsg);
         }
     }
-    None
+    control
+}
+
+/// Asks the kernel to report, with every datagram received on `fd`, the local address it
+/// was sent to (`IP_PKTINFO` on IPv4, `IPV6_RECVPKTINFO` on IPv6 sockets).
+pub fn receive_local_addresses(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<()> {
+    let (level, option) = if ipv6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_PKTINFO)
+    };
+    setsockopt_int(fd, level, option, 1)
 }
 
 /// One outgoing message: `count` datagrams to `dest`, contiguous in the arena, each
 /// `segment` bytes except possibly the last.
 #[derive(Debug, Clone, Copy)]
 struct Message {
-    dest: SocketAddr,
+    dest: Endpoint,
     start: usize,
     len: usize,
     segment: usize,
@@ -471,6 +561,9 @@ pub struct SendReport {
     pub failed: usize,
     /// `sendmmsg` calls made.
     pub calls: usize,
+    /// Messages whose local address was no longer ours: they left from the kernel's choice
+    /// instead. The peer's next datagram pins its endpoint to where it arrived.
+    pub unpinned: usize,
 }
 
 /// An arena of outgoing datagrams, coalesced into GSO messages as they are committed.
@@ -539,7 +632,7 @@ impl SendBatch {
 
     /// Adds the `len` bytes just written at the start of [`SendBatch::space`] as a datagram
     /// to `dest`, joining the previous message when GSO may carry both.
-    pub fn commit(&mut self, dest: SocketAddr, len: usize) {
+    pub fn commit(&mut self, dest: Endpoint, len: usize) {
         assert!(
             self.datagrams < self.max_datagrams && len <= self.data.len() - self.used,
             "commit without space"
@@ -570,12 +663,12 @@ impl SendBatch {
     }
 
     /// Copies `datagram` in and commits it; `false` (nothing added) when the batch is full.
-    pub fn push(&mut self, dest: SocketAddr, datagram: &[u8]) -> bool {
+    pub fn push(&mut self, dest: impl Into<Endpoint>, datagram: &[u8]) -> bool {
         let Some(space) = self.space(datagram.len()) else {
             return false;
         };
         space[..datagram.len()].copy_from_slice(datagram);
-        self.commit(dest, datagram.len());
+        self.commit(dest.into(), datagram.len());
         true
     }
 
@@ -600,7 +693,7 @@ impl SendBatch {
                 [libc::mmsghdr; MAX_BATCH],
             ) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
             for (index, message) in pending[..count].iter().enumerate() {
-                let (name, name_len) = RawAddr::encode(message.dest);
+                let (name, name_len) = RawAddr::encode(message.dest.remote);
                 names[index] = name;
                 let bytes = &self.data[message.start..message.start + message.len];
                 iovecs[index].iov_base = bytes.as_ptr().cast_mut().cast();
@@ -610,9 +703,8 @@ impl SendBatch {
                 msg.msg_namelen = name_len;
                 msg.msg_iov = &raw mut iovecs[index];
                 msg.msg_iovlen = 1;
-                if message.count > 1 {
-                    set_segment(msg, &mut controls[index], message.segment);
-                }
+                let segment = (message.count > 1).then_some(message.segment);
+                set_control(msg, &mut controls[index], segment, message.dest.local);
             }
             // SAFETY: every header points at live locals (names, iovecs, controls) and at
             // arena bytes of `self` that are not written during the call; the kernel only
@@ -645,14 +737,19 @@ impl SendBatch {
             }
             let first = self.messages[self.cursor];
             let errno = error.raw_os_error().unwrap_or(0);
-            if first.count > 1 && errno == libc::EIO {
+            if source_refused(errno)
+                && let Some(local) = first.dest.local
+            {
+                tracing::debug!(local = %local.ip, "local address gone; sending from another");
+                self.report.unpinned += self.unpin_from(self.cursor, local);
+            } else if first.count > 1 && errno == libc::EIO {
                 offload.disable_gso();
                 self.split_from(self.cursor);
             } else if first.count > 1 && matches!(errno, libc::EINVAL | libc::EMSGSIZE) {
                 tracing::debug!(%error, segment = first.segment, "GSO send refused; splitting");
                 self.split_from(self.cursor);
             } else {
-                tracing::trace!(%error, dest = %first.dest, "UDP send failed");
+                tracing::trace!(%error, dest = %first.dest.remote, "UDP send failed");
                 self.report.failed += first.count;
                 self.cursor += 1;
                 self.last_error = Some(error);
@@ -684,7 +781,7 @@ impl SendBatch {
 
     /// The datagrams waiting to be sent with their destinations, in commit order (GSO
     /// messages split at their segment size).
-    pub fn datagrams(&self) -> impl Iterator<Item = (SocketAddr, &[u8])> {
+    pub fn datagrams(&self) -> impl Iterator<Item = (Endpoint, &[u8])> {
         self.messages[self.cursor..]
             .iter()
             .flat_map(move |message| {
@@ -702,6 +799,19 @@ impl SendBatch {
         self.cursor = 0;
         self.messages.clear();
         self.report = SendReport::default();
+    }
+
+    /// Lets the messages from `from` on that leave from `local` leave from the kernel's
+    /// choice instead; returns how many.
+    fn unpin_from(&mut self, from: usize, local: LocalAddr) -> usize {
+        let mut unpinned = 0;
+        for message in &mut self.messages[from..] {
+            if message.dest.local == Some(local) {
+                message.dest.local = None;
+                unpinned += 1;
+            }
+        }
+        unpinned
     }
 
     /// Rewrites the messages from `from` on as one message per datagram, in order. There
@@ -735,21 +845,137 @@ impl SendBatch {
     }
 }
 
-/// Writes a `UDP_SEGMENT` control message for `segment`-byte segments into `control` and
-/// attaches it to `msg`.
-fn set_segment(msg: &mut libc::msghdr, control: &mut Control, segment: usize) {
-    let segment = u16::try_from(segment).unwrap_or(u16::MAX);
-    msg.msg_control = control.0.as_mut_ptr().cast();
-    // SAFETY: `control` is an 8-aligned buffer larger than CMSG_SPACE(2); CMSG_FIRSTHDR of a
-    // msghdr whose control length covers it returns its start, and CMSG_DATA stays inside.
-    #[allow(unsafe_code)]
-    unsafe {
-        msg.msg_controllen = libc::CMSG_SPACE(size_of::<u16>() as libc::c_uint) as _;
-        let cmsg = libc::CMSG_FIRSTHDR(msg);
-        (*cmsg).cmsg_level = libc::SOL_UDP;
-        (*cmsg).cmsg_type = UDP_SEGMENT;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as libc::c_uint) as _;
-        libc::CMSG_DATA(cmsg).cast::<u16>().write_unaligned(segment);
+/// Writes the control messages of one outgoing message into `control` and attaches them to
+/// `msg`: a `UDP_SEGMENT` size for a GSO message, and the source address to send from.
+fn set_control(
+    msg: &mut libc::msghdr,
+    control: &mut Control,
+    segment: Option<usize>,
+    source: Option<LocalAddr>,
+) {
+    let mut writer = ControlWriter { control, used: 0 };
+    if let Some(segment) = segment {
+        let segment = u16::try_from(segment).unwrap_or(u16::MAX);
+        writer.push(libc::SOL_UDP, UDP_SEGMENT, segment);
+    }
+    match source.map(|local| (local.ip, local.send_ifindex())) {
+        Some((IpAddr::V4(ip), ifindex)) => writer.push(
+            libc::IPPROTO_IP,
+            libc::IP_PKTINFO,
+            libc::in_pktinfo {
+                ipi_ifindex: libc::c_int::try_from(ifindex).unwrap_or(0),
+                ipi_spec_dst: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(ip.octets()),
+                },
+                ipi_addr: libc::in_addr { s_addr: 0 },
+            },
+        ),
+        Some((IpAddr::V6(ip), ifindex)) => writer.push(
+            libc::IPPROTO_IPV6,
+            libc::IPV6_PKTINFO,
+            libc::in6_pktinfo {
+                ipi6_addr: libc::in6_addr {
+                    s6_addr: ip.octets(),
+                },
+                ipi6_ifindex: ifindex,
+            },
+        ),
+        None => {}
+    }
+    let used = writer.used;
+    if used > 0 {
+        msg.msg_control = control.0.as_mut_ptr().cast();
+        msg.msg_controllen = used as _;
+    } else {
+        msg.msg_control = std::ptr::null_mut();
+        msg.msg_controllen = 0;
+    }
+}
+
+/// Appends control messages to a [`Control`] buffer.
+struct ControlWriter<'a> {
+    control: &'a mut Control,
+    used: usize,
+}
+
+impl ControlWriter<'_> {
+    /// Appends one control message carrying `value`.
+    ///
+    /// # Panics
+    /// If it does not fit (a bug: [`CONTROL_LEN`] holds every combination we send).
+    fn push<T: Copy>(&mut self, level: libc::c_int, kind: libc::c_int, value: T) {
+        let len = size_of::<T>() as libc::c_uint;
+        // SAFETY: CMSG_SPACE and CMSG_LEN are pure arithmetic.
+        #[allow(unsafe_code)]
+        let (space, cmsg_len) = unsafe { (libc::CMSG_SPACE(len) as usize, libc::CMSG_LEN(len)) };
+        assert!(
+            self.used + space <= CONTROL_LEN,
+            "control messages overflow"
+        );
+        // SAFETY: the buffer is 8-aligned and `used` is a sum of CMSG_SPACE values (multiples
+        // of the `cmsghdr` alignment), so the header is aligned; header and payload lie within
+        // the `space` bytes checked above; the payload is written unaligned.
+        #[allow(unsafe_code)]
+        unsafe {
+            let cmsg = self
+                .control
+                .0
+                .as_mut_ptr()
+                .add(self.used)
+                .cast::<libc::cmsghdr>();
+            (*cmsg).cmsg_level = level;
+            (*cmsg).cmsg_type = kind;
+            (*cmsg).cmsg_len = cmsg_len as _;
+            libc::CMSG_DATA(cmsg).cast::<T>().write_unaligned(value);
+        }
+        self.used += space;
+    }
+}
+
+/// Whether a send from a pinned local address failed with what the kernel answers when that
+/// address is no longer ours: `EINVAL` (IPv6, and IPv4 on older kernels), `ENETUNREACH` (IPv4
+/// route lookups since Linux 5.x), `EADDRNOTAVAIL`. A send that fails the same way without the
+/// pin is counted as failed as usual.
+fn source_refused(errno: i32) -> bool {
+    matches!(
+        errno,
+        libc::EINVAL | libc::ENETUNREACH | libc::EADDRNOTAVAIL
+    )
+}
+
+/// Sends one datagram to `to` on `fd` without blocking, from `to`'s local address if it has
+/// one. A local address that is no longer ours is dropped and the datagram sent again with
+/// the kernel's choice; the result says whether that happened (`Ok(true)`).
+pub fn send_datagram(fd: BorrowedFd<'_>, datagram: &[u8], to: Endpoint) -> io::Result<bool> {
+    let (mut name, name_len) = RawAddr::encode(to.remote);
+    let mut iovec = libc::iovec {
+        iov_base: datagram.as_ptr().cast_mut().cast(),
+        iov_len: datagram.len(),
+    };
+    let mut control = Control([0; CONTROL_LEN]);
+    let mut local = to.local;
+    loop {
+        // SAFETY: as in `RecvBatch::recv`, all-zero bytes are a valid `msghdr`.
+        #[allow(unsafe_code)]
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = (&raw mut name).cast();
+        msg.msg_namelen = name_len;
+        msg.msg_iov = &raw mut iovec;
+        msg.msg_iovlen = 1;
+        set_control(&mut msg, &mut control, None, local);
+        // SAFETY: `msg` points at live locals (name, iovec, control) and at `datagram`, which
+        // the kernel only reads during the call.
+        #[allow(unsafe_code)]
+        let rc = unsafe { libc::sendmsg(fd.as_raw_fd(), &raw const msg, libc::MSG_DONTWAIT) };
+        if rc >= 0 {
+            return Ok(local.is_none() && to.local.is_some());
+        }
+        let error = io::Error::last_os_error();
+        match error.raw_os_error() {
+            Some(libc::EINTR) => {}
+            Some(errno) if source_refused(errno) && local.is_some() => local = None,
+            _ => return Err(error),
+        }
     }
 }
 

@@ -1,14 +1,14 @@
 //! One handshake message (initiation, response, cookie reply): the shared rate limiter, the
 //! peer lookup, the peer's `Tunn`, and what it answers.
 
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
 use boringtun::noise::errors::WireGuardError;
 use boringtun::noise::handshake::parse_handshake_anon;
 use boringtun::noise::{Packet, TunnResult};
 
-use super::{Now, Transmit, transmit_to_peer};
+use super::timers::initiate_to;
+use super::{Endpoint, Now, Transmit, transmit_to_peer};
 use crate::device::dispatch::{Incoming, classify, is_cookie_reply};
 use crate::device::drops::{DeviceDrop, Drops};
 use crate::device::peer::Peer;
@@ -23,13 +23,17 @@ use crate::remap::{DropReason, PeerId};
 pub fn process(
     snapshot: &Snapshot,
     drops: &Drops,
-    source: SocketAddr,
+    source: Endpoint,
     datagram: &[u8],
     out: &mut [u8],
     transmit: &mut impl Transmit,
     now: Now,
 ) {
     let kind = classify(datagram);
+    if let Incoming::Data { .. } = kind {
+        initiate_for_unknown_session(snapshot, source, out, transmit, now);
+        return;
+    }
     let Some((id, addressed)) = find_peer(snapshot, drops, source, datagram, kind, out, transmit)
     else {
         return;
@@ -87,7 +91,7 @@ fn decapsulate<'o>(
     slot: &PeerSlot,
     peer: &Peer,
     addressed: Option<&Identity>,
-    source: SocketAddr,
+    source: Endpoint,
     datagram: &[u8],
     out: &'o mut [u8],
     now: Now,
@@ -105,7 +109,10 @@ fn decapsulate<'o>(
                 && (to_current(identity) || !peer.proven_on_its_key()) =>
         {
             let mut moved = identity.tunn(&slot.config, peer.index);
-            let result = moved.0.get().decapsulate(Some(source.ip()), datagram, out);
+            let result = moved
+                .0
+                .get()
+                .decapsulate(Some(source.remote.ip()), datagram, out);
             if matches!(&result, TunnResult::WriteToNetwork(reply) if !is_cookie_reply(reply)) {
                 *tunn = moved;
                 peer.stats
@@ -120,7 +127,34 @@ fn decapsulate<'o>(
             }
             result
         }
-        _ => tunn.0.get().decapsulate(Some(source.ip()), datagram, out),
+        _ => tunn
+            .0
+            .get()
+            .decapsulate(Some(source.remote.ip()), datagram, out),
+    }
+}
+
+/// The peer at `source` sent data on a session we do not have (queued by the ingress core's
+/// `report_unknown_session`): initiates a handshake, from our address the data arrived at,
+/// unless the peer has a session or a handshake under way by now. The initiation is not
+/// forced, so boringtun's own limit of one per REKEY_TIMEOUT holds.
+fn initiate_for_unknown_session(
+    snapshot: &Snapshot,
+    source: Endpoint,
+    out: &mut [u8],
+    transmit: &mut impl Transmit,
+    now: Now,
+) {
+    let Some((slot, peer)) = snapshot.peer_at(source.remote) else {
+        return;
+    };
+    peer.unknown_session_handled();
+    if initiate_to(peer, source, now, transmit, out, false) {
+        tracing::debug!(
+            peer = %slot.config.display_name(),
+            endpoint = %source,
+            "the peer sends on a session we do not have; initiating a handshake"
+        );
     }
 }
 
@@ -138,7 +172,7 @@ fn awaits_response(snapshot: &Snapshot, receiver: u32) -> bool {
         })
 }
 
-fn accepted(peer: &Peer, kind: Incoming, source: SocketAddr, len: usize) {
+fn accepted(peer: &Peer, kind: Incoming, source: Endpoint, len: usize) {
     if kind.authenticates_source() {
         peer.roam(source);
     }
@@ -148,7 +182,7 @@ fn accepted(peer: &Peer, kind: Incoming, source: SocketAddr, len: usize) {
 /// Sends the packets `Tunn` queued while it had no session, now that it has one.
 fn flush_queued(
     peer: &Peer,
-    endpoint: SocketAddr,
+    endpoint: Endpoint,
     out: &mut [u8],
     transmit: &mut impl Transmit,
     now: Now,
@@ -174,7 +208,7 @@ fn flush_queued(
 fn find_peer<'s>(
     snapshot: &'s Snapshot,
     drops: &Drops,
-    source: SocketAddr,
+    source: Endpoint,
     datagram: &[u8],
     kind: Incoming,
     out: &mut [u8],
@@ -199,12 +233,13 @@ fn find_peer<'s>(
                     &identity.rate_limiter
                 }
             };
-            let mut verified = limiter(current).verify_packet(Some(source.ip()), datagram, out);
+            let mut verified =
+                limiter(current).verify_packet(Some(source.remote.ip()), datagram, out);
             if matches!(verified, Err(TunnResult::Err(WireGuardError::InvalidMac)))
                 && let Some(previous) = current.previous.as_deref()
             {
                 identity = previous;
-                verified = limiter(previous).verify_packet(Some(source.ip()), datagram, out);
+                verified = limiter(previous).verify_packet(Some(source.remote.ip()), datagram, out);
             }
             let packet = match verified {
                 Ok(packet) => packet,

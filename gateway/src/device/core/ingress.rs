@@ -6,12 +6,12 @@ use boringtun::noise::TunnResult;
 use super::timers::send_probe;
 use super::{HandshakeSink, Now, PROBE_ROOM, Step, Transmit};
 use crate::device::conncheck::{self, Probe, ProbeKind};
-use crate::device::dispatch::{Incoming, classify};
+use crate::device::dispatch::{Incoming, MIN_DATA_LEN, classify};
 use crate::device::drops::{DeviceDrop, Drops};
 use crate::device::peer::Peer;
 use crate::device::snapshot::Snapshot;
 use crate::io::tun_offload::TunWriter;
-use crate::io::udp_batch::{Position, RecvBatch};
+use crate::io::udp_batch::{Datagram, Position, RecvBatch};
 use crate::remap::{DropReason, PeerId, Verdict};
 
 /// One ingress task's batch state: the data messages grouped by peer and how far their
@@ -50,13 +50,16 @@ impl Ingress {
             match classify(datagram.bytes) {
                 Incoming::Data { receiver } => match snapshot.by_index.get(&receiver) {
                     Some(id) => self.pending.push((*id, sequence as u32, datagram.position)),
-                    None => drops.device(DeviceDrop::UnknownReceiver),
+                    None => {
+                        drops.device(DeviceDrop::UnknownReceiver);
+                        report_unknown_session(snapshot, &datagram, handshakes);
+                    }
                 },
                 Incoming::Invalid => drops.device(DeviceDrop::InvalidDatagram),
                 // A handshake completing behind data of the same batch is harmless: a session's
                 // first data message can only follow the handshake that created it.
                 Incoming::Initiation | Incoming::Response { .. } | Incoming::CookieReply { .. } => {
-                    if !handshakes.offer(datagram.source, datagram.bytes) {
+                    if !handshakes.offer(datagram.reply_to(), datagram.bytes) {
                         drops.device(DeviceDrop::HandshakeQueueFull);
                     }
                 }
@@ -112,7 +115,7 @@ impl Ingress {
                         | TunnResult::WriteToTunnelV6(packet, _) => {
                             bytes += datagram.bytes.len();
                             accepted += 1;
-                            last_source = Some(datagram.source);
+                            last_source = Some(datagram.reply_to());
                             if probes.take(drops, peer, packet, now) {
                                 continue; // a connectivity probe, the gateway's own
                             }
@@ -130,7 +133,7 @@ impl Ingress {
                             // A keepalive.
                             bytes += datagram.bytes.len();
                             accepted += 1;
-                            last_source = Some(datagram.source);
+                            last_source = Some(datagram.reply_to());
                         }
                         TunnResult::WriteToNetwork(_) => {
                             // Transport data never asks for a reply; nothing to send.
@@ -154,6 +157,26 @@ impl Ingress {
             }
         }
         Step::Done
+    }
+}
+
+/// A data message for a session we do not have, from where a peer was configured to be: the
+/// peer still holds a session with a previous run of this gateway (we restarted). Its header
+/// goes to the handshake worker, which initiates at once ([`super::handshake::process`])
+/// instead of leaving the peer to notice after 15 s of unanswered data; at most one per
+/// peer waits in the queue, and none while a handshake of ours is under way.
+fn report_unknown_session(
+    snapshot: &Snapshot,
+    datagram: &Datagram<'_>,
+    handshakes: &mut impl HandshakeSink,
+) {
+    let Some((_, peer)) = snapshot.peer_at(datagram.source) else {
+        return;
+    };
+    if peer.report_unknown_session()
+        && !handshakes.offer(datagram.reply_to(), &datagram.bytes[..MIN_DATA_LEN])
+    {
+        peer.unknown_session_handled();
     }
 }
 

@@ -34,11 +34,10 @@ mod clock_tests;
 #[cfg(test)]
 mod tests;
 
-use std::net::SocketAddr;
-
 use super::dispatch::is_initiation;
 use super::peer::Peer;
 pub use crate::clock::Now;
+pub use crate::io::endpoint::Endpoint;
 use crate::io::udp_batch::SendBatch;
 
 /// Largest IP packet or UDP datagram handled.
@@ -68,13 +67,14 @@ pub enum Step {
 pub trait Transmit {
     /// Sends `datagram` to `endpoint` without waiting; true when it left (a failure is the
     /// sender's to count).
-    fn transmit(&mut self, datagram: &[u8], endpoint: SocketAddr) -> bool;
+    fn transmit(&mut self, datagram: &[u8], endpoint: Endpoint) -> bool;
 }
 
 /// Takes the handshake messages found in a receive batch.
 pub trait HandshakeSink {
-    /// Queues a handshake message from `source`; false when it was refused (full).
-    fn offer(&mut self, source: SocketAddr, datagram: &[u8]) -> bool;
+    /// Queues a handshake message that came from `source` (the endpoint a reply goes to);
+    /// false when it was refused (full).
+    fn offer(&mut self, source: Endpoint, datagram: &[u8]) -> bool;
 }
 
 /// Sends `datagram` to `peer` at `endpoint`, recording it in the peer's counters (and a
@@ -83,7 +83,7 @@ pub fn transmit_to_peer(
     sink: &mut impl Transmit,
     peer: &Peer,
     datagram: &[u8],
-    endpoint: SocketAddr,
+    endpoint: Endpoint,
     now: Now,
 ) {
     if is_initiation(datagram) {
@@ -115,15 +115,15 @@ impl Outbox {
     }
 
     /// The family's arena for `endpoint`.
-    pub fn batch_for(&mut self, endpoint: &SocketAddr) -> &mut SendBatch {
-        match endpoint {
-            SocketAddr::V4(_) => &mut self.v4,
-            SocketAddr::V6(_) => &mut self.v6,
+    pub fn batch_for(&mut self, endpoint: &Endpoint) -> &mut SendBatch {
+        match endpoint.remote {
+            std::net::SocketAddr::V4(_) => &mut self.v4,
+            std::net::SocketAddr::V6(_) => &mut self.v6,
         }
     }
 
     /// Every datagram waiting, IPv4 first, with its destination.
-    pub fn datagrams(&self) -> impl Iterator<Item = (SocketAddr, &[u8])> {
+    pub fn datagrams(&self) -> impl Iterator<Item = (Endpoint, &[u8])> {
         self.v4.datagrams().chain(self.v6.datagrams())
     }
 

@@ -9,32 +9,41 @@ use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 
 use super::egress::Egress;
 use super::ingress::Ingress;
-use super::{HandshakeSink, Now, Outbox, Step, Transmit, handshake, timers};
+use super::{Endpoint, HandshakeSink, Now, Outbox, Step, Transmit, handshake, timers};
 use crate::device::conncheck::ConnCheckConfig;
 use crate::device::drops::Drops;
 use crate::device::plan::next_snapshot;
 use crate::device::snapshot::Snapshot;
+use crate::io::endpoint::LocalAddr;
 use crate::io::tun_offload::TunWriter;
 use crate::io::udp_batch::RecvBatch;
 use crate::key::Key;
-use crate::state::{DesiredState, Endpoint, InterfaceConfig, PeerConfig, RouteConfig};
+use crate::state::{self, DesiredState, InterfaceConfig, PeerConfig, RouteConfig};
 
 const BATCH: usize = 16;
 
-/// Datagrams sent through [`Transmit`], or handshake messages offered, in order.
+/// Datagrams sent through [`Transmit`], or handshake messages offered, in order; the second
+/// list holds their endpoints with the local address each was sent from (or arrived at).
 #[derive(Debug, Default)]
-pub(super) struct Wire(pub Vec<(SocketAddr, Vec<u8>)>);
+pub(super) struct Wire(pub Vec<(SocketAddr, Vec<u8>)>, pub Vec<Endpoint>);
+
+impl Wire {
+    fn record(&mut self, endpoint: Endpoint, datagram: &[u8]) {
+        self.0.push((endpoint.remote, datagram.to_vec()));
+        self.1.push(endpoint);
+    }
+}
 
 impl Transmit for Wire {
-    fn transmit(&mut self, datagram: &[u8], endpoint: SocketAddr) -> bool {
-        self.0.push((endpoint, datagram.to_vec()));
+    fn transmit(&mut self, datagram: &[u8], endpoint: Endpoint) -> bool {
+        self.record(endpoint, datagram);
         true
     }
 }
 
 impl HandshakeSink for Wire {
-    fn offer(&mut self, source: SocketAddr, datagram: &[u8]) -> bool {
-        self.0.push((source, datagram.to_vec()));
+    fn offer(&mut self, source: Endpoint, datagram: &[u8]) -> bool {
+        self.record(source, datagram);
         true
     }
 }
@@ -86,12 +95,14 @@ pub(super) struct Received {
     pub packets: Vec<Vec<u8>>,
     /// Datagrams sent back (handshake replies, probe answers, queued packets).
     pub replies: Vec<(SocketAddr, Vec<u8>)>,
+    /// Where each of `replies` went, with the local address it left from.
+    pub reply_endpoints: Vec<Endpoint>,
 }
 
 impl Gateway {
     pub fn new(this: &Side, other: &Side, keepalive: u16) -> Gateway {
         let mut peer = PeerConfig::new(other.key.public_key());
-        peer.endpoint = Some(Endpoint::Addr(other.address));
+        peer.endpoint = Some(state::Endpoint::Addr(other.address));
         peer.persistent_keepalive = keepalive;
         peer.routes = vec![RouteConfig::remapped(
             other.real.parse().expect("real prefix"),
@@ -124,7 +135,19 @@ impl Gateway {
     }
 
     /// Packets read from the TUN device: remapped, encrypted; the datagrams that left.
-    pub fn send(&mut self, mut packets: Vec<Vec<u8>>, now: Now) -> Vec<(SocketAddr, Vec<u8>)> {
+    pub fn send(&mut self, packets: Vec<Vec<u8>>, now: Now) -> Vec<(SocketAddr, Vec<u8>)> {
+        self.send_to_endpoints(packets, now)
+            .into_iter()
+            .map(|(to, datagram)| (to.remote, datagram))
+            .collect()
+    }
+
+    /// [`Self::send`], with the local address each datagram leaves from.
+    pub fn send_to_endpoints(
+        &mut self,
+        mut packets: Vec<Vec<u8>>,
+        now: Now,
+    ) -> Vec<(Endpoint, Vec<u8>)> {
         let mut sent = Vec::new();
         self.egress.route(&self.snapshot, &self.drops, &mut packets);
         loop {
@@ -146,13 +169,27 @@ impl Gateway {
     /// Datagrams arriving from `from`: classified, decrypted (handshakes processed as the
     /// worker would, after the batch).
     pub fn receive(&mut self, from: SocketAddr, datagrams: &[Vec<u8>], now: Now) -> Received {
+        self.receive_at(from, None, datagrams, now)
+    }
+
+    /// [`Self::receive`] of datagrams sent to our address `local`.
+    pub fn receive_at(
+        &mut self,
+        from: SocketAddr,
+        local: Option<LocalAddr>,
+        datagrams: &[Vec<u8>],
+        now: Now,
+    ) -> Received {
         let mut received = Received::default();
         let mut handshakes = Wire::default();
         let mut replies = Wire::default();
         for chunk in datagrams.chunks(BATCH) {
             self.inbound.clear();
             for datagram in chunk {
-                assert!(self.inbound.push(from, datagram), "batch has room");
+                assert!(
+                    self.inbound.push_to(from, local, datagram),
+                    "batch has room"
+                );
             }
             self.ingress
                 .classify(&self.snapshot, &self.drops, &self.inbound, &mut handshakes);
@@ -174,7 +211,7 @@ impl Gateway {
                 }
             }
         }
-        for (source, message) in handshakes.0 {
+        for (source, (_, message)) in handshakes.1.into_iter().zip(handshakes.0) {
             handshake::process(
                 &self.snapshot,
                 &self.drops,
@@ -186,6 +223,7 @@ impl Gateway {
             );
         }
         received.replies = replies.0;
+        received.reply_endpoints = replies.1;
         received
     }
 
@@ -486,7 +524,14 @@ fn connectivity_probe_round_trip_measures_the_injected_rtt() {
         .next_ping(at(start).mono_us, 2_000_000);
     let mut wire = Wire::default();
     let mut out = [0u8; super::PROBE_ROOM];
-    let direct = timers::send_probe(a.peer(), b.address, ping, &mut wire, &mut out, at(start));
+    let direct = timers::send_probe(
+        a.peer(),
+        b.address.into(),
+        ping,
+        &mut wire,
+        &mut out,
+        at(start),
+    );
     assert!(direct, "sent through the session");
     // B consumes the PING (nothing reaches its TUN device) and answers with a PONG.
     let received = b.receive(a.address, &payloads(&wire.0), at(start + 3));
@@ -536,11 +581,11 @@ fn a_promoted_replica_initiates_despite_a_session_and_the_remote_roams_to_it() {
     );
     // The same key and state, another node's address: a standby that took over.
     let replica: SocketAddr = "192.0.2.99:51820".parse().expect("address");
-    assert_ne!(b.peer().endpoint(), Some(replica));
+    assert_ne!(b.peer().remote(), Some(replica));
     let received = b.receive(replica, &payloads(&wire.0), at(1_000_050));
     assert_eq!(received.replies.len(), 1, "the initiation is answered");
     assert_eq!(received.replies[0].0, replica, "towards the replica");
-    assert_eq!(b.peer().endpoint(), Some(replica), "the remote roamed");
+    assert_eq!(b.peer().remote(), Some(replica), "the remote roamed");
 }
 
 #[test]
@@ -610,4 +655,114 @@ fn responses_to_our_initiations_pass_a_gate_a_flood_exhausted() {
     a.receive(sb.address, &payloads(&response), now);
     assert_eq!(a.drop_count("under_load"), cookies + 1);
     assert_eq!(a.peer().stats.handshakes.load(Relaxed), 1);
+}
+
+fn local(ip: &str) -> Option<LocalAddr> {
+    Some(LocalAddr {
+        ip: ip.parse().expect("ip"),
+        ifindex: 3,
+    })
+}
+
+#[test]
+fn replies_leave_from_the_address_the_peer_sent_to_and_follow_it() {
+    let now = at(1_000_000);
+    let (sa, sb) = (side_a(), side_b());
+    let mut a = Gateway::new(&sa, &sb, 0);
+    let mut b = Gateway::new(&sb, &sa, 0);
+    // A reaches B at the second of B's addresses.
+    let initiation = a.send(vec![udp("10.10.0.5", "10.120.0.7", b"first")], now);
+    let received = b.receive_at(sa.address, local("192.0.2.22"), &payloads(&initiation), now);
+    assert_eq!(received.reply_endpoints.len(), 1, "a handshake response");
+    assert_eq!(received.reply_endpoints[0].local, local("192.0.2.22"));
+    assert_eq!(
+        b.peer().endpoint().and_then(|e| e.local),
+        local("192.0.2.22")
+    );
+    let at_a = a.receive(sb.address, &payloads(&received.replies), now);
+    assert!(!at_a.replies.is_empty(), "the queued packet");
+    let sent = b.send_to_endpoints(vec![udp("10.20.0.7", "10.110.0.5", b"back")], now);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0].0,
+        Endpoint {
+            remote: sa.address,
+            local: local("192.0.2.22")
+        }
+    );
+    // A moves to B's third address: B's replies follow.
+    let received = b.receive_at(
+        sa.address,
+        local("192.0.2.33"),
+        &payloads(&at_a.replies),
+        now,
+    );
+    assert_eq!(received.packets.len(), 1);
+    let sent = b.send_to_endpoints(vec![udp("10.20.0.7", "10.110.0.5", b"again")], now);
+    assert_eq!(sent[0].0.local, local("192.0.2.33"));
+    // A local address of the other family is never used as a source.
+    let sent = a.send(vec![udp("10.10.0.5", "10.120.0.7", b"v6")], now);
+    b.receive_at(sa.address, local("2001:db8::2"), &payloads(&sent), now);
+    assert_eq!(b.peer().endpoint().and_then(|e| e.local), None);
+}
+
+#[test]
+fn a_restarted_gateway_initiates_once_when_its_peer_sends_on_a_session_it_lost() {
+    let now = at(1_000_000);
+    let (sa, sb) = (side_a(), side_b());
+    let mut a = Gateway::new(&sa, &sb, 0);
+    let mut b = Gateway::new(&sb, &sa, 0);
+    let first = a.send(vec![udp("10.10.0.5", "10.120.0.7", b"first")], now);
+    settle(&mut a, &mut b, first, now);
+    // B restarts: same key and configuration, no session. A still sends on the old one.
+    let mut b = Gateway::new(&sb, &sa, 0);
+    let old_session: Vec<_> = (0..5u8)
+        .map(|n| udp("10.10.0.5", "10.120.0.7", &[n; 40]))
+        .collect();
+    let sent = a.send(old_session.clone(), now);
+    assert_eq!(sent.len(), 5, "data on the old session, no handshake");
+    let received = b.receive_at(sa.address, local("192.0.2.22"), &payloads(&sent), now);
+    assert!(received.packets.is_empty());
+    assert_eq!(b.drop_count("unknown_receiver"), 5);
+    assert_eq!(
+        received.replies.len(),
+        1,
+        "one initiation for five messages"
+    );
+    assert_eq!(received.replies[0].1[0], 1, "a handshake initiation");
+    assert_eq!(
+        received.reply_endpoints[0],
+        Endpoint {
+            remote: sa.address,
+            local: local("192.0.2.22")
+        }
+    );
+    // More data while the handshake is under way asks for no second initiation.
+    let more = b.receive(sa.address, &payloads(&a.send(old_session, now)), now);
+    assert!(
+        more.replies.is_empty(),
+        "{} more initiations",
+        more.replies.len()
+    );
+    // The initiation is answered and traffic flows again.
+    settle(&mut b, &mut a, received.replies, now);
+    let sent = a.send(vec![udp("10.10.0.5", "10.120.0.7", b"resumed")], now);
+    assert_eq!(
+        b.receive(sa.address, &payloads(&sent), now).packets.len(),
+        1
+    );
+}
+
+#[test]
+fn data_for_an_unknown_session_from_elsewhere_starts_no_handshake() {
+    let now = at(1_000_000);
+    let (mut a, _b, sb) = connected(0, now);
+    let sent = a.send(vec![udp("10.10.0.5", "10.120.0.7", b"x")], now);
+    let restarted = side_a();
+    let mut c = Gateway::new(&sb, &restarted, 0);
+    // The right key, the wrong address: not where the peer was configured to be.
+    let stranger: SocketAddr = "198.51.100.9:40000".parse().expect("address");
+    let received = c.receive(stranger, &payloads(&sent), now);
+    assert!(received.replies.is_empty() && received.packets.is_empty());
+    assert_eq!(c.drop_count("unknown_receiver"), 1);
 }

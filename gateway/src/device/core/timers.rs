@@ -1,12 +1,11 @@
 //! What happens to peers by time rather than by traffic: boringtun's timers and the
 //! persistent keepalive every tick, the initiations after an apply, and connectivity probes.
 
-use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 
 use boringtun::noise::TunnResult;
 
-use super::{Now, Transmit, transmit_to_peer};
+use super::{Endpoint, Now, Transmit, transmit_to_peer};
 use crate::device::conncheck::Probe;
 use crate::device::dispatch::is_initiation;
 use crate::device::peer::Peer;
@@ -71,6 +70,20 @@ pub fn initiate_session(
     let Some(endpoint) = peer.endpoint() else {
         return false;
     };
+    initiate_to(peer, endpoint, now, transmit, out, force)
+}
+
+/// Sends a handshake initiation to `peer` at `endpoint` unless it has a session or a
+/// handshake in flight (with `force`: always); true when one was sent. `out` must hold 148
+/// bytes.
+pub fn initiate_to(
+    peer: &Peer,
+    endpoint: Endpoint,
+    now: Now,
+    transmit: &mut impl Transmit,
+    out: &mut [u8],
+    force: bool,
+) -> bool {
     let length = {
         let mut cell = peer.tunn.lock();
         let tunn = cell.0.get();
@@ -91,7 +104,7 @@ pub fn initiate_session(
 /// initiation instead, so probes also bring a tunnel up.
 pub fn send_probe(
     peer: &Peer,
-    endpoint: SocketAddr,
+    endpoint: Endpoint,
     probe: Probe,
     transmit: &mut impl Transmit,
     out: &mut [u8],

@@ -1,8 +1,8 @@
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket as StdUdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket as StdUdpSocket};
 use std::time::Duration;
 
 use super::*;
-use crate::io::testns::{in_private_netns, runtime};
+use crate::io::testns::{in_private_netns, ip, runtime};
 
 const WG_DATAGRAM: usize = 1452;
 
@@ -21,7 +21,7 @@ fn message_shapes(batch: &SendBatch) -> Vec<(SocketAddr, usize, usize, usize)> {
     batch
         .messages
         .iter()
-        .map(|m| (m.dest, m.segment, m.count, m.len))
+        .map(|m| (m.dest.remote, m.segment, m.count, m.len))
         .collect()
 }
 
@@ -318,4 +318,134 @@ fn async_send_and_receive_wait_for_readiness() {
         .map(|s| datagram(s, WG_DATAGRAM))
         .collect();
     assert_eq!(received, expected);
+}
+
+/// What [`sticky_sources`] saw.
+#[derive(Debug)]
+struct Sticky {
+    /// The local address the first datagram arrived at.
+    arrived_at: Option<LocalAddr>,
+    /// Sources the peer saw: a batch send and a single send pinned to that address, a send
+    /// left to the kernel, then a batch and a single send after the address was removed.
+    pinned: (IpAddr, IpAddr),
+    kernel_choice: IpAddr,
+    after_removal: (IpAddr, IpAddr),
+    unpinned: usize,
+}
+
+/// In the current namespace: our socket on the unspecified address of `pinned`'s family,
+/// a peer on `peer`; the peer sends to `pinned`, we answer through each send path.
+fn sticky_sources(peer: IpAddr, pinned: IpAddr) -> Sticky {
+    let domain = socket2::Domain::for_address(SocketAddr::new(peer, 0));
+    let ours = socket2::Socket::new(domain, socket2::Type::DGRAM, None).expect("socket");
+    let unspecified: IpAddr = if peer.is_ipv6() {
+        ours.set_only_v6(true).expect("v6 only");
+        Ipv6Addr::UNSPECIFIED.into()
+    } else {
+        Ipv4Addr::UNSPECIFIED.into()
+    };
+    ours.bind(&SocketAddr::new(unspecified, 0).into())
+        .expect("bind");
+    let ours = StdUdpSocket::from(ours);
+    ours.set_nonblocking(true).expect("nonblocking");
+    receive_local_addresses(ours.as_fd(), peer.is_ipv6()).expect("pktinfo");
+    let port = ours.local_addr().expect("addr").port();
+    let remote = StdUdpSocket::bind((peer, 0)).expect("bind peer");
+    remote
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
+    remote.send_to(b"hello", (pinned, port)).expect("send");
+
+    let mut recv = RecvBatch::new(4);
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    let reply = loop {
+        match recv.recv(ours.as_fd()) {
+            Ok(_) => break recv.datagrams().next().expect("a datagram").reply_to(),
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                assert!(std::time::Instant::now() < deadline, "nothing arrived");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(error) => panic!("recv: {error}"),
+        }
+    };
+    let seen = || {
+        let mut buf = [0u8; 64];
+        remote.recv_from(&mut buf).expect("a reply").1.ip()
+    };
+    let batch_send = |to: Endpoint| {
+        let mut batch = SendBatch::new(4, 4096);
+        assert!(batch.push(to, b"batch"));
+        let report = batch.send(ours.as_fd(), &UdpOffload::none()).expect("send");
+        assert_eq!(
+            report.sent,
+            1,
+            "{report:?} {:?} to {to}",
+            batch.take_last_error()
+        );
+        report.unpinned
+    };
+    let mut unpinned = batch_send(reply);
+    let pinned_batch = seen();
+    assert!(!send_datagram(ours.as_fd(), b"single", reply).expect("send"));
+    let pinned_single = seen();
+    unpinned += batch_send(Endpoint::unpinned(reply.remote));
+    let kernel_choice = seen();
+    ip(&["addr", "del", &host_prefix(pinned), "dev", "lo"]);
+    unpinned += batch_send(reply);
+    let removed_batch = seen();
+    assert!(
+        send_datagram(ours.as_fd(), b"single", reply).expect("send"),
+        "unpinned"
+    );
+    let removed_single = seen();
+    Sticky {
+        arrived_at: reply.local,
+        pinned: (pinned_batch, pinned_single),
+        kernel_choice,
+        after_removal: (removed_batch, removed_single),
+        unpinned,
+    }
+}
+
+fn host_prefix(ip: IpAddr) -> String {
+    format!("{ip}/{}", if ip.is_ipv6() { 128 } else { 32 })
+}
+
+#[test]
+fn replies_leave_from_the_address_the_peer_sent_to_until_it_is_gone() {
+    for (peer, pinned, other) in [
+        ("10.9.9.9", "10.9.9.2", "10.9.9.1"),
+        ("fd00:9::9", "fd00:9::2", "fd00:9::1"),
+    ] {
+        let (peer, pinned, other): (IpAddr, IpAddr, IpAddr) = (
+            peer.parse().expect("ip"),
+            pinned.parse().expect("ip"),
+            other.parse().expect("ip"),
+        );
+        let Some(sticky) = in_private_netns(move || {
+            for address in [other, pinned, peer] {
+                ip(&["addr", "add", &host_prefix(address), "dev", "lo", "nodad"]);
+            }
+            sticky_sources(peer, pinned)
+        }) else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "needs a network namespace"
+            );
+            return;
+        };
+        assert_eq!(
+            sticky.arrived_at.map(|local| local.ip),
+            Some(pinned),
+            "{sticky:?}"
+        );
+        assert_eq!(sticky.pinned, (pinned, pinned), "{sticky:?}");
+        assert_ne!(
+            sticky.kernel_choice, pinned,
+            "the kernel would have picked another"
+        );
+        assert_ne!(sticky.after_removal.0, pinned, "{sticky:?}");
+        assert_ne!(sticky.after_removal.1, pinned, "{sticky:?}");
+        assert_eq!(sticky.unpinned, 1, "{sticky:?}");
+    }
 }
