@@ -35,6 +35,9 @@ pub mod gateway_client;
 pub mod ha;
 pub mod ipam;
 pub mod keys;
+/// How every kubetun program reads `RUST_LOG`: the same source file the gateway compiles.
+#[path = "../../gateway/src/log_filter.rs"]
+pub mod log_filter;
 pub mod network;
 pub mod planner;
 pub mod reconcile;

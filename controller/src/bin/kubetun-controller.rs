@@ -18,20 +18,14 @@ use kubetun_controller::gateway_client::{DEFAULT_INTERFACE, GatewayClient, grpc_
 use kubetun_controller::ha::{self, DEFAULT_LEASE_NAME, Election, Elector, HaMetrics, Timing};
 use kubetun_controller::ipam::{IpamConfig, rfc1918_pools};
 use kubetun_controller::keys::GatewayKeys;
+use kubetun_controller::log_filter;
 use kubetun_controller::network::{self, NetworkOptions};
 use kubetun_controller::planner::{self, GatewaySettings};
 use kubetun_controller::reconcile;
 use kubetun_controller::shortcut;
 use kubetun_crds::{ClusterRef, Endpoint};
 use prometheus_client::registry::Registry;
-use tracing_subscriber::EnvFilter;
-
-/// kube-client logs every failed HTTP request at ERROR and kube-runtime's watcher every 403
-/// at WARN (a restarting API server answers 403 until its RBAC caches are filled); the
-/// controller reports what matters itself (one line per outage with the error, reconcile
-/// failures), so those stay quiet by default.
-const DEFAULT_LOG_FILTER: &str =
-    "info,kube_client::client::builder=off,kube_runtime::watcher=error";
+use tracing_subscriber::filter::LevelFilter;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -181,19 +175,22 @@ impl ReplicaArgs {
 async fn main() -> anyhow::Result<()> {
     if std::env::args_os().nth(1).is_some_and(|arg| arg == "agent") {
         let args = kubetun_controller::agent::AgentArgs::parse_from(std::env::args_os().skip(1));
-        let filter = EnvFilter::try_from_default_env()
-            .unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
+        let (filter, problem) = log_filter::from_env("RUST_LOG", LevelFilter::INFO);
         tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_ansi(kubetun_controller::cli::colour(&std::io::stdout()))
             .init();
+        if let Some(problem) = problem {
+            tracing::warn!("{problem}");
+        }
         return kubetun_controller::agent::run(args)
             .await
             .context("route agent failed");
     }
     let args = Args::parse();
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
+    // A bare level in RUST_LOG is kubetun's own; libraries log below WARN only when named
+    // (`RUST_LOG=debug,kube_client=debug`), see `log_filter`.
+    let (filter, problem) = log_filter::from_env("RUST_LOG", LevelFilter::INFO);
     if args.log_json {
         tracing_subscriber::fmt()
             .json()
@@ -205,6 +202,9 @@ async fn main() -> anyhow::Result<()> {
             .with_env_filter(filter)
             .with_ansi(ansi)
             .init();
+    }
+    if let Some(problem) = problem {
+        tracing::warn!("{problem}");
     }
 
     let client = kubetun_controller::cli::KubeconfigSource {

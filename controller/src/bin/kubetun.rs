@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use kubetun_controller::cli;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::LevelFilter;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -34,14 +34,19 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    // Failures reach the user as one `error: ...` line; the libraries' own log lines (a
-    // client's connection errors, say) only with KUBETUN_LOG set.
-    let filter = EnvFilter::try_from_env("KUBETUN_LOG").unwrap_or_else(|_| EnvFilter::new("off"));
+    // Failures reach the user as one `error: ...` line; log lines only with KUBETUN_LOG set,
+    // read like the controller's RUST_LOG: a bare level is kubetun's own, a library logs
+    // below WARN only when named (`KUBETUN_LOG=debug,kube_client=debug`).
+    let (filter, problem) =
+        kubetun_controller::log_filter::from_env("KUBETUN_LOG", LevelFilter::OFF);
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(cli::colour(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
+    if let Some(problem) = problem {
+        eprintln!("warning: {problem}");
+    }
 
     let result: anyhow::Result<()> = match Cli::parse().command {
         Command::Gateway(args) => cli::gateway::run(args).await.map_err(Into::into),
