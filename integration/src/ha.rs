@@ -13,12 +13,10 @@
 //! as its peer's endpoint; it is never touched again: a failover must need nothing from it.
 //! A 20 ms ping train from B to A's pod measures each outage.
 
-use std::io::{BufRead as _, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus};
@@ -32,10 +30,13 @@ use kubetun_controller::testing::link_as_connector;
 use kubetun_crds::{ClusterRef, Endpoint, NetworkConfig};
 use kubetun_testenv::{Assets, TestCluster};
 
+mod ping;
+mod relay;
+
+pub use self::ping::{PingTrain, unix_now};
+use self::relay::Relay;
 use crate::lab::apiserver::{NAMESPACE, apply_manifests, wait_crds_served};
-use crate::netns::{
-    Netns, NsChild, bin_path, command_in, gateway_command, run_in_named, spawn_gateway, veth,
-};
+use crate::netns::{Netns, NsChild, bin_path, command_in, gateway_command, spawn_gateway, veth};
 
 /// The manifests a user applies, less the gateway Deployment the lab replaces.
 const MANIFESTS: [&str; 4] = [
@@ -790,210 +791,4 @@ fn api_port(cluster: &TestCluster) -> Result<u16, HaError> {
         .next()
         .and_then(|p| p.parse().ok())
         .ok_or_else(|| HaError::Step("the API server URL has no port".into()))
-}
-
-/// Forwards connections to `127.0.0.1:port` inside a node's namespace to the API server on
-/// the host's loopback. The listener is opened inside the namespace; the upstream
-/// connections are made from the relay's own thread, which stays in the host's namespace.
-struct Relay {
-    ns: String,
-    port: u16,
-    stop: Option<tokio::sync::watch::Sender<bool>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Relay {
-    fn start(ns: &str, port: u16) -> Result<Self, HaError> {
-        let mut relay = Self {
-            ns: ns.to_owned(),
-            port,
-            stop: None,
-            thread: None,
-        };
-        relay.resume_checked()?;
-        Ok(relay)
-    }
-
-    fn resume_checked(&mut self) -> Result<(), HaError> {
-        let port = self.port;
-        let listener = run_in_named(&self.ns, move || {
-            std::net::TcpListener::bind(("127.0.0.1", port))
-        })??;
-        listener.set_nonblocking(true)?;
-        let (stop, mut stopped) = tokio::sync::watch::channel(false);
-        let thread = std::thread::Builder::new()
-            .name(format!("relay-{}", self.ns))
-            .spawn(move || {
-                let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                else {
-                    return;
-                };
-                runtime.block_on(async move {
-                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-                        return;
-                    };
-                    let mut connections = tokio::task::JoinSet::new();
-                    loop {
-                        tokio::select! {
-                            _ = stopped.changed() => break,
-                            accepted = listener.accept() => {
-                                let Ok((mut inbound, _)) = accepted else { continue };
-                                connections.spawn(async move {
-                                    if let Ok(mut upstream) =
-                                        tokio::net::TcpStream::connect(("127.0.0.1", port)).await
-                                    {
-                                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut upstream).await;
-                                    }
-                                });
-                            }
-                        }
-                    }
-                    // Dropping the set aborts every relayed connection: a cut is a cut.
-                    connections.abort_all();
-                });
-            })?;
-        self.stop = Some(stop);
-        self.thread = Some(thread);
-        Ok(())
-    }
-
-    /// Closes the listener and every relayed connection.
-    fn cut(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(true);
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-
-    fn resume(&mut self) {
-        if self.stop.is_none()
-            && let Err(error) = self.resume_checked()
-        {
-            tracing::warn!(%error, ns = self.ns, "cannot reopen the API relay");
-        }
-    }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        self.cut();
-    }
-}
-
-/// `ping -D` every 20 ms; the replies' timestamps, read as they come.
-#[derive(Debug)]
-pub struct PingTrain {
-    child: Child,
-    replies: Arc<Mutex<Vec<f64>>>,
-    reader: Option<std::thread::JoinHandle<()>>,
-}
-
-impl PingTrain {
-    /// Pings `target` from `source` inside namespace `ns` every 20 ms (for at most 10 min).
-    pub fn start(ns: &str, source: &str, target: &str) -> Result<Self, HaError> {
-        let mut child = command_in(ns, "ping")
-            .args([
-                "-n", "-D", "-i", "0.02", "-W", "1", "-w", "600", "-I", source, target,
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| HaError::Step("ping has no stdout".into()))?;
-        let replies = Arc::new(Mutex::new(Vec::new()));
-        let sink = replies.clone();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(time) = reply_time(&line) {
-                    sink.lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .push(time);
-                }
-            }
-        });
-        Ok(Self {
-            child,
-            replies,
-            reader: Some(reader),
-        })
-    }
-
-    /// The longest time without a reply between `from` and `to` (Unix seconds), counting
-    /// the edges of the window; `None` when no reply came after `from` at all.
-    pub fn longest_gap(&self, from: f64, to: f64) -> Option<f64> {
-        let replies = self.replies.lock().unwrap_or_else(PoisonError::into_inner);
-        let last_before = replies.iter().rev().find(|t| **t <= from).copied();
-        let within: Vec<f64> = replies
-            .iter()
-            .copied()
-            .filter(|t| *t > from && *t <= to)
-            .collect();
-        within.first()?;
-        let mut previous = last_before.unwrap_or(from);
-        let mut longest: f64 = 0.0;
-        for t in within {
-            longest = longest.max(t - previous);
-            previous = t;
-        }
-        Some(longest)
-    }
-
-    /// Replies received so far.
-    pub fn replies(&self) -> usize {
-        self.replies
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
-    }
-}
-
-impl Drop for PingTrain {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if let Some(reader) = self.reader.take() {
-            let _ = reader.join();
-        }
-    }
-}
-
-/// Now, in Unix seconds (what `ping -D` prints).
-pub fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
-
-/// The timestamp of a `ping -D` reply line: `[1732550000.123456] 64 bytes from ...`.
-fn reply_time(line: &str) -> Option<f64> {
-    if !line.contains("bytes from") {
-        return None;
-    }
-    line.strip_prefix('[')?.split(']').next()?.parse().ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reply_lines_are_parsed_and_the_rest_ignored() {
-        assert_eq!(
-            reply_time(
-                "[1732550000.123456] 64 bytes from 10.1.3.10: icmp_seq=1 ttl=62 time=0.3 ms"
-            ),
-            Some(1_732_550_000.123_456)
-        );
-        assert_eq!(reply_time("PING 10.1.3.10 (10.1.3.10) from 10.2.0.1"), None);
-        assert_eq!(
-            reply_time("[1732550000.1] no answer yet for icmp_seq=3"),
-            None
-        );
-    }
 }

@@ -288,7 +288,13 @@ fn malformed_key_lines_never_reach_any_log_level() {
     let ns = Netns::new("kh-secret").expect("namespace");
     let dir = tempfile::tempdir().expect("tempdir");
     let log = dir.path().join("gateway.log");
-    let mut gateway = kubetun(&ns, "khsec", Some(&log), "trace");
+    // Libraries log below WARN only when named: name those that see the key material.
+    let mut gateway = kubetun(
+        &ns,
+        "khsec",
+        Some(&log),
+        "trace,boringtun=trace,tonic=trace,h2=trace,hyper=trace,tower=trace",
+    );
     let socket = uapi_socket("khsec");
     let private = genkey();
     let hex = base64_to_hex(&private);
