@@ -27,6 +27,12 @@ pub mod reason {
     pub const INVALID_SOURCE: &str = "InvalidSource";
     /// The spec is unusable for another reason.
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// A NetworkConfig lacks the role/peer labels (or has an unknown role): not processed.
+    pub const MISSING_LABELS: &str = "MissingLabels";
+    /// A labelled NetworkConfig does not have the name its labels call for.
+    pub const INVALID_NAME: &str = "InvalidName";
+    /// A TunnelEndpoint that no NetworkConfig owns (made by hand): removed (Event reason).
+    pub const NOT_MANAGED: &str = "NotManaged";
     /// The gateway accepted the state.
     pub const APPLIED: &str = "Applied";
     /// The gateway does not run the desired state (yet).

@@ -16,7 +16,7 @@
 //! - [`runtime`]: what the reconcilers share: watches with their own backoff, the API
 //!   server's reachability ([`runtime::ApiHealth`]), status patches, requeue backoff, shutdown.
 //! - [`cli`]: the `kubetun` subcommands; [`cluster_info`], [`keys`], [`conditions`],
-//!   [`context`], [`error`], [`shutdown`] and [`socket_paths`] are shared plumbing.
+//!   [`context`], [`error`], [`events`], [`shutdown`] and [`socket_paths`] are shared plumbing.
 
 /// Gateway control API client types, generated from `gateway/proto/gateway.proto`.
 #[allow(missing_docs, clippy::all)]
@@ -31,6 +31,7 @@ pub mod conditions;
 pub mod connector;
 pub mod context;
 pub mod error;
+pub mod events;
 pub mod gateway_client;
 pub mod ha;
 pub mod ipam;

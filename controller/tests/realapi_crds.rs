@@ -95,7 +95,7 @@ async fn kubetun_names_collide_with_no_built_in_resource() {
     assert_eq!(listed, "List NetworkID");
     let typed: kube::Api<kubetun_crds::NetworkId> = kube::Api::all(client);
     assert_eq!(
-        typed.get("4242").await.unwrap().spec.claim_ref.name,
-        "rome-payments"
+        typed.get("4243").await.unwrap().spec.claim_ref.name,
+        "payments"
     );
 }

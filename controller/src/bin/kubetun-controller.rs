@@ -358,7 +358,23 @@ async fn main() -> anyhow::Result<()> {
             )
             .await
         } else {
-            std::future::pending().await
+            // Not the hub: ShortcutConnections here are marked as such (NotHub), so none
+            // sits unexplained. A leaf without that CRD runs on without it.
+            let explained = shortcut::run_not_hub(
+                client.clone(),
+                args.namespace.clone(),
+                args.cluster_id.clone(),
+                ctx.health.clone(),
+            )
+            .await;
+            if let Err(error) = explained {
+                tracing::warn!(
+                    "ShortcutConnections are not watched: {}",
+                    kubetun_controller::connector::error_chain(&error)
+                );
+                std::future::pending::<()>().await;
+            }
+            Ok(())
         }
     };
     let lease_lost = async {

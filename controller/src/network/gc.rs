@@ -52,17 +52,8 @@ pub fn verdict(nid: &NetworkId, claimer: &Claimer, now: Timestamp, grace: Durati
     if nid.metadata.deletion_timestamp.is_some() || !claimed_by_network(nid) {
         return Verdict::Keep;
     }
-    let claim = &nid.spec.claim_ref;
-    let reason = match claimer {
-        Claimer::Present { uid } if *uid == claim.uid => return Verdict::Keep,
-        Claimer::Present { uid } => format!(
-            "network {}/{} was recreated (uid {uid}, claim for {})",
-            claim.namespace, claim.name, claim.uid
-        ),
-        Claimer::Absent => format!(
-            "network {}/{} no longer exists",
-            claim.namespace, claim.name
-        ),
+    let Some(reason) = orphan_reason(nid, claimer) else {
+        return Verdict::Keep;
     };
     // Without a creation time the object is treated as brand new.
     let created = nid
@@ -81,6 +72,45 @@ pub fn verdict(nid: &NetworkId, claimer: &Claimer, now: Timestamp, grace: Durati
     Verdict::Delete { reason }
 }
 
+/// Why `nid` is no live Network's claim given its claimer; `None` when it is.
+pub fn orphan_reason(nid: &NetworkId, claimer: &Claimer) -> Option<String> {
+    let claim = &nid.spec.claim_ref;
+    match claimer {
+        Claimer::Present { uid } if *uid == claim.uid => None,
+        Claimer::Present { uid } => Some(format!(
+            "network {}/{} has uid {uid}, not the claim's uid {} (it was recreated, or the claim \
+             was not made by the controller)",
+            claim.namespace, claim.name, claim.uid
+        )),
+        Claimer::Absent => Some(format!(
+            "network {}/{} does not exist",
+            claim.namespace, claim.name
+        )),
+    }
+}
+
+/// What [`collect`] found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Collected {
+    /// Held by its Network, being deleted, or not a Network's claim: nothing to do.
+    Kept,
+    /// Orphaned, within the grace period: deleted once `recheck` has passed, at `deadline`,
+    /// unless its claimer appears.
+    Orphaned {
+        /// Why, in words.
+        reason: String,
+        /// When to look again.
+        recheck: Duration,
+        /// When the grace period ends.
+        deadline: Timestamp,
+    },
+    /// Orphaned and deleted (or gone, or changed, meanwhile).
+    Deleted {
+        /// Why, in words.
+        reason: String,
+    },
+}
+
 /// Looks up the claimer of `nid` without a cache.
 pub async fn lookup_claimer(client: &Client, nid: &NetworkId) -> Result<Claimer, kube::Error> {
     let claim = &nid.spec.claim_ref;
@@ -93,21 +123,31 @@ pub async fn lookup_claimer(client: &Client, nid: &NetworkId) -> Result<Claimer,
     })
 }
 
-/// Applies a verdict: deletes an orphaned NetworkId (only that very object). Returns when to
-/// look at it again, if ever.
+/// Applies a verdict: deletes an orphaned NetworkId (only that very object), or says when
+/// it will.
 pub async fn collect(
     client: &Client,
     nid: &NetworkId,
     now: Timestamp,
     grace: Duration,
-) -> Result<Option<Duration>, kube::Error> {
+) -> Result<Collected, kube::Error> {
     if nid.metadata.deletion_timestamp.is_some() || !claimed_by_network(nid) {
-        return Ok(None);
+        return Ok(Collected::Kept);
     }
     let claimer = lookup_claimer(client, nid).await?;
     match verdict(nid, &claimer, now, grace) {
-        Verdict::Keep => Ok(None),
-        Verdict::RecheckAfter(wait) => Ok(Some(wait)),
+        Verdict::Keep => Ok(Collected::Kept),
+        Verdict::RecheckAfter(wait) => Ok(Collected::Orphaned {
+            reason: orphan_reason(nid, &claimer).unwrap_or_default(),
+            recheck: wait,
+            deadline: nid
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(now, |t| t.0)
+                .checked_add(k8s_openapi::jiff::SignedDuration::try_from(grace).unwrap_or_default())
+                .unwrap_or(now),
+        }),
         Verdict::Delete { reason } => {
             let api: Api<NetworkId> = Api::all(client.clone());
             let params = DeleteParams {
@@ -120,10 +160,10 @@ pub async fn collect(
             match api.delete(&nid.name_any(), &params).await {
                 Ok(_) => {
                     tracing::info!(id = %nid.name_any(), %reason, "collected orphaned network ID");
-                    Ok(None)
+                    Ok(Collected::Deleted { reason })
                 }
                 Err(kube::Error::Api(status)) if status.is_not_found() || status.is_conflict() => {
-                    Ok(None)
+                    Ok(Collected::Kept)
                 }
                 Err(err) => Err(err),
             }
@@ -190,6 +230,35 @@ mod tests {
             verdict(&nid(1000), &recreated, at(2000), GRACE),
             Verdict::Delete { .. }
         ));
+    }
+
+    #[test]
+    fn orphans_are_told_why() {
+        let claim = nid(0);
+        assert_eq!(
+            orphan_reason(
+                &claim,
+                &Claimer::Present {
+                    uid: "uid-1".to_owned()
+                }
+            ),
+            None
+        );
+        let recreated = orphan_reason(
+            &claim,
+            &Claimer::Present {
+                uid: "uid-2".to_owned(),
+            },
+        )
+        .expect("another uid");
+        assert!(
+            recreated.contains("ns/net has uid uid-2, not the claim's uid uid-1"),
+            "{recreated}"
+        );
+        assert_eq!(
+            orphan_reason(&claim, &Claimer::Absent).as_deref(),
+            Some("network ns/net does not exist")
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
@@ -69,6 +70,10 @@ pub mod reason {
     pub const PEERINGS_PENDING: &str = "PeeringsPending";
     /// Some peering can never become Ready as specified.
     pub const PEERING_ERROR: &str = "PeeringError";
+    /// A NetworkID no live Network holds, awaiting collection (Event reason).
+    pub const ORPHANED: &str = "Orphaned";
+    /// An orphaned NetworkID was deleted (Event reason).
+    pub const COLLECTED: &str = "Collected";
 }
 
 /// Returns the current time; injected so tests control it.
@@ -158,6 +163,25 @@ impl Context {
 
     /// Best effort: a lost event must not fail the reconcile.
     async fn publish(&self, network: &Network, type_: EventType, reason: &str, note: String) {
+        self.publish_about(
+            &network.object_ref(&()),
+            type_,
+            reason,
+            "ClaimNetworkID",
+            note,
+        )
+        .await;
+    }
+
+    /// An Event about any object (a Network, a NetworkID). Best effort.
+    async fn publish_about(
+        &self,
+        regarding: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
         let Some(recorder) = &self.recorder else {
             return;
         };
@@ -165,11 +189,16 @@ impl Context {
             type_,
             reason: reason.to_owned(),
             note: Some(note),
-            action: "ClaimNetworkID".to_owned(),
+            action: action.to_owned(),
             secondary: None,
         };
-        if let Err(error) = recorder.publish(&event, &network.object_ref(&())).await {
-            tracing::debug!(network = %NetworkKey::of(network), %error, "cannot publish event");
+        if let Err(error) = recorder.publish(&event, regarding).await {
+            tracing::debug!(
+                kind = regarding.kind.as_deref().unwrap_or_default(),
+                name = regarding.name.as_deref().unwrap_or_default(),
+                %error,
+                "cannot publish event"
+            );
         }
     }
 
@@ -210,7 +239,12 @@ pub fn network_error_policy(network: Arc<Network>, err: &Error, ctx: Arc<Context
     Action::requeue(delay)
 }
 
+/// Event action of the NetworkID garbage collection.
+const COLLECT: &str = "CollectNetworkID";
+
 /// GC sweep for one NetworkId: deletes it when its Network is gone (after the grace period).
+/// An orphaned claim is announced with a Warning Event at once, saying when it goes (NetworkIDs
+/// have no status: they are create-as-lock objects).
 pub async fn reconcile_network_id(nid: Arc<NetworkId>, ctx: Arc<Context>) -> Result<Action, Error> {
     let in_scope = ctx
         .namespace
@@ -219,10 +253,48 @@ pub async fn reconcile_network_id(nid: Arc<NetworkId>, ctx: Arc<Context>) -> Res
     if !in_scope {
         return Ok(Action::await_change());
     }
-    let recheck = gc::collect(&ctx.client, &nid, ctx.now(), ctx.gc_grace).await?;
+    let collected = gc::collect(&ctx.client, &nid, ctx.now(), ctx.gc_grace).await?;
     ctx.backoff
         .succeeded(&format!("NetworkId/{}", nid.name_any()));
-    Ok(Action::requeue(recheck.unwrap_or(RESYNC)))
+    Ok(Action::requeue(match collected {
+        gc::Collected::Kept => RESYNC,
+        gc::Collected::Orphaned {
+            reason: why,
+            recheck,
+            deadline,
+        } => {
+            // The same note each time: the recorder folds the repeats into one series.
+            let note = format!(
+                "{why}: this NetworkID is no Network's claim, so the controller deletes it at \
+                 {deadline} (the grace period after its creation) unless that Network appears. \
+                 NetworkIDs are the controller's: a Network claims one by itself, or the one its \
+                 spec.id names; do not create them by hand"
+            );
+            let regarding = nid.object_ref(&());
+            ctx.publish_about(
+                &regarding,
+                EventType::Warning,
+                reason::ORPHANED,
+                COLLECT,
+                note,
+            )
+            .await;
+            recheck
+        }
+        gc::Collected::Deleted { reason: why } => {
+            let note = format!("{why}: deleted this claim, the ID is free again");
+            let regarding = nid.object_ref(&());
+            ctx.publish_about(
+                &regarding,
+                EventType::Normal,
+                reason::COLLECTED,
+                COLLECT,
+                note,
+            )
+            .await;
+            RESYNC
+        }
+    }))
 }
 
 /// Requeue policy after a failed NetworkId sweep.

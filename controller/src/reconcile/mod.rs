@@ -128,8 +128,9 @@ pub async fn sync_once(ctx: &Arc<Context>) -> Result<SyncReport, Error> {
 
 /// Releases the views of peers whose `from-` NetworkConfig is gone and deletes
 /// TunnelEndpoints without one. The finalizer normally does this; this catches objects
-/// removed while the controller was down or forcibly (finalizer stripped). Returns the
-/// released peers.
+/// removed while the controller was down or forcibly (finalizer stripped). TunnelEndpoints
+/// no NetworkConfig owns (made by hand) are removed with an Event saying why
+/// ([`tunnel_endpoint::remove_stray`]). Returns the released peers.
 pub async fn collect_garbage(ctx: &Context) -> Result<Vec<String>, Error> {
     let configs: Api<NetworkConfig> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let present: BTreeSet<String> = configs
@@ -152,7 +153,10 @@ pub async fn collect_garbage(ctx: &Context) -> Result<Vec<String>, Error> {
     let endpoints: Api<TunnelEndpoint> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     for te in endpoints.list(&ListParams::default()).await?.items {
         let peer = te.name_any();
-        if !present.contains(&planner::remote_config_name(&peer)) {
+        if !tunnel_endpoint::is_managed(&te) {
+            // Made by hand: removed with an Event that says why (normally at once, by `run`).
+            tunnel_endpoint::remove_stray(ctx, &te).await?;
+        } else if !present.contains(&planner::remote_config_name(&peer)) {
             tunnel_endpoint::remove(ctx, &peer).await?;
         }
     }
@@ -196,6 +200,9 @@ pub async fn run(ctx: Arc<Context>) {
         move || ctx.wake_gateway_sync()
     };
     let wake_on_spec = wake.clone();
+    // TunnelEndpoints no NetworkConfig owns (made by hand) are removed, with an Event, as
+    // soon as they are seen.
+    let (stray_tx, mut stray_rx) = tokio::sync::mpsc::unbounded_channel::<TunnelEndpoint>();
     // Owned TunnelEndpoints trigger their NetworkConfig on spec changes only: the gateway
     // sync rewrites their status all the time. A TunnelEndpoint deleted by hand comes back
     // with the periodic requeue.
@@ -212,6 +219,11 @@ pub async fn run(ctx: Arc<Context>) {
             Ok(watcher::Event::Delete(_) | watcher::Event::InitDone)
         ) {
             wake();
+        }
+        if let Ok(watcher::Event::Apply(te) | watcher::Event::InitApply(te)) = event
+            && !tunnel_endpoint::is_managed(te)
+        {
+            let _ = stray_tx.send(te.clone());
         }
     })
     .touched_objects()
@@ -260,6 +272,16 @@ pub async fn run(ctx: Arc<Context>) {
         }
     };
 
+    let strays = async {
+        while let Some(te) = stray_rx.recv().await {
+            if let Err(error) = tunnel_endpoint::remove_stray(&ctx, &te).await {
+                // The periodic garbage collection tries again.
+                tracing::warn!(tunnelendpoint = %te.name_any(), %error, "cannot remove a TunnelEndpoint made by hand");
+            }
+        }
+        futures::future::pending::<()>().await;
+    };
+
     let gateway = async {
         match ctx.gateway.clone() {
             Some(client) => GatewaySync::new(ctx.clone(), client).run().await,
@@ -272,6 +294,7 @@ pub async fn run(ctx: Arc<Context>) {
         () = controller => {}
         () = gc => {}
         () = gateway => {}
+        () = strays => {}
         () = keys::run(ctx.clone()) => {}
     }
 }

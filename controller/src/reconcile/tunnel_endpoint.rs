@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource as _;
 use kube::ResourceExt as _;
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, Preconditions};
 use kubetun_crds::{
     ConnectionState, ConnectionStatus, NetworkConfig, ProbeStatus, TunnelEndpoint,
     TunnelEndpointSpec, TunnelEndpointStatus,
@@ -108,6 +108,81 @@ pub async fn remove(ctx: &Context, peer: &str) -> Result<(), Error> {
         Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Whether `endpoint` is one [`ensure`] made: a NetworkConfig is its controller. Every
+/// TunnelEndpoint [`ensure`] writes carries that owner from its first moment.
+pub fn is_managed(endpoint: &TunnelEndpoint) -> bool {
+    endpoint.owner_references().iter().any(|owner| {
+        owner.controller == Some(true)
+            && owner.kind == NetworkConfig::kind(&())
+            && owner.api_version == NetworkConfig::api_version(&())
+    })
+}
+
+/// Why a TunnelEndpoint made by hand is removed, and what to do instead (Event note).
+pub fn stray_message(peer: &str) -> String {
+    format!(
+        "TunnelEndpoint {peer} was not made by the controller (no NetworkConfig owns it), so it \
+         was removed: the controller builds each peer's TunnelEndpoint from the NetworkConfig \
+         pair {local} (this cluster's announcement) and {remote} (the peer's, processed here), \
+         and the gateway runs only those. Link the clusters with `kubetun network connect`, or \
+         create both NetworkConfigs, instead",
+        local = planner::local_config_name(peer),
+        remote = planner::remote_config_name(peer),
+    )
+}
+
+/// Removes a TunnelEndpoint no NetworkConfig owns (created by hand, or with its owner
+/// reference stripped) with a Warning Event saying why, then rebuilds the peer's own if its
+/// NetworkConfigs call for one. Does nothing to a managed one or one that changed since
+/// `endpoint` was read (the delete carries its UID and resourceVersion).
+pub async fn remove_stray(ctx: &Context, endpoint: &TunnelEndpoint) -> Result<(), Error> {
+    if is_managed(endpoint) || endpoint.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let peer = endpoint.name_any();
+    let endpoints: Api<TunnelEndpoint> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: endpoint.metadata.uid.clone(),
+            resource_version: endpoint.metadata.resource_version.clone(),
+        }),
+        ..DeleteParams::default()
+    };
+    // The Event first: it must name the object while it exists.
+    let message = stray_message(&peer);
+    crate::events::warn(
+        &ctx.client,
+        &endpoint.object_ref(&()),
+        reason::NOT_MANAGED,
+        "Remove",
+        &message,
+    )
+    .await;
+    match endpoints.delete(&peer, &params).await {
+        Ok(_) => {
+            tracing::info!(
+                peer,
+                "removed a TunnelEndpoint no NetworkConfig owns (made by hand)"
+            );
+            ctx.wake_gateway_sync();
+        }
+        // Gone, or changed meanwhile (e.g. taken over by `ensure`): its next event decides.
+        Err(kube::Error::Api(status)) if status.is_not_found() || status.is_conflict() => {
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    }
+    // A peer whose pair is complete gets its own back at once rather than at the next resync.
+    if let Some(remote) = ctx
+        .cache
+        .network_config(&planner::remote_config_name(&peer))
+        .await?
+    {
+        ensure(ctx, &peer, &remote).await?;
+    }
+    Ok(())
 }
 
 /// The remote prefixes Network peerings allow from `peer` (see
@@ -441,6 +516,29 @@ pub(super) mod tests {
             }],
             ..StatusResponse::default()
         }
+    }
+
+    #[test]
+    fn only_an_endpoint_a_network_config_controls_is_managed() {
+        let mut te = endpoint();
+        assert!(!is_managed(&te), "made by hand");
+        let mut remote = NetworkConfig::new("from-rome", Default::default());
+        remote.metadata.uid = Some("uid-1".into());
+        let mut owner = remote.controller_owner_ref(&()).expect("named, with a uid");
+        te.metadata.owner_references = Some(vec![owner.clone()]);
+        assert!(is_managed(&te));
+        owner.controller = None;
+        te.metadata.owner_references = Some(vec![owner.clone()]);
+        assert!(!is_managed(&te), "an owner, not the controller");
+        owner.controller = Some(true);
+        owner.kind = "ConfigMap".into();
+        te.metadata.owner_references = Some(vec![owner]);
+        assert!(!is_managed(&te), "another kind");
+        let message = stray_message("rome");
+        assert!(
+            message.contains("to-rome") && message.contains("from-rome"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -94,12 +94,16 @@ impl SecretKubeconfigs {
                     format!("Secret {namespace}/{} has no key {key:?}", secret_ref.name),
                 )
             })?;
+        // The error goes into the status and an Event: what it shows of the kubeconfig (the
+        // parser quotes values and prints the lines around the error, where a token or key
+        // may stand) is left out.
         let invalid = |e: &dyn fmt::Display| {
             fail(
                 reason::KUBECONFIG_INVALID,
                 format!(
-                    "Secret {namespace}/{} key {key:?} is not a usable kubeconfig: {e}",
-                    secret_ref.name
+                    "Secret {namespace}/{} key {key:?} is not a usable kubeconfig: {}",
+                    secret_ref.name,
+                    without_values(&e.to_string())
                 ),
             )
         };
@@ -121,5 +125,51 @@ impl LeafClients for SecretKubeconfigs {
         leaf: &'a LeafCluster,
     ) -> BoxFuture<'a, Result<kube::Client, LeafError>> {
         Box::pin(self.build(namespace, leaf))
+    }
+}
+
+/// The first line of an error about a kubeconfig, with the contents of every double-quoted
+/// string replaced by `…`: parse errors quote the offending value and show the lines around
+/// it, which may hold a token or a key.
+fn without_values(text: &str) -> String {
+    let first = text.lines().next().unwrap_or_default();
+    let mut out = String::with_capacity(first.len());
+    let mut quoted = false;
+    for c in first.chars() {
+        if c == '"' {
+            if quoted {
+                out.push('…');
+            }
+            quoted = !quoted;
+            out.push(c);
+        } else if !quoted {
+            out.push(c);
+        }
+    }
+    if quoted {
+        out.push('…');
+        out.push('"');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_errors_keep_no_value_of_the_kubeconfig() {
+        // The parser's message shows the lines around the error, the token's among them.
+        let text = "users:\n- name: leaf\n  user:\n    token: s3cr3t-token\n    \
+                    insecure: s3cr3t-key\n    username: [\"s3cr3t-name\"]\n";
+        let error = Kubeconfig::from_yaml(text).expect_err("a list where a string belongs");
+        assert!(error.to_string().contains("s3cr3t"), "{error}");
+        let message = without_values(&error.to_string());
+        assert!(!message.contains("s3cr3t"), "{message}");
+        assert!(message.contains("line 6"), "{message}");
+        assert_eq!(
+            without_values("a \"b\" c \"d\nsecond line"),
+            "a \"…\" c \"…\""
+        );
     }
 }

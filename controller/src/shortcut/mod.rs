@@ -14,13 +14,18 @@
 //! kubeconfig Secrets, it watches, through each shortcut's leaf clients, the leaves'
 //! NetworkConfigs and TunnelEndpoints ([`LeafWatches`]) and reconciles the shortcut when one
 //! changes in a way that can change the outcome (processed, rejected, connection state).
-//! The requeue intervals are only a safety net.
+//! The requeue intervals are only a safety net. An error that changes the condition is also
+//! a Warning Event on the ShortcutConnection.
+//!
+//! A controller that is not the hub runs [`run_not_hub`] instead: every ShortcutConnection
+//! there gets `Ready=False` (`NotHub`) and an Event saying it belongs on the hub.
 //!
 //! [`Connector`]: crate::connector::Connector
 //! [`Connector::sync`]: crate::connector::Connector::sync
 
 mod backoff;
 mod leaf;
+mod not_hub;
 mod reconcile;
 mod status;
 mod watch;
@@ -33,6 +38,7 @@ use crate::connector;
 
 pub use backoff::{Backoff, Intervals};
 pub use leaf::{LeafClients, LeafError, SecretKubeconfigs};
+pub use not_hub::{NotHubContext, explain as explain_not_hub, not_hub_message, run_not_hub};
 pub use reconcile::{Context, error_policy, reconcile, run};
 pub use status::status_from;
 pub use watch::LeafWatches;
@@ -78,6 +84,8 @@ pub mod reason {
     pub const CONNECTED: &str = "Connected";
     /// The link is being removed.
     pub const DELETING: &str = "Deleting";
+    /// This cluster's controller is not a hub: nothing here acts on the ShortcutConnection.
+    pub const NOT_HUB: &str = "NotHub";
 }
 
 /// A failure of the operator.

@@ -27,6 +27,7 @@ use crate::conditions;
 use crate::connector::{
     self, ClusterHandle, Connector, LinkOwner, TracingProgress, Transit, WaitOptions,
 };
+use crate::events;
 use crate::runtime::{self, ApiHealth};
 
 /// What the reconciler needs.
@@ -312,10 +313,30 @@ async fn apply(
             status.phase = ShortcutPhase::Error;
             status.observed_generation = generation;
             record_error(&mut status.conditions, &error, generation, now);
+            let before = shortcut.status.as_ref().map(|s| s.conditions.as_slice());
+            let news = news_of_error(before.unwrap_or_default(), &status.conditions, &error);
             write_status(api, shortcut, status).await?;
+            if let Some((why, message)) = news {
+                events::warn(&ctx.hub, &shortcut.object_ref(&()), &why, "Link", &message).await;
+            }
             Err(error)
         }
     }
+}
+
+/// The reason and message of the condition `error` was recorded in, when they are not what
+/// `before` said (an Event is news only then).
+fn news_of_error(
+    before: &[kubetun_crds::Condition],
+    after: &[kubetun_crds::Condition],
+    error: &Error,
+) -> Option<(String, String)> {
+    let (type_, _) = error.condition();
+    let now = conditions::find(after, type_)?;
+    let unchanged = conditions::find(before, type_).is_some_and(|c| {
+        c.status == now.status && c.reason == now.reason && c.message == now.message
+    });
+    (!unchanged).then(|| (now.reason.clone(), now.message.clone()))
 }
 
 async fn cleanup(
@@ -346,7 +367,19 @@ async fn cleanup(
             record_error(&mut status.conditions, &error, generation, now);
             let ready = conditions::find(&status.conditions, READY).map(|c| c.message.clone());
             tracing::warn!(?ready, "teardown of {} failed", key_of(shortcut));
+            let before = shortcut.status.as_ref().map(|s| s.conditions.as_slice());
+            let news = news_of_error(before.unwrap_or_default(), &status.conditions, &error);
             write_status(api, shortcut, status).await?;
+            if let Some((why, message)) = news {
+                events::warn(
+                    &ctx.hub,
+                    &shortcut.object_ref(&()),
+                    &why,
+                    "Unlink",
+                    &message,
+                )
+                .await;
+            }
             Err(error)
         }
     }

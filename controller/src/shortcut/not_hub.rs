@@ -1,0 +1,164 @@
+//! ShortcutConnections in a cluster whose controller is not the hub: only a hub's operator
+//! links leaves, so here each one gets `Ready=False` (reason `NotHub`) saying where it
+//! belongs, and a Warning Event. No finalizer is added: nothing here would remove it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, ListParams};
+use kube::runtime::controller::Action;
+use kube::runtime::watcher;
+use kube::{Resource as _, ResourceExt as _};
+use kubetun_crds::{ShortcutConnection, ShortcutPhase};
+
+use super::status::write_status;
+use super::{Backoff, Error, Intervals, READY, key_of, reason};
+use crate::conditions;
+use crate::events;
+use crate::runtime::{self, ApiHealth};
+
+/// What [`explain`] needs.
+pub struct NotHubContext {
+    /// This cluster's API.
+    pub client: kube::Client,
+    /// This cluster's id, named in the message.
+    pub cluster_id: String,
+    backoff: Backoff,
+    intervals: Intervals,
+}
+
+impl NotHubContext {
+    /// The context of cluster `cluster_id`'s controller.
+    pub fn new(client: kube::Client, cluster_id: impl Into<String>) -> Self {
+        Self {
+            client,
+            cluster_id: cluster_id.into(),
+            backoff: Backoff::default(),
+            intervals: Intervals::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for NotHubContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NotHubContext")
+            .field("cluster_id", &self.cluster_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The condition message of a ShortcutConnection in cluster `cluster_id`, which is no hub.
+pub fn not_hub_message(cluster_id: &str) -> String {
+    format!(
+        "not linked: the controller of this cluster ({cluster_id}) is not a hub, and only a \
+         hub's controller (KUBETUN_HUB: \"true\", --hub) acts on ShortcutConnections. Create it \
+         in the hub cluster both leaves are linked to (`kubetun shortcut create` with the hub's \
+         kubeconfig) and delete it here; or, if this cluster is that hub, set KUBETUN_HUB: \
+         \"true\" in its config.yaml and restart the controller"
+    )
+}
+
+/// Marks `shortcut` as not acted on here (unchanged statuses are not written again).
+pub async fn explain(
+    shortcut: Arc<ShortcutConnection>,
+    ctx: Arc<NotHubContext>,
+) -> Result<Action, Error> {
+    if shortcut.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let namespace = shortcut
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(shortcut.name_any()))?;
+    let api: Api<ShortcutConnection> = Api::namespaced(ctx.client.clone(), &namespace);
+    let message = not_hub_message(&ctx.cluster_id);
+    let generation = shortcut.metadata.generation;
+    let mut status = shortcut.status.clone().unwrap_or_default();
+    let known = conditions::find(&status.conditions, READY).is_some_and(|c| {
+        c.status == "False" && c.reason == reason::NOT_HUB && c.message == message
+    });
+    status.phase = ShortcutPhase::Error;
+    status.observed_generation = generation;
+    conditions::set(
+        &mut status.conditions,
+        READY,
+        false,
+        reason::NOT_HUB,
+        &message,
+        generation,
+        Time(k8s_openapi::jiff::Timestamp::now()),
+    );
+    write_status(&api, &shortcut, status).await?;
+    if !known {
+        tracing::info!(shortcut = %key_of(&shortcut), "not linked: this cluster is not a hub");
+        events::warn(
+            &ctx.client,
+            &shortcut.object_ref(&()),
+            reason::NOT_HUB,
+            "Link",
+            &message,
+        )
+        .await;
+    }
+    ctx.backoff.reset(&key_of(&shortcut));
+    Ok(Action::await_change())
+}
+
+fn error_policy(
+    shortcut: Arc<ShortcutConnection>,
+    error: &Error,
+    ctx: Arc<NotHubContext>,
+) -> Action {
+    let delay = ctx.backoff.next(&key_of(&shortcut), &ctx.intervals);
+    tracing::debug!(shortcut = %key_of(&shortcut), retry_in = ?delay, "{}", crate::connector::error_chain(error));
+    Action::requeue(delay.min(Duration::from_secs(60)))
+}
+
+/// Runs [`explain`] on every ShortcutConnection of `namespace` until the process is
+/// signalled: what a controller that is not the hub runs instead of the operator. Fails at
+/// once when the CRD is not installed.
+pub async fn run_not_hub(
+    client: kube::Client,
+    namespace: String,
+    cluster_id: String,
+    health: ApiHealth,
+) -> Result<(), Error> {
+    let shortcuts: Api<ShortcutConnection> = Api::namespaced(client.clone(), &namespace);
+    shortcuts
+        .list(&ListParams::default().limit(1))
+        .await
+        .map_err(|source| Error::Hub {
+            action: "list ShortcutConnections (is the CRD installed?)".to_owned(),
+            source,
+        })?;
+    let ctx = Arc::new(NotHubContext::new(client, cluster_id));
+    runtime::controller(
+        shortcuts,
+        watcher::Config::default(),
+        &health,
+        "ShortcutConnection",
+    )
+    .graceful_shutdown_on(crate::shutdown::signal())
+    .run(explain, error_policy, ctx)
+    .for_each(|result| async move {
+        if let Err(error) = result {
+            tracing::debug!("{error}");
+        }
+    })
+    .await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_message_says_where_a_shortcut_belongs() {
+        let message = not_hub_message("rome");
+        assert!(message.contains("(rome) is not a hub"), "{message}");
+        assert!(message.contains("KUBETUN_HUB: \"true\""), "{message}");
+        assert!(message.contains("kubetun shortcut create"), "{message}");
+    }
+}
