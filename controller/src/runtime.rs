@@ -34,10 +34,10 @@ use serde::de::DeserializeOwned;
 pub const FIELD_MANAGER: &str = "kubetun-controller";
 
 /// Delay of the first retry of a failed watch.
-const WATCH_RETRY_MIN: Duration = Duration::from_millis(100);
+pub const WATCH_RETRY_MIN: Duration = Duration::from_millis(100);
 /// Longest delay between retries of a failed watch: what a change made right after an
 /// API-server restart may wait at most, on top of the relist.
-const WATCH_RETRY_MAX: Duration = Duration::from_secs(1);
+pub const WATCH_RETRY_MAX: Duration = Duration::from_secs(1);
 
 /// Exponential backoff with full jitter between [`WATCH_RETRY_MIN`] and
 /// [`WATCH_RETRY_MAX`], reset by the first event after an error.
@@ -85,7 +85,7 @@ impl Backoff for WatchBackoff {
 /// How long no watch may have failed before the outage is declared over: longer than the
 /// longest retry delay, so a watch still failing has had the chance to say so. An API server
 /// shutting down still answers some requests; one outage should read as one.
-const SETTLE: Duration = Duration::from_millis(1500);
+pub const SETTLE: Duration = Duration::from_millis(1500);
 /// How often the API server is probed during an outage.
 const PROBE_INTERVAL: Duration = Duration::from_millis(250);
 

@@ -87,10 +87,10 @@ struct Args {
     /// wireguard-go executable [default: PATH].
     #[arg(long)]
     wireguard_go: Option<PathBuf>,
-    /// boringtun-cli executable [default: <work dir>/tools/bin, else PATH].
+    /// boringtun-cli executable [default: tools/bin of the work dir, else PATH].
     #[arg(long)]
     boringtun_cli: Option<PathBuf>,
-    /// Install boringtun-cli with `cargo install --locked` into <work dir>/tools if missing.
+    /// Install boringtun-cli with `cargo install --locked` into the work dir's tools/ if missing.
     #[arg(long)]
     install_boringtun: bool,
     /// Write every run and the summary as JSON to this file.
