@@ -18,11 +18,10 @@
 //! - [`cli`]: the `kubetun` subcommands; [`cluster_info`], [`keys`], [`conditions`],
 //!   [`context`], [`error`], [`events`], [`shutdown`] and [`socket_paths`] are shared plumbing.
 
-/// Gateway control API client types, generated from `gateway/proto/gateway.proto`.
-#[allow(missing_docs, clippy::all)]
-pub mod gateway_api {
-    tonic::include_proto!("kubetun.gateway.v1");
-}
+// The gateway's control contract (`kubetun-gateway-api`): its gRPC types and client, its
+// socket paths, the log filter every program reads.
+pub use kubetun_gateway_api::proto as gateway_api;
+pub use kubetun_gateway_api::{log_filter, socket_paths};
 
 pub mod agent;
 pub mod cli;
@@ -36,9 +35,6 @@ pub mod gateway_client;
 pub mod ha;
 pub mod ipam;
 pub mod keys;
-/// How every kubetun program reads `RUST_LOG`: the same source file the gateway compiles.
-#[path = "../../gateway/src/log_filter.rs"]
-pub mod log_filter;
 pub mod network;
 pub mod planner;
 pub mod reconcile;
@@ -46,8 +42,5 @@ pub mod rotation;
 pub mod runtime;
 pub mod shortcut;
 pub mod shutdown;
-/// The gateway's socket paths: the same source file the gateway compiles.
-#[path = "../../gateway/src/socket_paths.rs"]
-pub mod socket_paths;
 #[doc(hidden)]
 pub mod testing;

@@ -12,21 +12,16 @@ pub mod device;
 pub mod grpc;
 pub mod io;
 pub mod key;
-pub mod log_filter;
 pub mod metrics;
 pub mod peercred;
 pub mod remap;
-pub mod socket_paths;
 pub mod state;
 pub mod status;
 pub mod uapi;
 pub mod unix_socket;
 
-/// Generated types and service stubs of `proto/gateway.proto`.
-#[allow(missing_docs, clippy::all)]
-pub mod proto {
-    tonic::include_proto!("kubetun.gateway.v1");
-}
+// The control contract, shared with the controller (`kubetun-gateway-api`).
+pub use kubetun_gateway_api::{log_filter, proto, socket_paths};
 
 #[cfg(test)]
 mod fuzz_run;

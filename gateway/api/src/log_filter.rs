@@ -1,6 +1,6 @@
 //! The log filter of every kubetun program, built from `RUST_LOG` (the `kubetun` CLI:
-//! `KUBETUN_LOG`). The controller compiles this same file (as it does `socket_paths.rs`), so
-//! the gateway, the controller, the route agent and the CLI read a filter the same way.
+//! `KUBETUN_LOG`). The gateway, the controller, the route agent and the CLI all call it, so
+//! they read a filter the same way.
 //!
 //! A bare level sets kubetun's own level, not the libraries':
 //!

@@ -1,6 +1,6 @@
-//! Where a gateway's gRPC control socket lives, derived from its interface name. The
-//! controller compiles this same file (as it compiles the same `.proto`), so the gateway's
-//! default and the controller's default cannot drift apart for any interface name.
+//! Where a gateway's gRPC control socket lives, derived from its interface name. The gateway
+//! and the controller both call it, so their defaults cannot drift apart for any interface
+//! name.
 
 use std::path::PathBuf;
 
