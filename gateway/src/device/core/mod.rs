@@ -31,6 +31,8 @@ pub mod timers;
 
 #[cfg(all(test, feature = "mock-clock"))]
 mod clock_tests;
+#[cfg(all(test, feature = "mock-clock"))]
+mod sim_tests;
 #[cfg(test)]
 mod tests;
 
