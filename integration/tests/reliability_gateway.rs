@@ -512,22 +512,23 @@ async fn restarts_lose_nothing_and_secrets_stay_secret() {
         .await
         .expect("the peer that came back is Connected again");
 
-    // Roaming: A's datagrams now leave from another address, B learns it, and re-applies of
-    // B's unchanged peers (by hand with a new version, then by its sync restoring its own)
-    // keep the learned endpoint.
+    // Roaming: A's address changes (the new one added, the old one removed), so A's datagrams
+    // leave from the new one (replies stick to the address the peer sent to while it
+    // exists), B learns it, and re-applies of B's unchanged peers (by hand with a new
+    // version, then by its sync restoring its own) keep the learned endpoint.
+    a.ns.exec(&["sysctl", "-qw", "net.ipv4.conf.veth-a.promote_secondaries=1"])
+        .expect("keep the second address when the first goes");
     a.ns.exec(&["ip", "address", "add", "192.0.2.11/24", "dev", "veth-a"])
         .expect("second address");
     a.ns.exec(&[
         "ip",
-        "route",
-        "replace",
-        "192.0.2.0/24",
+        "address",
+        "del",
+        &format!("{}/24", a.underlay),
         "dev",
         "veth-a",
-        "src",
-        "192.0.2.11",
     ])
-    .expect("source route");
+    .expect("the old address goes");
     let roamed = "192.0.2.11:51820";
     let deadline = Instant::now() + STARTUP;
     while b.peer_endpoint().await != roamed {
