@@ -4,6 +4,7 @@
 
 pub mod diagnose;
 pub mod gateway;
+pub mod install;
 pub mod network;
 pub mod output;
 pub mod shortcut;
