@@ -209,6 +209,17 @@ async fn install_upgrade_and_uninstall() {
         "the NetworkConfig was touched"
     );
 
+    // Switching to replicated gateways: the load-balanced Service goes (deploy/ha drops it).
+    let out = install(&cluster, &["--ha", "--wait=false"]).await;
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(
+        stdout
+            .contains("deleted Service kubetun-system/kubetun-gateway (not part of this install)"),
+        "{stdout}"
+    );
+    every_object_present(&cluster, true).await;
+
     // A different cluster id would break the links.
     let out = install(&cluster, &["--cluster-id", "milan"]).await;
     assert!(!out.status.success());
@@ -461,6 +472,7 @@ async fn dry_run_equals_kustomize_and_overlaps_are_refused() {
     for (ha, flags, components) in [
         (false, vec![], vec![]),
         (true, vec!["--ha"], vec!["deploy/ha"]),
+        (false, vec!["--hub", "--hub-forwarding"], vec!["deploy/hub"]),
     ] {
         let mut args = vec![
             "--dry-run",
