@@ -47,6 +47,19 @@ async fn publish(
     note: &str,
 ) {
     let recorder = Recorder::new(client.clone(), Reporter::from(REPORTER));
+    publish_with(&recorder, regarding, type_, reason, action, note).await;
+}
+
+/// Publishes an Event about `regarding` through `recorder`, best effort (a failure is logged
+/// at debug); the note is cut to what the Events API takes.
+pub async fn publish_with(
+    recorder: &Recorder,
+    regarding: &ObjectReference,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: &str,
+) {
     let event = Event {
         type_,
         reason: reason.to_owned(),

@@ -15,7 +15,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::{Client, Resource as _};
 
 use super::election::{Decision, Election, Observed};
@@ -405,16 +405,15 @@ impl Elector {
             "active: {note}"
         );
         self.metrics.promoted();
-        let event = Event {
-            type_: EventType::Normal,
-            reason: "GatewayFailover".to_owned(),
-            note: Some(note),
-            action: "AcquireLease".to_owned(),
-            secondary: None,
-        };
-        if let Err(error) = self.recorder.publish(&event, &lease.object_ref(&())).await {
-            tracing::debug!(%error, "cannot publish the failover event");
-        }
+        crate::events::publish_with(
+            &self.recorder,
+            &lease.object_ref(&()),
+            EventType::Normal,
+            "GatewayFailover",
+            "AcquireLease",
+            &note,
+        )
+        .await;
     }
 
     /// Holds the gateway active for `active_for` (zero: standby); true when it answered.

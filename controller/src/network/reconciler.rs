@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
@@ -182,23 +182,8 @@ impl Context {
         action: &str,
         note: String,
     ) {
-        let Some(recorder) = &self.recorder else {
-            return;
-        };
-        let event = KubeEvent {
-            type_,
-            reason: reason.to_owned(),
-            note: Some(note),
-            action: action.to_owned(),
-            secondary: None,
-        };
-        if let Err(error) = recorder.publish(&event, regarding).await {
-            tracing::debug!(
-                kind = regarding.kind.as_deref().unwrap_or_default(),
-                name = regarding.name.as_deref().unwrap_or_default(),
-                %error,
-                "cannot publish event"
-            );
+        if let Some(recorder) = &self.recorder {
+            crate::events::publish_with(recorder, regarding, type_, reason, action, &note).await;
         }
     }
 

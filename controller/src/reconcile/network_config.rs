@@ -13,6 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{self, Event};
@@ -243,6 +244,22 @@ async fn report_unprocessed(
     let generation = nc.metadata.generation;
     let mut status = nc.status.clone().unwrap_or_default();
     status.observed_generation = generation;
+    mark_unprocessed(&mut status, why, message, generation, ctx.now());
+    if nc.status.as_ref() != Some(&status) {
+        write_status(ctx, &nc.name_any(), &status).await?;
+    }
+    announce_rejection(nc, ctx, why, message).await;
+    Ok(())
+}
+
+/// `Processed=False` with `why` and `message`, and no views.
+fn mark_unprocessed(
+    status: &mut NetworkConfigStatus,
+    why: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: Time,
+) {
     status.processed = false;
     status.pod_cidrs.clear();
     status.external_cidrs.clear();
@@ -253,13 +270,8 @@ async fn report_unprocessed(
         why,
         message,
         generation,
-        ctx.now(),
+        now,
     );
-    if nc.status.as_ref() != Some(&status) {
-        write_status(ctx, &nc.name_any(), &status).await?;
-    }
-    announce_rejection(nc, ctx, why, message).await;
-    Ok(())
 }
 
 /// A Warning Event when `nc`'s status did not say `Processed=False` with this reason and
@@ -347,13 +359,8 @@ async fn apply_remote(nc: &NetworkConfig, ctx: &Context) -> Result<Action, Error
             ) {
                 ctx.ipam().release(&nc.spec.source_cluster.id);
             }
-            status.processed = false;
-            status.pod_cidrs.clear();
-            status.external_cidrs.clear();
-            conditions::set(
-                &mut status.conditions,
-                conditions::PROCESSED,
-                false,
+            mark_unprocessed(
+                &mut status,
                 error.reason(),
                 &error.to_string(),
                 generation,

@@ -43,6 +43,18 @@ pub use reconcile::{Context, error_policy, reconcile, run};
 pub use status::status_from;
 pub use watch::LeafWatches;
 
+/// Fails unless the API server serves ShortcutConnections here (one list of one object).
+async fn require_crd(shortcuts: &kube::Api<ShortcutConnection>) -> Result<(), Error> {
+    shortcuts
+        .list(&kube::api::ListParams::default().limit(1))
+        .await
+        .map(drop)
+        .map_err(|source| Error::Hub {
+            action: "list ShortcutConnections (is the CRD installed?)".to_owned(),
+            source,
+        })
+}
+
 /// Finalizer that keeps a ShortcutConnection until the link is removed from both leaves.
 pub const FINALIZER: &str = "net.kubetun.io/shortcut-cleanup";
 /// Field manager of the operator's status writes.

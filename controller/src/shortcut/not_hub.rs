@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 use kube::{Resource as _, ResourceExt as _};
@@ -125,13 +125,7 @@ pub async fn run_not_hub(
     health: ApiHealth,
 ) -> Result<(), Error> {
     let shortcuts: Api<ShortcutConnection> = Api::namespaced(client.clone(), &namespace);
-    shortcuts
-        .list(&ListParams::default().limit(1))
-        .await
-        .map_err(|source| Error::Hub {
-            action: "list ShortcutConnections (is the CRD installed?)".to_owned(),
-            source,
-        })?;
+    super::require_crd(&shortcuts).await?;
     let ctx = Arc::new(NotHubContext::new(client, cluster_id));
     runtime::controller(
         shortcuts,

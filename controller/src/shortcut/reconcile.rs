@@ -9,9 +9,9 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource as _;
 use kube::ResourceExt as _;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{self, Event, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt as _, watcher};
@@ -252,25 +252,22 @@ async fn publish_path_changes(
             ),
         };
         tracing::info!(shortcut = %key_of(shortcut), "{note}");
-        let event = KubeEvent {
-            type_: match now {
-                kubetun_crds::ShortcutPath::ViaHub => EventType::Warning,
-                kubetun_crds::ShortcutPath::Direct => EventType::Normal,
-            },
-            reason: "PathChanged".to_owned(),
-            note: Some(note),
-            // Per direction: the recorder folds events with the same reason and action on
-            // one object into one series, which would hide the other direction's switch.
-            action: format!("SwitchPath-{}-{}", direction.from, direction.to),
-            secondary: None,
+        let type_ = match now {
+            kubetun_crds::ShortcutPath::ViaHub => EventType::Warning,
+            kubetun_crds::ShortcutPath::Direct => EventType::Normal,
         };
-        if let Err(error) = ctx
-            .recorder
-            .publish(&event, &shortcut.object_ref(&()))
-            .await
-        {
-            tracing::debug!(%error, "cannot publish the path event");
-        }
+        // Per direction: the recorder folds events with the same reason and action on one
+        // object into one series, which would hide the other direction's switch.
+        let action = format!("SwitchPath-{}-{}", direction.from, direction.to);
+        events::publish_with(
+            &ctx.recorder,
+            &shortcut.object_ref(&()),
+            type_,
+            "PathChanged",
+            &action,
+            &note,
+        )
+        .await;
     }
 }
 
@@ -440,13 +437,7 @@ pub async fn run(
         ),
         None => (Api::all(client.clone()), Api::all(client.clone())),
     };
-    shortcuts
-        .list(&ListParams::default().limit(1))
-        .await
-        .map_err(|source| Error::Hub {
-            action: "list ShortcutConnections (is the CRD installed?)".to_owned(),
-            source,
-        })?;
+    super::require_crd(&shortcuts).await?;
     let (leaf_watches, leaf_changes) = LeafWatches::new();
     let ctx = Arc::new(
         Context::new(client.clone(), Arc::new(SecretKubeconfigs::new(client)))
