@@ -20,7 +20,9 @@
 //!
 //! Needs root and `/dev/net/tun`; without them it prints why and passes, unless `CI=true`.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+mod support;
+use support::CountingAllocator;
+
 use std::backtrace::Backtrace;
 use std::cell::Cell;
 use std::io::{Read, Write};
@@ -86,44 +88,18 @@ fn on_allocation() {
     }
 }
 
-/// Counts allocations of all threads while [`COUNTING`] is on.
-struct CountingAllocator;
-
-// SAFETY: every method forwards to the system allocator with the caller's arguments unchanged,
-// so the `GlobalAlloc` contract is the system allocator's. Counting touches atomics and a
-// thread-local `Cell` without a destructor; the recording it does for the first allocations
-// allocates through this same allocator, which the thread-local flag turns into a no-op.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        on_allocation();
-        // SAFETY: forwarded unchanged; the caller upholds `alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        on_allocation();
-        // SAFETY: forwarded unchanged; the caller upholds `alloc_zeroed`'s contract.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        on_allocation();
-        // SAFETY: forwarded unchanged; the caller upholds `realloc`'s contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if COUNTING.load(Ordering::Relaxed) {
-            DEALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        }
-        // SAFETY: forwarded unchanged; the caller upholds `dealloc`'s contract.
-        unsafe { System.dealloc(ptr, layout) }
+/// Counts a deallocation while [`COUNTING`] is on.
+fn on_deallocation() {
+    if COUNTING.load(Ordering::Relaxed) {
+        DEALLOCATIONS.fetch_add(1, Ordering::Relaxed);
     }
 }
 
+/// Counts allocations of all threads while [`COUNTING`] is on; the recording it does for
+/// the first allocations allocates through this same allocator, which the thread-local flag
+/// of [`on_allocation`] turns into a no-op.
 #[global_allocator]
-static GLOBAL: CountingAllocator = CountingAllocator;
+static GLOBAL: CountingAllocator = CountingAllocator::new(on_allocation, on_deallocation);
 
 /// Starts a measuring window from zero.
 fn start_counting() {

@@ -2,17 +2,15 @@
 //! of every packet kind (TCP with MSS clamping, UDP, ICMP echo, ICMP errors, fragments, IPv6
 //! extension headers, drops) through an `arc_swap::Cache` reader, as the data plane uses it.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+mod support;
 use std::cell::Cell;
 use std::net::IpAddr;
 use std::sync::Arc;
+use support::CountingAllocator;
 
 use arc_swap::{ArcSwap, Cache};
 use ipnet::IpNet;
 use kubetun_gateway::remap::{DropReason, RemapTable, Route, TableBuilder, Verdict};
-
-/// Counts the allocations of the current thread, so parallel tests do not interfere.
-struct CountingAllocator;
 
 thread_local! {
     static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
@@ -27,37 +25,9 @@ fn allocations() -> u64 {
     ALLOCATIONS.with(Cell::get)
 }
 
-// SAFETY: every method forwards to the system allocator with the caller's arguments unchanged,
-// so the `GlobalAlloc` contract is the system allocator's; counting touches only a
-// thread-local `Cell` without a destructor, which never allocates.
-#[allow(unsafe_code)]
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count_allocation();
-        // SAFETY: forwarded unchanged; the caller upholds `alloc`'s contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count_allocation();
-        // SAFETY: forwarded unchanged; the caller upholds `alloc_zeroed`'s contract.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count_allocation();
-        // SAFETY: forwarded unchanged; the caller upholds `realloc`'s contract.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded unchanged; the caller upholds `dealloc`'s contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
+/// Counts the allocations of the current thread, so parallel tests do not interfere.
 #[global_allocator]
-static GLOBAL: CountingAllocator = CountingAllocator;
+static GLOBAL: CountingAllocator = CountingAllocator::new(count_allocation, || {});
 
 fn net(s: &str) -> IpNet {
     s.parse().expect("valid prefix")
