@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::Api;
 use kube::api::{DynamicObject, PostParams};
 use kube::discovery::ApiResource;
+use kubetun_controller::cli::install::flags::SETTINGS_ANNOTATION;
 use kubetun_controller::cli::install::manifests::{self, CONFIG_HASH_ANNOTATION, CONFIG_MAP};
 use kubetun_testenv::TestCluster;
 use realapi_support::{kubetun, text};
@@ -218,7 +219,22 @@ async fn install_upgrade_and_uninstall() {
             .contains("deleted Service kubetun-system/kubetun-gateway (not part of this install)"),
         "{stdout}"
     );
+    assert!(
+        stdout.contains("kept from the last install: --external-cidr, --image"),
+        "{stdout}"
+    );
     every_object_present(&cluster, true).await;
+    let deployment = Api::<Deployment>::namespaced(client.clone(), "kubetun-system")
+        .get("kubetun-gateway")
+        .await
+        .unwrap();
+    let pod = deployment.spec.unwrap().template.spec.unwrap();
+    assert!(pod.host_network.unwrap_or_default());
+    assert!(
+        pod.containers
+            .iter()
+            .all(|c| c.image.as_deref() == Some("registry.example/kubetun:v2"))
+    );
 
     // A different cluster id would break the links.
     let out = install(&cluster, &["--cluster-id", "milan"]).await;
@@ -230,7 +246,7 @@ async fn install_upgrade_and_uninstall() {
     );
 
     // --wait without a kubelet: a clear timeout, non-zero.
-    let out = install(&cluster, &["--wait", "--timeout", "2s"]).await;
+    let out = install(&cluster, &["--ha=false", "--wait", "--timeout", "2s"]).await;
     assert!(!out.status.success());
     let stderr = text(&out.stderr);
     assert!(stderr.contains("timed out after 2s waiting for kubetun to be Ready (gateway Deployment: 0/1 replicas ready"), "{stderr}");
@@ -389,6 +405,15 @@ fn compare(install: Vec<Value>, mut kustomized: Vec<Value>) {
     }
     let mut install = install;
     for object in install.values_mut() {
+        if let Some(Value::Object(annotations)) = object.pointer_mut("/metadata/annotations") {
+            annotations.remove(SETTINGS_ANNOTATION);
+            if annotations.is_empty() {
+                object["metadata"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("annotations");
+            }
+        }
         if let Some(Value::Object(annotations)) =
             object.pointer_mut("/spec/template/metadata/annotations")
         {

@@ -312,12 +312,23 @@ pub fn identity(object: &Value) -> (String, String, String, String) {
     )
 }
 
-/// Fills in what install detected: the ConfigMap's `data` entries, the image of every
-/// kubetun container, and the config hash on the kubetun pod's template.
-pub fn configure(objects: &mut [Value], settings: &BTreeMap<String, String>, image: &str) {
+/// Fills in what install detected: the ConfigMap's `data` entries and the record of the
+/// flags given (an annotation), the image of every kubetun container, and the config hash
+/// on the kubetun pod's template.
+pub fn configure(
+    objects: &mut [Value],
+    settings: &BTreeMap<String, String>,
+    image: &str,
+    recorded_flags: &str,
+) {
     let mut hash = 0xcbf2_9ce4_8422_2325_u64; // FNV-1a over the final data
     for object in objects.iter_mut() {
         let (_, kind, _, name) = identity(object);
+        if kind == "ConfigMap" && name == CONFIG_MAP {
+            object["metadata"]["annotations"] = serde_json::json!({
+                super::flags::SETTINGS_ANNOTATION: recorded_flags,
+            });
+        }
         if kind == "ConfigMap"
             && name == CONFIG_MAP
             && let Some(Value::Object(data)) = object.get_mut("data")

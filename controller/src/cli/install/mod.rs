@@ -7,6 +7,7 @@
 
 mod apply;
 pub mod detect;
+pub mod flags;
 pub mod manifests;
 
 use std::collections::BTreeMap;
@@ -14,13 +15,13 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use ipnet::IpNet;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use serde_json::Value;
 
 use super::{Error, KubeconfigSource, parse_duration};
 use crate::cluster_info::DEFAULT_NAMESPACE;
+use flags::{Cidrs, Settings, parse_cidrs};
 use manifests::{Components, DEFAULT_IMAGE};
 
 /// Field manager of everything `kubetun install` applies.
@@ -35,22 +36,24 @@ pub struct InstallArgs {
     /// Context of the kubeconfig.
     #[arg(long)]
     pub context: Option<String>,
-    /// Stable unique id of this cluster (default: the installed one; required on a first install).
+    /// Stable unique id of this cluster (default: the installed one; required on a first
+    /// install).
     #[arg(long)]
     pub cluster_id: Option<String>,
     /// Human readable name (default: the id).
     #[arg(long)]
     pub cluster_name: Option<String>,
-    /// This cluster is the hub: its controller runs the ShortcutConnection operator.
-    #[arg(long)]
-    pub hub: bool,
+    /// This cluster is the hub: its controller runs the ShortcutConnection operator
+    /// (`--hub=false` turns it off).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub hub: Option<bool>,
     /// Add deploy/hub (net.ipv4.ip_forward=1 in the gateway pod, for transit shortcuts; the
     /// kubelets must allow that sysctl).
-    #[arg(long)]
-    pub hub_forwarding: bool,
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub hub_forwarding: Option<bool>,
     /// Replicated gateways: add the components deploy/ha and deploy/agent/ha.
-    #[arg(long)]
-    pub ha: bool,
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub ha: Option<bool>,
     /// Address peers reach the gateway at (default: the gateway Service's load balancer,
     /// else its NodePort on a node).
     #[arg(long)]
@@ -58,21 +61,23 @@ pub struct InstallArgs {
     /// UDP port peers reach the gateway at (with --endpoint-address; default 51820).
     #[arg(long)]
     pub endpoint_port: Option<u16>,
-    /// Pod CIDRs (default: covering the Nodes' spec.podCIDRs).
-    #[arg(long, value_delimiter = ',')]
-    pub pod_cidr: Vec<IpNet>,
-    /// Service CIDRs (default: the ServiceCIDR objects, else inferred from the kubernetes Service).
-    #[arg(long, value_delimiter = ',')]
-    pub service_cidr: Vec<IpNet>,
+    /// Pod CIDRs, comma-separated (default: covering the Nodes' spec.podCIDRs).
+    #[arg(long, value_parser = parse_cidrs)]
+    pub pod_cidr: Option<Cidrs>,
+    /// Service CIDRs (default: the ServiceCIDR objects, else inferred from the kubernetes
+    /// Service).
+    #[arg(long, value_parser = parse_cidrs)]
+    pub service_cidr: Option<Cidrs>,
     /// External CIDRs reachable through this cluster (default: none).
-    #[arg(long, value_delimiter = ',')]
-    pub external_cidr: Vec<IpNet>,
+    #[arg(long, value_parser = parse_cidrs)]
+    pub external_cidr: Option<Cidrs>,
     /// Further ranges IPAM must never hand out, added to the detected node subnets.
-    #[arg(long, value_delimiter = ',')]
-    pub reserved: Vec<IpNet>,
-    /// The image of the gateway, controller and route agent containers.
-    #[arg(long, default_value = DEFAULT_IMAGE)]
-    pub image: String,
+    #[arg(long, value_parser = parse_cidrs)]
+    pub reserved: Option<Cidrs>,
+    /// The image of the gateway, controller and route agent containers (default:
+    /// ghcr.io/kubetun/kubetun:latest).
+    #[arg(long)]
+    pub image: Option<String>,
     /// Wait until the gateway Deployment and the route agent DaemonSet are Ready
     /// (`--wait=false` does not).
     #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
@@ -80,7 +85,8 @@ pub struct InstallArgs {
     /// Upper bound of --wait (e.g. 90s, 5m).
     #[arg(long, default_value = "300s", value_parser = parse_duration)]
     pub timeout: Duration,
-    /// Print the manifests instead of applying them (GitOps).
+    /// Print the manifests instead of applying them (GitOps). Flags not given are taken from
+    /// the last install, as on a real install.
     #[arg(long)]
     pub dry_run: bool,
     /// Output format of --dry-run.
@@ -128,11 +134,6 @@ pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
     let client = source(&args.kubeconfig, &args.context)
         .client("local")
         .await?;
-    let components = Components {
-        ha: args.ha,
-        hub_forwarding: args.hub_forwarding,
-    };
-    let mut objects = manifests::render(components).map_err(|e| Error::Usage(e.to_string()))?;
     // Detection goes to stderr with --dry-run, so that stdout is the YAML alone.
     let say = |line: String| {
         if args.dry_run {
@@ -142,9 +143,46 @@ pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
         }
     };
 
-    let detected = detect::detect(&client, &args.pod_cidr, &args.service_cidr)
+    // What is installed already: the cluster id stays, flags not given are the recorded ones.
+    let installed = Api::<ConfigMap>::namespaced(client.clone(), DEFAULT_NAMESPACE)
+        .get_opt(manifests::CONFIG_MAP)
         .await
-        .map_err(api_error("read the cluster's Nodes and Services"))?;
+        .map_err(api_error("read the installed configuration"))?
+        .unwrap_or_default();
+    let recorded = Settings::from_json(
+        installed
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(flags::SETTINGS_ANNOTATION)),
+    );
+    let (settings, kept) = args.given().or_recorded(&recorded);
+    if !kept.is_empty() {
+        say(format!(
+            "kept from the last install: {} (pass them to change them)",
+            kept.join(", ")
+        ));
+    }
+    let installed = installed.data.unwrap_or_default();
+    let ha = settings.ha.unwrap_or(false);
+    let image = settings
+        .image
+        .clone()
+        .unwrap_or_else(|| DEFAULT_IMAGE.to_owned());
+    let components = Components {
+        ha,
+        hub_forwarding: settings.hub_forwarding.unwrap_or(false),
+    };
+    let mut objects = manifests::render(components).map_err(|e| Error::Usage(e.to_string()))?;
+    let cidrs = |c: &Option<Cidrs>| c.as_ref().map(|c| c.0.clone()).unwrap_or_default();
+
+    let detected = detect::detect(
+        &client,
+        &cidrs(&settings.pod_cidr),
+        &cidrs(&settings.service_cidr),
+    )
+    .await
+    .map_err(api_error("read the cluster's Nodes and Services"))?;
     for fact in &detected.facts {
         say(format!("detected {fact}"));
     }
@@ -165,13 +203,6 @@ pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
     ])
     .map_err(|e| Error::Usage(format!("cannot install: {e}")))?;
 
-    // What is installed already: the cluster id stays.
-    let installed = Api::<ConfigMap>::namespaced(client.clone(), DEFAULT_NAMESPACE)
-        .get_opt(manifests::CONFIG_MAP)
-        .await
-        .map_err(api_error("read the installed configuration"))?
-        .and_then(|c| c.data)
-        .unwrap_or_default();
     let cluster_id = match (&args.cluster_id, installed.get("KUBETUN_CLUSTER_ID")) {
         (Some(id), Some(old)) if id != old => {
             return Err(Error::Usage(format!(
@@ -192,11 +223,11 @@ pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
     };
 
     // The endpoint.
-    let endpoint = if args.ha {
+    let endpoint = if ha {
         say("endpoint: each replica's node address (status.hostIP, --ha)".into());
         None
-    } else if let Some(address) = &args.endpoint_address {
-        let port = args.endpoint_port.unwrap_or(51820);
+    } else if let Some(address) = &settings.endpoint_address {
+        let port = settings.endpoint_port.unwrap_or(51820);
         say(format!("endpoint: {address}:{port} (--endpoint-address)"));
         Some((address.clone(), port))
     } else {
@@ -234,12 +265,13 @@ pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
     };
 
     let mut reserved = detected.node_subnets.clone();
-    reserved.extend(args.reserved.iter().copied());
-    let mut settings = BTreeMap::from([
+    reserved.extend(cidrs(&settings.reserved));
+    let mut data = BTreeMap::from([
         ("KUBETUN_CLUSTER_ID".to_owned(), cluster_id.clone()),
         (
             "KUBETUN_CLUSTER_NAME".to_owned(),
-            args.cluster_name
+            settings
+                .cluster_name
                 .clone()
                 .unwrap_or_else(|| cluster_id.clone()),
         ),
@@ -253,16 +285,19 @@ pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
         ),
         (
             "KUBETUN_EXTERNAL_CIDR".to_owned(),
-            detect::join(&args.external_cidr),
+            detect::join(&cidrs(&settings.external_cidr)),
         ),
         ("KUBETUN_RESERVED".to_owned(), detect::join(&reserved)),
-        ("KUBETUN_HUB".to_owned(), args.hub.to_string()),
+        (
+            "KUBETUN_HUB".to_owned(),
+            settings.hub.unwrap_or(false).to_string(),
+        ),
     ]);
     if let Some((address, port)) = endpoint {
-        settings.insert("KUBETUN_ENDPOINT_ADDRESS".into(), address);
-        settings.insert("KUBETUN_ENDPOINT_PORT".into(), port.to_string());
+        data.insert("KUBETUN_ENDPOINT_ADDRESS".into(), address);
+        data.insert("KUBETUN_ENDPOINT_PORT".into(), port.to_string());
     }
-    manifests::configure(&mut objects, &settings, &args.image);
+    manifests::configure(&mut objects, &data, &image, &settings.to_json());
 
     if args.dry_run {
         let yaml = manifests::to_yaml(&objects).map_err(|e| Error::Usage(e.to_string()))?;
@@ -274,13 +309,32 @@ pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
     println!(
         "installed kubetun ({} objects, image {}) in {:.1}s",
         objects.len(),
-        args.image,
+        image,
         started.elapsed().as_secs_f64()
     );
     if args.wait {
         apply::wait_ready(&client, args.timeout).await?;
     }
     Ok(())
+}
+
+impl InstallArgs {
+    /// The settings flags given on this command line.
+    fn given(&self) -> Settings {
+        Settings {
+            cluster_name: self.cluster_name.clone(),
+            hub: self.hub,
+            hub_forwarding: self.hub_forwarding,
+            ha: self.ha,
+            endpoint_address: self.endpoint_address.clone(),
+            endpoint_port: self.endpoint_port,
+            pod_cidr: self.pod_cidr.clone(),
+            service_cidr: self.service_cidr.clone(),
+            external_cidr: self.external_cidr.clone(),
+            reserved: self.reserved.clone(),
+            image: self.image.clone(),
+        }
+    }
 }
 
 /// Runs `kubetun uninstall`.
