@@ -256,6 +256,28 @@ async fn install_upgrade_and_uninstall() {
         text(&out.stdout)
     );
 
+    // A Network in a user's namespace with the controller's finalizer (its controller is
+    // gone by the time uninstall removes it).
+    let networks: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &ApiResource {
+            kind: "Network".into(),
+            plural: "networks".into(),
+            ..nc_resource()
+        },
+    );
+    let network: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "net.kubetun.io/v1alpha1", "kind": "Network",
+        "metadata": {"name": "payments", "finalizers": ["net.kubetun.io/network-id"]},
+        "spec": {"prefixes": ["10.200.16.0/20"]},
+    }))
+    .unwrap();
+    networks
+        .create(&PostParams::default(), &network)
+        .await
+        .unwrap();
+
     // Uninstall: refused while the link exists, then forced.
     let path = kubeconfig(&cluster);
     let out = kubetun(&["uninstall", "--kubeconfig", &path]).await;
@@ -276,6 +298,10 @@ async fn install_upgrade_and_uninstall() {
     assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
     assert!(
         !stdout.contains("not-a-real-key") && !stdout.contains("privateKey"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("deleted Network default/payments"),
         "{stdout}"
     );
     nothing_left(&cluster).await;
