@@ -143,7 +143,22 @@ async fn install_upgrade_and_uninstall() {
     let nc: DynamicObject = serde_json::from_value(nc).unwrap();
     let nc = ncs.create(&PostParams::default(), &nc).await.unwrap();
 
+    // The load balancer got an address meanwhile.
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(client.clone(), "kubetun-system");
+    services
+        .patch_status(
+            "kubetun-gateway",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"status": {"loadBalancer": {"ingress": [{"ip": "203.0.113.50"}]}}}),
+            ),
+        )
+        .await
+        .unwrap();
+
     // Re-install as an upgrade: a new image and a changed flag.
+    let started = Instant::now();
     let out = install(
         &cluster,
         &[
@@ -159,6 +174,15 @@ async fn install_upgrade_and_uninstall() {
         "{}\n{}",
         text(&out.stdout),
         text(&out.stderr)
+    );
+    eprintln!("the upgrade took {:?}", started.elapsed());
+    assert!(
+        text(&out.stdout).contains(
+            "detected endpoint: 203.0.113.50:51820 (the load balancer ingress of Service \
+             kubetun-gateway)"
+        ),
+        "{}",
+        text(&out.stdout)
     );
     assert!(
         text(&out.stdout).contains("cluster id: rome (the installed one)"),
@@ -199,6 +223,7 @@ async fn install_upgrade_and_uninstall() {
     )
     .unwrap();
     assert_eq!(config["data"]["KUBETUN_EXTERNAL_CIDR"], "10.70.0.0/16");
+    assert_eq!(config["data"]["KUBETUN_ENDPOINT_ADDRESS"], "203.0.113.50");
     let secret_after = secrets.get("kubetun-gateway-key").await.unwrap();
     assert_eq!(
         secret_after.metadata.resource_version, secret.metadata.resource_version,
