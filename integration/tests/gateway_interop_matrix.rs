@@ -9,12 +9,19 @@
 //! port the other side really uses, and the latest handshake is a few seconds old. Per peer
 //! implementation and family two more cases: the peer's underlay address changes (kubetun's
 //! endpoint follows, traffic continues), and kubetun's underlay has a second address the peer
-//! was given as the endpoint (kubetun must answer from it, so the peer keeps it).
+//! was given as the endpoint (kubetun must answer from it, so the peer keeps it); and kubetun's
+//! gateway killed with SIGKILL and restarted under the peer's ping train (`restart`): the
+//! train's gap stays within a second and kubetun sends at most one handshake initiation.
+//! kubetun sends no initiation when it is configured (its peers are plain WireGuard peers):
+//! where it is configured first and sends first, the only one it sends is its first ping's.
 //!
 //! Each case has its own pair of namespaces joined by a veth pair, sends traffic only to the
 //! addresses it assigned itself, and stops its daemons by PID and deletes its namespaces on
 //! drop, also when it fails. Cases run in parallel; only the timed part (configuration to
 //! first reply) is serialized, so that a case's figure is not another case's CPU load.
+//!
+//! `KUBETUN_GATEWAY_BIN=<path>` runs another `kubetun-gateway` build (e.g. a previous
+//! commit's) as kubetun; by default it is the one built next to this test.
 
 use std::io::{Read as _, Write as _};
 use std::os::unix::net::UnixStream;
@@ -28,6 +35,9 @@ use kubetun_controller::keys::GatewayKey;
 use kubetun_integration::netns::{
     Netns, NsChild, command_exists, require_root, veth, wait_for_path,
 };
+
+#[path = "gateway_interop_matrix/restart.rs"]
+mod restart;
 
 /// The longest a first reply may take after both sides are configured.
 const FIRST_REPLY_BUDGET: Duration = Duration::from_millis(100);
@@ -122,14 +132,17 @@ fn require(test: &str, peer: Implementation) -> Option<Binaries> {
     if !require_root(test) {
         return None;
     }
-    let mut missing: Vec<String> = ["wg", "ping", "sysctl"]
+    let mut missing: Vec<String> = ["wg", "ping", "sysctl", "nft"]
         .into_iter()
         .filter(|tool| !command_exists(tool))
         .map(|tool| format!("`{tool}` is not installed"))
         .collect();
     let (binaries, left_out) = kubetun_benches::locate_binaries(
         &[Implementation::Kubetun, peer],
-        Binaries::default(),
+        Binaries {
+            kubetun: std::env::var_os("KUBETUN_GATEWAY_BIN").map(PathBuf::from),
+            ..Binaries::default()
+        },
         &kubetun_benches::tools_dir(&kubetun_benches::default_work_dir()),
         None,
         &mut std::io::sink(),
@@ -491,6 +504,10 @@ fn start(end: &mut End, binaries: &Binaries, dir: &Path, extra: &[&str]) {
         // Its handshakes in the log a failing case prints.
         cmd.env("LOG_LEVEL", "verbose");
     }
+    if end.implementation == Implementation::Kubetun {
+        // Its handshakes, and the applies that sent initiations ("handshakes initiated").
+        cmd.env("RUST_LOG", "debug");
+    }
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("log"))
@@ -606,6 +623,10 @@ fn matrix_case(peer: Implementation, family: Family, configured_first: Who, send
     let bed = Bed::new(&binaries, &id, peer, family, &[]);
     let sender = bed.end(sends_first);
     let receiver = bed.other(sends_first);
+    // kubetun configured first and sending first: its first ping's initiation must be its only
+    // one (none when it was configured, which the unconfigured peer could not answer).
+    let initiations = (configured_first == Who::Kubetun && sends_first == Who::Kubetun)
+        .then(|| restart::Initiations::install(&bed.kubetun));
     let reply = {
         let _timed = TIMED.lock().unwrap_or_else(PoisonError::into_inner);
         let configured = bed.configure(configured_first, None);
@@ -617,9 +638,11 @@ fn matrix_case(peer: Implementation, family: Family, configured_first: Who, send
         configured_first.name(),
         sends_first.name()
     );
+    let initiated = initiations.as_ref().map(restart::Initiations::count);
     report(&format!(
-        "{case} first_reply={}",
-        show(reply, FIRST_REPLY_LIMIT)
+        "{case} first_reply={}{}",
+        show(reply, FIRST_REPLY_LIMIT),
+        initiated.map_or_else(String::new, |n| format!(" kubetun_initiations={n}"))
     ));
     let mut failures = Failures::default();
     failures.check(reply.is_some_and(|r| r <= FIRST_REPLY_BUDGET), || {
@@ -628,6 +651,21 @@ fn matrix_case(peer: Implementation, family: Family, configured_first: Who, send
             show(reply, FIRST_REPLY_LIMIT)
         )
     });
+    if let Some(initiated) = initiated {
+        failures.check(initiated == 1, || {
+            format!("kubetun sent {initiated} handshake initiations by its first reply, expected 1")
+        });
+        // The debug log names every apply that sent initiations; a debug line it always has
+        // here (kubetun's handshake) shows the level is on.
+        let completed = restart::log_lines(&bed.kubetun, "handshake completed");
+        let on_apply = restart::log_lines(&bed.kubetun, "handshakes initiated");
+        failures.check(completed > 0, || {
+            "kubetun's log has no \"handshake completed\": its debug level is off".into()
+        });
+        failures.check(on_apply == 0, || {
+            format!("kubetun's log has {on_apply} \"handshakes initiated\": it initiated on apply")
+        });
+    }
     failures.check(
         receiver.ns.wait_ping(sender.tunnel, Duration::from_secs(3)),
         || "no reply the other way".into(),
@@ -736,8 +774,8 @@ fn second_address_case(peer: Implementation, family: Family) {
         bed.label
     );
     let mut failures = Failures::default();
-    // kubetun first: its initiation on configuration finds the peer unconfigured, so the
-    // peer's own initiation to the given address makes the session.
+    // kubetun first (it sends no initiation on configuration to a plain peer): the peer's
+    // initiation to the given address makes the session.
     let configured = bed.configure(Who::Kubetun, Some(given));
     let reply = first_reply(&bed.peer.ns, KUBETUN_TUNNEL, configured, FIRST_REPLY_LIMIT);
     failures.check(reply.is_some(), || "no reply from kubetun".into());
@@ -766,8 +804,8 @@ fn second_address_case(peer: Implementation, family: Family) {
     failures.finish(&case, &bed);
 }
 
-/// The whole row of one peer implementation: the eight cells per family, roaming and the
-/// second address.
+/// The whole row of one peer implementation: the eight cells per family, roaming, the
+/// second address and the restart.
 macro_rules! peer_row {
     ($peer:expr) => {
         use super::*;
@@ -819,6 +857,14 @@ macro_rules! peer_row {
         #[test]
         fn v6_second_address() {
             second_address_case($peer, Family::V6);
+        }
+        #[test]
+        fn v4_restart() {
+            restart::restart_case($peer, Family::V4);
+        }
+        #[test]
+        fn v6_restart() {
+            restart::restart_case($peer, Family::V6);
         }
     };
 }
