@@ -145,10 +145,31 @@ pub fn render(components: Components) -> Result<Vec<Value>, ManifestError> {
     Ok(base)
 }
 
+/// Refuses a kustomization using a field this composition does not implement, so that a
+/// change to `deploy/` cannot silently make `kubetun install` differ from kustomize.
+fn only_known_fields(
+    path: &str,
+    kustomization: &[Value],
+    known: &[&str],
+) -> Result<(), ManifestError> {
+    let fields = kustomization
+        .first()
+        .and_then(Value::as_object)
+        .ok_or_else(|| fail(path, "not a kustomization"))?;
+    match fields.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(unknown) => Err(fail(
+            path,
+            format!("`{unknown}` is not implemented by kubetun install (cli/install/manifests.rs)"),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The resources of `<dir>kustomization.yaml`, in order.
 fn kustomize(dir: &str) -> Result<Vec<Value>, ManifestError> {
     let path = format!("{dir}kustomization.yaml");
     let kustomization = documents(&path, file(&path)?)?;
+    only_known_fields(&path, &kustomization, &["apiVersion", "kind", "resources"])?;
     let resources = kustomization
         .first()
         .and_then(|k| k.get("resources"))
@@ -169,6 +190,7 @@ fn kustomize(dir: &str) -> Result<Vec<Value>, ManifestError> {
 fn apply_component(dir: &str, objects: &mut Vec<Value>) -> Result<(), ManifestError> {
     let path = format!("{dir}kustomization.yaml");
     let component = documents(&path, file(&path)?)?;
+    only_known_fields(&path, &component, &["apiVersion", "kind", "patches"])?;
     let patches = component
         .first()
         .and_then(|k| k.get("patches"))
