@@ -516,8 +516,12 @@ async fn restarts_lose_nothing_and_secrets_stay_secret() {
     // leave from the new one (replies stick to the address the peer sent to while it
     // exists), B learns it, and re-applies of B's unchanged peers (by hand with a new
     // version, then by its sync restoring its own) keep the learned endpoint.
-    a.ns.exec(&["sysctl", "-qw", "net.ipv4.conf.veth-a.promote_secondaries=1"])
-        .expect("keep the second address when the first goes");
+    a.ns.exec(&[
+        "sysctl",
+        "-qw",
+        "net.ipv4.conf.veth-a.promote_secondaries=1",
+    ])
+    .expect("keep the second address when the first goes");
     a.ns.exec(&["ip", "address", "add", "192.0.2.11/24", "dev", "veth-a"])
         .expect("second address");
     a.ns.exec(&[
