@@ -173,25 +173,25 @@ impl ReplicaArgs {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // The route agent is the same binary (one image): `kubetun-controller agent [flags]`.
     if std::env::args_os().nth(1).is_some_and(|arg| arg == "agent") {
         let args = kubetun_controller::agent::AgentArgs::parse_from(std::env::args_os().skip(1));
-        let (filter, problem) = log_filter::from_env("RUST_LOG", LevelFilter::INFO);
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_ansi(kubetun_controller::cli::colour(&std::io::stdout()))
-            .init();
-        if let Some(problem) = problem {
-            tracing::warn!("{problem}");
-        }
+        init_logging(false);
         return kubetun_controller::agent::run(args)
             .await
             .context("route agent failed");
     }
     let args = Args::parse();
-    // A bare level in RUST_LOG is kubetun's own; libraries log below WARN only when named
-    // (`RUST_LOG=debug,kube_client=debug`), see `log_filter`.
+    init_logging(args.log_json);
+    run_controller(args).await
+}
+
+/// Logs to stdout, as text (coloured on a terminal) or JSON lines. A bare level in
+/// RUST_LOG is kubetun's own; libraries log below WARN only when named
+/// (`RUST_LOG=debug,kube_client=debug`), see `log_filter`.
+fn init_logging(json: bool) {
     let (filter, problem) = log_filter::from_env("RUST_LOG", LevelFilter::INFO);
-    if args.log_json {
+    if json {
         tracing_subscriber::fmt()
             .json()
             .with_env_filter(filter)
@@ -206,7 +206,103 @@ async fn main() -> anyhow::Result<()> {
     if let Some(problem) = problem {
         tracing::warn!("{problem}");
     }
+}
 
+/// This cluster's info as the flags give it (its public key comes from the key Secret).
+fn cluster_info(args: &Args) -> ClusterInfo {
+    ClusterInfo {
+        cluster: ClusterRef {
+            id: args.cluster_id.clone(),
+            name: args
+                .cluster_name
+                .clone()
+                .unwrap_or_else(|| args.cluster_id.clone()),
+        },
+        pod_cidrs: args.pod_cidr.clone(),
+        external_cidrs: flatten(&args.external_cidr),
+        service_cidrs: flatten(&args.service_cidr),
+        endpoint: Endpoint {
+            address: args.endpoint_address.clone(),
+            port: args.endpoint_port,
+        },
+        public_key: String::new(),
+        mtu: args.mtu,
+    }
+}
+
+/// What the planner puts into every state for the local gateway (its keys come later).
+fn gateway_settings(args: &Args, info: &ClusterInfo) -> GatewaySettings {
+    GatewaySettings {
+        listen_port: u32::from(args.listen_port.unwrap_or(args.endpoint_port)),
+        mtu: args.mtu,
+        addresses: flatten(&args.tunnel_address)
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+        local_prefixes: info
+            .local_ranges()
+            .iter()
+            .map(ToString::to_string)
+            .collect(),
+        manage_routes: args.manage_routes,
+        persistent_keepalive: args.persistent_keepalive,
+        conncheck_interval_ms: args.conncheck_interval_ms,
+        conncheck_loss_threshold: args.conncheck_loss_threshold,
+        conncheck_fallback_interval_ms: args.conncheck_fallback_interval_ms,
+        ..GatewaySettings::default()
+    }
+}
+
+/// A replica before it holds the gateway lease.
+struct Standby<'a> {
+    client: &'a kube::Client,
+    args: &'a Args,
+    replica: &'a str,
+    gateway: Option<GatewayClient>,
+    settings: &'a GatewaySettings,
+    metrics: &'a HaMetrics,
+}
+
+impl Standby<'_> {
+    /// Keeps the local gateway a standby with the cluster's state until this replica holds
+    /// the gateway lease (the controllers' writes must come from one replica at a time);
+    /// `None` when a signal stopped it first.
+    async fn until_leading(self) -> anyhow::Result<Option<Elector>> {
+        let Some(gateway) = self.gateway else {
+            bail!(
+                "--replica elects the active gateway: it needs a local gateway (drop --no-gateway)"
+            );
+        };
+        let replicas = &self.args.replicas;
+        let mut elector = Elector::new(
+            self.client.clone(),
+            &self.args.namespace,
+            &replicas.lease_name,
+            replicas.node_ip,
+            Election::new(self.replica.to_owned(), replicas.timing()?),
+            Some(gateway.clone()),
+            self.metrics.clone(),
+        );
+        tracing::info!(
+            replica = self.replica,
+            lease = replicas.lease_name,
+            "replica: standby until it holds the gateway lease"
+        );
+        let namespace = self.args.namespace.clone();
+        tokio::select! {
+            () = elector.acquire() => Ok(Some(elector)),
+            () = ha::standby::run(self.client.clone(), namespace, self.settings.clone(), gateway) => Ok(Some(elector)),
+            () = kubetun_controller::shutdown::signal() => {
+                tracing::info!("stopped while on standby");
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// The controller: metrics, the standby wait of a replica, then every reconciler until one
+/// stops, the lease is lost or a signal comes.
+async fn run_controller(args: Args) -> anyhow::Result<()> {
     let client = kubetun_controller::cli::KubeconfigSource {
         path: args.kubeconfig.clone(),
         context: args.context.clone(),
@@ -239,77 +335,23 @@ async fn main() -> anyhow::Result<()> {
         None => tokio::spawn(std::future::pending()),
     };
 
-    let mut info = ClusterInfo {
-        cluster: ClusterRef {
-            id: args.cluster_id.clone(),
-            name: args
-                .cluster_name
-                .clone()
-                .unwrap_or_else(|| args.cluster_id.clone()),
-        },
-        pod_cidrs: args.pod_cidr.clone(),
-        external_cidrs: flatten(&args.external_cidr),
-        service_cidrs: flatten(&args.service_cidr),
-        endpoint: Endpoint {
-            address: args.endpoint_address.clone(),
-            port: args.endpoint_port,
-        },
-        public_key: String::new(),
-        mtu: args.mtu,
-    };
-    let mut settings = GatewaySettings {
-        listen_port: u32::from(args.listen_port.unwrap_or(args.endpoint_port)),
-        mtu: args.mtu,
-        addresses: flatten(&args.tunnel_address)
-            .iter()
-            .map(ToString::to_string)
-            .collect(),
-        local_prefixes: info
-            .local_ranges()
-            .iter()
-            .map(ToString::to_string)
-            .collect(),
-        manage_routes: args.manage_routes,
-        persistent_keepalive: args.persistent_keepalive,
-        conncheck_interval_ms: args.conncheck_interval_ms,
-        conncheck_loss_threshold: args.conncheck_loss_threshold,
-        conncheck_fallback_interval_ms: args.conncheck_fallback_interval_ms,
-        ..GatewaySettings::default()
-    };
+    let mut info = cluster_info(&args);
+    let mut settings = gateway_settings(&args, &info);
 
-    // A replica stays a standby until it holds the gateway lease; only then does it run the
-    // controllers (their writes must come from one replica at a time).
     let mut elector = match &args.replicas.replica {
         Some(replica) => {
-            let Some(gateway) = gateway.clone() else {
-                bail!(
-                    "--replica elects the active gateway: it needs a local gateway (drop --no-gateway)"
-                );
-            };
-            let timing = args.replicas.timing()?;
-            let mut elector = Elector::new(
-                client.clone(),
-                &args.namespace,
-                &args.replicas.lease_name,
-                args.replicas.node_ip,
-                Election::new(replica.clone(), timing),
-                Some(gateway.clone()),
-                ha_metrics.clone(),
-            );
-            tracing::info!(
+            let standby = Standby {
+                client: &client,
+                args: &args,
                 replica,
-                lease = args.replicas.lease_name,
-                "replica: standby until it holds the gateway lease"
-            );
-            tokio::select! {
-                () = elector.acquire() => {}
-                () = ha::standby::run(client.clone(), args.namespace.clone(), settings.clone(), gateway) => {}
-                () = kubetun_controller::shutdown::signal() => {
-                    tracing::info!("stopped while on standby");
-                    return Ok(());
-                }
+                gateway: gateway.clone(),
+                settings: &settings,
+                metrics: &ha_metrics,
+            };
+            match standby.until_leading().await? {
+                Some(elector) => Some(elector),
+                None => return Ok(()),
             }
-            Some(elector)
         }
         None => None,
     };
