@@ -471,15 +471,24 @@ async fn an_api_server_outage_costs_at_most_a_line_per_second_as_deployed() {
         .expect("the controller applied a private key");
     assert!(!private_key.is_empty());
 
+    // The second outage on a hub (the ShortcutConnection operator runs too) with the
+    // shipped example shortcut, whose leaves' kubeconfig Secrets do not exist: its retries
+    // fail all through the outage.
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/examples/shortcutconnection.yaml"
+    );
+    cluster.kubectl(&["apply", "-f", example]).unwrap();
     let mut debug = env.clone();
     debug.insert("RUST_LOG".into(), "debug".into());
+    debug.insert("KUBETUN_HUB".into(), "true".into());
     let with_debug = outage(&mut cluster, &debug, &kubeconfig, &gateway, true).await;
     println!(
         "two outages of {OUTAGE:?} took {:.1?}",
         test_started.elapsed()
     );
     let deployed_label = format!("as deployed (RUST_LOG={deployed_level:?}), SIGTERM");
-    let debug_label = "RUST_LOG=debug, SIGKILL";
+    let debug_label = "RUST_LOG=debug, a hub, SIGKILL";
     report(&deployed_label, &as_deployed);
     report(debug_label, &with_debug);
     let secrets = [token.as_str(), private_key.as_str()];

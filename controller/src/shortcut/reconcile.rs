@@ -46,6 +46,8 @@ pub struct Context {
     pub leaf_watches: LeafWatches,
     /// Events about ShortcutConnections (a direction switching path).
     pub recorder: Recorder,
+    /// The hub's API server's reachability, which says an outage once (none in tests).
+    pub health: Option<ApiHealth>,
 }
 
 impl fmt::Debug for Context {
@@ -68,6 +70,7 @@ impl Context {
             intervals: Intervals::default(),
             backoff: Backoff::default(),
             leaf_watches: LeafWatches::default(),
+            health: None,
         }
     }
 
@@ -82,6 +85,14 @@ impl Context {
     #[must_use]
     pub fn with_leaf_watches(mut self, watches: LeafWatches) -> Self {
         self.leaf_watches = watches;
+        self
+    }
+
+    /// Reports the hub's API-server outages through `health` instead of a warning per
+    /// failed reconcile.
+    #[must_use]
+    pub fn with_health(mut self, health: ApiHealth) -> Self {
+        self.health = Some(health);
         self
     }
 }
@@ -151,7 +162,14 @@ async fn with_finalizer(
 /// Retry with exponential backoff per shortcut.
 pub fn error_policy(shortcut: Arc<ShortcutConnection>, error: &Error, ctx: Arc<Context>) -> Action {
     let delay = ctx.backoff.next(&key_of(&shortcut), &ctx.intervals);
-    tracing::warn!(shortcut = %key_of(&shortcut), retry_in = ?delay, "{}", connector::error_chain(error));
+    let hub_away = ctx.health.as_ref().is_some_and(ApiHealth::is_down)
+        || matches!(error, Error::Hub { source, .. } if runtime::is_transient(source));
+    if hub_away {
+        // The hub's API server going away is said once by ApiHealth; each retry is not news.
+        tracing::debug!(shortcut = %key_of(&shortcut), retry_in = ?delay, "{}", connector::error_chain(error));
+    } else {
+        tracing::warn!(shortcut = %key_of(&shortcut), retry_in = ?delay, "{}", connector::error_chain(error));
+    }
     Action::requeue(delay)
 }
 
@@ -442,7 +460,8 @@ pub async fn run(
     let ctx = Arc::new(
         Context::new(client.clone(), Arc::new(SecretKubeconfigs::new(client)))
             .with_hub_id(hub_id)
-            .with_leaf_watches(leaf_watches),
+            .with_leaf_watches(leaf_watches)
+            .with_health(health.clone()),
     );
     let controller = runtime::controller(
         shortcuts,
