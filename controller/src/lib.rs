@@ -42,6 +42,6 @@ pub mod rotation;
 pub mod runtime;
 pub mod shortcut;
 pub mod shutdown;
-/// Test support (an in-process gateway); compiled for tests and the `testing` feature only.
+// Test support (an in-process gateway): compiled for tests and the `testing` feature only.
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
