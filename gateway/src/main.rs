@@ -117,6 +117,19 @@ struct IoArgs {
         value_parser = clap::value_parser!(u16).range(1..=kubetun_gateway::io::MAX_QUEUES as i64)
     )]
     queues: u16,
+    /// Microseconds the data path keeps polling after it handled packets before its thread
+    /// sleeps: the answer to what it just sent is then read without a thread wake-up (tens
+    /// of µs each on a virtual machine). Costs at most this much CPU per burst of traffic
+    /// and nothing when the link is idle. With it the gateway runs on one thread (with
+    /// --queues 1; more queues keep a thread per core and no window); 0 restores the
+    /// multi-threaded runtime that sleeps at once.
+    #[arg(
+        long,
+        env = "KUBETUN_SPIN_WINDOW_US",
+        default_value_t = kubetun_gateway::device::spin::DEFAULT_SPIN_WINDOW.as_micros() as u32,
+        value_parser = clap::value_parser!(u32).range(0..=10_000)
+    )]
+    spin_window_us: u32,
 }
 
 impl IoArgs {
@@ -127,6 +140,7 @@ impl IoArgs {
             udp_gro: !self.no_udp_gro,
             batch_size: usize::from(self.batch_size),
             queues: usize::from(self.queues),
+            spin_window: Duration::from_micros(u64::from(self.spin_window_us)),
         }
     }
 }
@@ -148,7 +162,7 @@ fn main() -> anyhow::Result<()> {
     result
 }
 
-fn foreground(args: Args, notify: bool) -> anyhow::Result<()> {
+fn foreground(mut args: Args, notify: bool) -> anyhow::Result<()> {
     init_tracing(args.log_json);
     // Before any thread exists: every thread inherits the reduced sets.
     let kept = caps::restrict_to(caps::RUNTIME).context("dropping capabilities")?;
@@ -157,6 +171,8 @@ fn foreground(args: Args, notify: bool) -> anyhow::Result<()> {
         "capabilities restricted"
     );
     if args.busy_poll {
+        // Poll mode spins for ever already.
+        args.io.spin_window_us = 0;
         return tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -165,6 +181,15 @@ fn foreground(args: Args, notify: bool) -> anyhow::Result<()> {
                 tokio::spawn(busy_poll());
                 run(args, notify).await
             });
+    }
+    // The spin window needs one thread polling every data-path descriptor (see
+    // `device::spin`); several queues are for several cores, and get no window.
+    if args.io.spin_window_us > 0 && args.io.queues == 1 {
+        return tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the tokio runtime")?
+            .block_on(run(args, notify));
     }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -83,6 +83,7 @@ pub async fn tun_loop(shared: Arc<Shared>, queue: usize) {
             shared.stopped.send_replace(true);
             return;
         }
+        shared.activity.mark();
         shared
             .drops
             .device_many(DeviceDrop::TunRead, reader.take_skipped());
@@ -158,6 +159,7 @@ pub async fn udp_loop(shared: Arc<Shared>, socket: Arc<WgSocket>, queue: usize) 
             tracing::debug!(%error, "UDP receive failed");
             continue;
         }
+        shared.activity.mark();
         let now = clock::now();
         if shared.drops_on_standby(now.mono_us, || inbound.datagrams().count()) {
             continue;

@@ -22,6 +22,7 @@ mod retired;
 pub mod role;
 pub mod shared;
 pub mod snapshot;
+pub mod spin;
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -182,6 +183,7 @@ impl Device {
             tun_queues,
             role: Role::default(),
             replan: tokio::sync::Notify::new(),
+            activity: spin::Activity::default(),
         });
         handshake::spawn_worker(Arc::downgrade(&shared), handshake_queue)
             .map_err(DeviceError::Worker)?;
@@ -211,6 +213,15 @@ impl Device {
         let retry = tokio::spawn(host_retry_loop(Arc::downgrade(&device)));
         let replan = tokio::spawn(replan_loop(Arc::downgrade(&device)));
         device.tasks.lock().extend([retry, replan]);
+        let spin = shared.io.spin_window;
+        if !spin.is_zero() {
+            if spin::runtime_supports_spinning() {
+                let spinner = tokio::spawn(spin::spin_loop(Arc::clone(&shared), spin));
+                device.tasks.lock().push(spinner);
+            } else {
+                tracing::debug!("no spin window: the runtime has several threads");
+            }
+        }
         Ok(device)
     }
 

@@ -33,6 +33,8 @@ pub struct Shared {
     pub role: Role,
     /// Woken when a peer's fallback path switched: the snapshot must be planned again.
     pub replan: tokio::sync::Notify,
+    /// Batches read, for the spin window ([`super::spin`]).
+    pub activity: super::spin::Activity,
 }
 
 impl Shared {

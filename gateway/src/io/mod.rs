@@ -48,6 +48,10 @@ pub struct IoOptions {
     /// spreads flows over the TUN queues and peers over the sockets, so encryption and
     /// decryption run on several cores. 1 opens a plain TUN device and one socket per family.
     pub queues: usize,
+    /// How long the data path keeps polling after a batch before its thread parks
+    /// ([`crate::device::spin`]); zero parks at once. Only on a current-thread runtime,
+    /// where one thread polls every descriptor.
+    pub spin_window: std::time::Duration,
 }
 
 impl Default for IoOptions {
@@ -58,6 +62,7 @@ impl Default for IoOptions {
             udp_gro: true,
             batch_size: DEFAULT_BATCH_SIZE,
             queues: DEFAULT_QUEUES,
+            spin_window: crate::device::spin::DEFAULT_SPIN_WINDOW,
         }
     }
 }
