@@ -118,15 +118,15 @@ struct IoArgs {
     )]
     queues: u16,
     /// Microseconds the data path keeps polling after it handled packets before its thread
-    /// sleeps: the answer to what it just sent is then read without a thread wake-up (tens
-    /// of µs each on a virtual machine). Costs at most this much CPU per burst of traffic
-    /// and nothing when the link is idle. With it the gateway runs on one thread (with
-    /// --queues 1; more queues keep a thread per core and no window); 0 restores the
-    /// multi-threaded runtime that sleeps at once.
+    /// sleeps (e.g. 200): the answer to what it just sent is then read without a thread
+    /// wake-up (tens of µs each on a virtual machine). Costs at most this much CPU per burst
+    /// of traffic and nothing when the link is idle, but the gateway then runs on one thread
+    /// (with --queues 1; more queues keep a thread per core and no window). 0 (the default):
+    /// a multi-threaded runtime whose threads sleep at once.
     #[arg(
         long,
         env = "KUBETUN_SPIN_WINDOW_US",
-        default_value_t = kubetun_gateway::device::spin::DEFAULT_SPIN_WINDOW.as_micros() as u32,
+        default_value_t = 0,
         value_parser = clap::value_parser!(u32).range(0..=10_000)
     )]
     spin_window_us: u32,

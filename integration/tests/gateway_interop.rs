@@ -40,6 +40,8 @@ struct Side {
     metrics_port: Option<u16>,
     /// kubetun's `--queues`; `None` leaves the default.
     queues: Option<u16>,
+    /// kubetun's `--spin-window-us`; `None` leaves the default (off).
+    spin_window_us: Option<u32>,
     _keys: tempfile::TempDir,
 }
 
@@ -82,6 +84,7 @@ impl Side {
             public_key,
             metrics_port: None,
             queues: None,
+            spin_window_us: None,
             _keys: keys,
         }
     }
@@ -106,6 +109,9 @@ impl Side {
                 }
                 if let Some(queues) = self.queues {
                     cmd.arg("--queues").arg(queues.to_string());
+                }
+                if let Some(window) = self.spin_window_us {
+                    cmd.arg("--spin-window-us").arg(window.to_string());
                 }
                 cmd
             }
@@ -754,6 +760,21 @@ fn single_queue_gateways_carry_traffic() {
     let (queues, sockets) = queues_and_sockets(&a);
     assert_eq!(queues, 1, "TUN queues");
     assert!(sockets == 2 || sockets == 1, "{sockets} sockets");
+    ping_and_iperf(&a, TUNNEL_A, &b, TUNNEL_B);
+    ping_and_iperf(&b, TUNNEL_B, &a, TUNNEL_A);
+}
+
+/// The opt-in spin window (one thread that polls after traffic) against the default
+/// runtime, both ways: traffic, bulk and the idle ping.
+#[test]
+fn a_spin_window_gateway_carries_traffic() {
+    let Some((mut a, b)) = pair("sw", Implementation::Kubetun, Implementation::Kubetun) else {
+        return;
+    };
+    a.stop();
+    a.spin_window_us = Some(200);
+    a.start();
+    connect(&a, &b, Endpoints::Both);
     ping_and_iperf(&a, TUNNEL_A, &b, TUNNEL_B);
     ping_and_iperf(&b, TUNNEL_B, &a, TUNNEL_A);
 }

@@ -1,5 +1,6 @@
 //! The spin window: after the data path handled a batch, its thread keeps polling the TUN
-//! device and the sockets for a short while ([`DEFAULT_SPIN_WINDOW`]) before it parks in
+//! device and the sockets for a short while (`--spin-window-us`, e.g.
+//! [`LATENCY_SPIN_WINDOW`]) before it parks in
 //! `epoll_wait`, so the answer to what it just sent is read without a thread wake-up.
 //!
 //! Why. At idle every packet of a round trip finds the gateway's thread asleep, and on a
@@ -36,11 +37,13 @@ use tokio::sync::Notify;
 
 use super::shared::Shared;
 
-/// How long the data-path thread polls after the last batch before it parks, unless
-/// configured otherwise (`--spin-window-us`). It must outlast the round trip to the
-/// peer gateway and back, wake-up of the peer included (100–150 µs on the benchmark
-/// machine), and costs at most this much CPU per burst of traffic.
-pub const DEFAULT_SPIN_WINDOW: Duration = Duration::from_micros(200);
+/// The window measured for latency (`--spin-window-us 200`): it must outlast the round trip
+/// to the peer gateway and back, wake-up of the peer included (100–150 µs on the benchmark
+/// machine), and costs at most this much CPU per burst of traffic. Off by default: the
+/// window puts the whole gateway on one thread (both directions' crypto, the control API),
+/// the opposite of spreading a fat peer over several cores, and costs 10–15 % more CPU under
+/// load for 23–62 µs of idle round trip on the benchmark machine.
+pub const LATENCY_SPIN_WINDOW: Duration = Duration::from_micros(200);
 
 /// A `sched_yield` that returns later than this let another thread run: the spinner parks
 /// instead of competing for the CPU (a bare `sched_yield` takes 1–3 µs on the benchmark VM).

@@ -62,7 +62,7 @@ impl Default for IoOptions {
             udp_gro: true,
             batch_size: DEFAULT_BATCH_SIZE,
             queues: DEFAULT_QUEUES,
-            spin_window: crate::device::spin::DEFAULT_SPIN_WINDOW,
+            spin_window: std::time::Duration::ZERO,
         }
     }
 }
