@@ -43,6 +43,24 @@ pub enum ClusterInfoError {
     Kube(#[from] kube::Error),
 }
 
+/// A comma-separated CIDR list as a flag; `""` is the empty list (to clear a recorded one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Cidrs(pub Vec<IpNet>);
+
+/// Parses `--pod-cidr` and the like.
+pub fn parse_cidrs(text: &str) -> Result<Cidrs, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .map(|part| {
+            part.parse()
+                .map_err(|_| format!("{part:?} is not a CIDR (example: 10.0.0.0/16)"))
+        })
+        .collect::<Result<_, _>>()
+        .map(Cidrs)
+}
+
 /// A cluster's identity, CIDRs and gateway endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

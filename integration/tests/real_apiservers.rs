@@ -225,24 +225,28 @@ async fn seed_lab_on_real_apiservers_survives_faults() {
             "at most ~1 log line per second while the API server was away ({down_for:?}); got:\n{}",
             lines.join("\n")
         );
-        assert_eq!(
-            lines
-                .iter()
-                .filter(|l| l.contains("API server unreachable"))
-                .count(),
-            1,
-            "one line when blind:\n{}",
-            lines.join("\n")
+        let count = |needle: &str| lines.iter().filter(|l| l.contains(needle)).count();
+        let (blind, back) = (
+            count("API server unreachable"),
+            count("API server reachable again"),
         );
-        assert_eq!(
-            lines
-                .iter()
-                .filter(|l| l.contains("API server reachable again"))
-                .count(),
-            1,
-            "one line when back:\n{}",
-            lines.join("\n")
-        );
+        if round % 2 == 0 {
+            // A killed API server breaks every watch: the outage is named once, and its end.
+            assert_eq!(
+                (blind, back),
+                (1, 1),
+                "one line when blind, one when back:\n{}",
+                lines.join("\n")
+            );
+        } else {
+            // A graceful restart may end the watches cleanly and be back before any relist
+            // fails: an outage no watch saw is not reported, one that was is named once.
+            assert!(
+                blind == back && blind <= 1,
+                "at most one line when blind, and one when back for it:\n{}",
+                lines.join("\n")
+            );
+        }
     }
     println!(
         "API-server restart: Network reconciled after the restart, median of 5: {:.2?} ({recoveries:.2?})",

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::Parser;
 use ipnet::IpNet;
-use kubetun_controller::cluster_info::{ClusterInfo, DEFAULT_NAMESPACE};
+use kubetun_controller::cluster_info::{Cidrs, ClusterInfo, DEFAULT_NAMESPACE, parse_cidrs};
 use kubetun_controller::context::{Context, ControllerConfig};
 use kubetun_controller::gateway_client::{DEFAULT_INTERFACE, GatewayClient, grpc_socket_path};
 use kubetun_controller::ha::{self, DEFAULT_LEASE_NAME, Election, Elector, HaMetrics, Timing};
@@ -53,17 +53,17 @@ struct Args {
     #[arg(long, env = "KUBETUN_POD_CIDR", value_delimiter = ',', required = true)]
     pod_cidr: Vec<IpNet>,
     /// Service CIDRs of this cluster (never announced, never used as a view).
-    #[arg(long, env = "KUBETUN_SERVICE_CIDR", value_parser = parse_cidr_list)]
-    service_cidr: Vec<CidrList>,
+    #[arg(long, env = "KUBETUN_SERVICE_CIDR", value_parser = parse_cidrs)]
+    service_cidr: Vec<Cidrs>,
     /// External CIDRs of this cluster (non-pod addresses reachable through it).
-    #[arg(long, env = "KUBETUN_EXTERNAL_CIDR", value_parser = parse_cidr_list)]
-    external_cidr: Vec<CidrList>,
+    #[arg(long, env = "KUBETUN_EXTERNAL_CIDR", value_parser = parse_cidrs)]
+    external_cidr: Vec<Cidrs>,
     /// Further local ranges IPAM must never hand out (node subnets, ...).
-    #[arg(long, env = "KUBETUN_RESERVED", value_parser = parse_cidr_list)]
-    reserved: Vec<CidrList>,
+    #[arg(long, env = "KUBETUN_RESERVED", value_parser = parse_cidrs)]
+    reserved: Vec<Cidrs>,
     /// Pools remapped views are taken from (default: the RFC 1918 ranges).
-    #[arg(long, env = "KUBETUN_POOLS", value_parser = parse_cidr_list)]
-    pools: Vec<CidrList>,
+    #[arg(long, env = "KUBETUN_POOLS", value_parser = parse_cidrs)]
+    pools: Vec<Cidrs>,
     /// Address (IP or DNS name) peers reach this cluster's gateway at.
     #[arg(long, env = "KUBETUN_ENDPOINT_ADDRESS")]
     endpoint_address: String,
@@ -89,8 +89,8 @@ struct Args {
     #[arg(long, env = "KUBETUN_NO_GATEWAY")]
     no_gateway: bool,
     /// Addresses (CIDR) of the gateway's TUN device.
-    #[arg(long, env = "KUBETUN_TUNNEL_ADDRESS", value_parser = parse_cidr_list)]
-    tunnel_address: Vec<CidrList>,
+    #[arg(long, env = "KUBETUN_TUNNEL_ADDRESS", value_parser = parse_cidrs)]
+    tunnel_address: Vec<Cidrs>,
     /// Let the gateway install a route to the TUN device for every view.
     #[arg(long, env = "KUBETUN_MANAGE_ROUTES")]
     manage_routes: bool,
@@ -447,24 +447,9 @@ async fn run_controller(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// CIDRs of one comma-separated flag or variable; empty means none, so a ConfigMap can
-/// list a setting without a value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct CidrList(Vec<IpNet>);
-
-fn parse_cidr_list(text: &str) -> Result<CidrList, String> {
-    text.split(',')
-        .map(str::trim)
-        .filter(|part| !part.is_empty())
-        .map(|part| {
-            part.parse()
-                .map_err(|_| format!("{part:?} is not a CIDR (example: 10.0.0.0/16)"))
-        })
-        .collect::<Result<_, _>>()
-        .map(CidrList)
-}
-
-fn flatten(lists: &[CidrList]) -> Vec<IpNet> {
+/// The CIDRs of a flag given several times (each a comma-separated list; empty means none,
+/// so a ConfigMap can list a setting without a value).
+fn flatten(lists: &[Cidrs]) -> Vec<IpNet> {
     lists.iter().flat_map(|l| l.0.iter().copied()).collect()
 }
 

@@ -3,29 +3,12 @@
 //! without that flag uses the recorded value, so `kubetun install --image …` on a hub stays a
 //! hub with replicated gateways. Nothing secret is among them.
 
-use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
+
+pub use crate::cluster_info::{Cidrs, parse_cidrs};
 
 /// ConfigMap annotation holding the recorded [`Settings`].
 pub const SETTINGS_ANNOTATION: &str = "net.kubetun.io/install-settings";
-
-/// A comma-separated CIDR list as a flag; `""` is the empty list (to clear a recorded one).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Cidrs(pub Vec<IpNet>);
-
-/// Parses `--pod-cidr` and the like.
-pub fn parse_cidrs(text: &str) -> Result<Cidrs, String> {
-    text.split(',')
-        .map(str::trim)
-        .filter(|part| !part.is_empty())
-        .map(|part| {
-            part.parse()
-                .map_err(|_| format!("{part:?} is not a CIDR (example: 10.0.0.0/16)"))
-        })
-        .collect::<Result<_, _>>()
-        .map(Cidrs)
-}
 
 /// The settings flags of an install; `None`: not given.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
