@@ -297,6 +297,12 @@ pub struct DesiredState {
 }
 
 impl DesiredState {
+    /// Whether `peer` gets connectivity probes: the interface enables the check and the
+    /// peer does not opt out. Such a peer is a kubetun gateway.
+    pub fn probes(&self, peer: &PeerConfig) -> bool {
+        peer.conncheck && self.interface.conncheck.is_some()
+    }
+
     /// The interface public key, if a private key is set.
     pub fn public_key(&self) -> Option<Key> {
         self.interface.private_key.map(|k| k.public_key())
@@ -356,7 +362,7 @@ impl DesiredState {
                     }
                     continue;
                 }
-                let probed = peer.conncheck && self.interface.conncheck.is_some();
+                let probed = self.probes(peer);
                 if let Some((first, _)) = views.insert(route.view, (name.clone(), probed)) {
                     return Err(StateError::DuplicateView {
                         view: route.view,

@@ -223,13 +223,12 @@ pub(super) async fn initiate_sessions(
     // A handshake initiation is 148 bytes.
     let mut out = [0u8; 256];
     let mut sent = 0usize;
-    let probing = snapshot.state.interface.conncheck.is_some();
     for (_, slot) in snapshot.slots() {
         let now = clock::now();
         if !shared.role.is_active(now.mono_us) {
             return;
         }
-        if which == Initiate::ProbedWithoutSession && !(probing && slot.config.conncheck) {
+        if which == Initiate::ProbedWithoutSession && !snapshot.state.probes(&slot.config) {
             continue;
         }
         let initiated = {

@@ -53,16 +53,23 @@ const CONTENDED: Duration = Duration::from_micros(30);
 /// spinner waits for the next batch.
 #[derive(Debug, Default)]
 pub struct Activity {
+    /// Whether a spinner runs; set once when it starts, so without one (the default) the
+    /// readers touch no line another thread writes.
+    spinning: AtomicBool,
     batches: AtomicU64,
     parked: AtomicBool,
     wake: Notify,
 }
 
 impl Activity {
-    /// Called by the reader tasks for every batch read: one relaxed increment, plus a
-    /// notification when the spinner waits (the first batch after silence).
+    /// Called by the reader tasks for every batch read: without a spinner nothing; with
+    /// one, a relaxed increment, plus a notification when the spinner waits (the first batch
+    /// after silence).
     #[inline]
     pub fn mark(&self) {
+        if !self.spinning.load(Ordering::Relaxed) {
+            return;
+        }
         self.batches.fetch_add(1, Ordering::Relaxed);
         if self.parked.load(Ordering::SeqCst) {
             self.wake.notify_one();
@@ -80,6 +87,7 @@ pub fn runtime_supports_spinning() -> bool {
 /// docs). Runs until aborted with the device's other tasks.
 pub async fn spin_loop(shared: Arc<Shared>, window: Duration) {
     let activity = &shared.activity;
+    activity.spinning.store(true, Ordering::Relaxed);
     loop {
         activity.parked.store(true, Ordering::SeqCst);
         activity.wake.notified().await;

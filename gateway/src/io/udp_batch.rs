@@ -510,6 +510,9 @@ pub struct SendBatch {
     cursor: usize,
     report: SendReport,
     last_error: Option<io::Error>,
+    /// Control messages, one buffer per message of a `sendmmsg` (messages never outnumber
+    /// datagrams); made once, rewritten per send.
+    controls: Box<[Control]>,
 }
 
 impl std::fmt::Debug for SendBatch {
@@ -535,6 +538,7 @@ impl SendBatch {
             cursor: 0,
             report: SendReport::default(),
             last_error: None,
+            controls: vec![Control([0; CONTROL_LEN]); max_datagrams].into_boxed_slice(),
         }
     }
 
@@ -617,7 +621,6 @@ impl SendBatch {
             let pending = &self.messages[self.cursor..];
             let count = pending.len().min(MAX_BATCH);
             let mut names = [RawAddr::EMPTY; MAX_BATCH];
-            let mut controls = [Control([0; CONTROL_LEN]); MAX_BATCH];
             // SAFETY: as in `RecvBatch::recv`, all-zero bytes are a valid value of these
             // plain C structs.
             #[allow(unsafe_code)]
@@ -637,11 +640,11 @@ impl SendBatch {
                 msg.msg_iov = &raw mut iovecs[index];
                 msg.msg_iovlen = 1;
                 let segment = (message.count > 1).then_some(message.segment);
-                set_control(msg, &mut controls[index], segment, message.dest.local);
+                set_control(msg, &mut self.controls[index], segment, message.dest.local);
             }
-            // SAFETY: every header points at live locals (names, iovecs, controls) and at
-            // arena bytes of `self` that are not written during the call; the kernel only
-            // reads them.
+            // SAFETY: every header points at live locals (names, iovecs) and at the arena and
+            // control buffers of `self`, which are not written during the call; the kernel
+            // only reads them.
             #[allow(unsafe_code)]
             let rc = unsafe {
                 libc::sendmmsg(
