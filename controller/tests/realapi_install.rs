@@ -57,6 +57,22 @@ async fn install(cluster: &TestCluster, extra: &[&str]) -> std::process::Output 
     kubetun(&args).await
 }
 
+/// The controller's ConfigMap as `kubetun install` left it.
+fn installed_config(cluster: &TestCluster) -> Value {
+    let json = cluster
+        .kubectl(&[
+            "-n",
+            "kubetun-system",
+            "get",
+            "configmap",
+            CONFIG_MAP,
+            "-o",
+            "json",
+        ])
+        .unwrap();
+    serde_json::from_str(&json).unwrap()
+}
+
 fn nc_resource() -> ApiResource {
     ApiResource {
         group: "net.kubetun.io".into(),
@@ -100,18 +116,7 @@ async fn install_upgrade_and_uninstall() {
     ] {
         assert!(stdout.contains(expected), "{expected:?} not in:\n{stdout}");
     }
-    let config = cluster
-        .kubectl(&[
-            "-n",
-            "kubetun-system",
-            "get",
-            "configmap",
-            CONFIG_MAP,
-            "-o",
-            "json",
-        ])
-        .unwrap();
-    let config: Value = serde_json::from_str(&config).unwrap();
+    let config = installed_config(&cluster);
     assert_eq!(config["data"]["KUBETUN_CLUSTER_ID"], "rome");
     assert_eq!(config["data"]["KUBETUN_POD_CIDR"], "10.244.0.0/22");
     assert_eq!(config["data"]["KUBETUN_RESERVED"], "192.168.10.0/23");
@@ -208,20 +213,7 @@ async fn install_upgrade_and_uninstall() {
             .unwrap()
             .contains_key(CONFIG_HASH_ANNOTATION)
     );
-    let config: Value = serde_json::from_str(
-        &cluster
-            .kubectl(&[
-                "-n",
-                "kubetun-system",
-                "get",
-                "configmap",
-                CONFIG_MAP,
-                "-o",
-                "json",
-            ])
-            .unwrap(),
-    )
-    .unwrap();
+    let config = installed_config(&cluster);
     assert_eq!(config["data"]["KUBETUN_EXTERNAL_CIDR"], "10.70.0.0/16");
     assert_eq!(config["data"]["KUBETUN_ENDPOINT_ADDRESS"], "203.0.113.50");
     let secret_after = secrets.get("kubetun-gateway-key").await.unwrap();
