@@ -121,7 +121,7 @@ fn checksum_validity(pkt: &[u8]) -> [Option<bool>; 4] {
             result[0] = Some(sum(&pkt[..ip.header_len]) == 0xffff);
             if ip.whole_datagram {
                 let l4 = &pkt[ip.header_len..ip.total_len];
-                result[1] = l4_valid(ip.protocol, l4, pseudo_v4(pkt, ip.protocol, l4.len()));
+                result[1] = l4_valid(4, ip.protocol, l4, pseudo_v4(pkt, ip.protocol, l4.len()));
                 if ip.protocol == 1 && l4.len() >= 8 && matches!(l4[0], 3 | 4 | 5 | 11 | 12) {
                     let quoted = &l4[8..];
                     if let Some(q) = v4_quoted_header(quoted) {
@@ -135,7 +135,7 @@ fn checksum_validity(pkt: &[u8]) -> [Option<bool>; 4] {
                 return result;
             };
             let l4 = &pkt[offset..end];
-            result[1] = l4_valid(protocol, l4, pseudo_v6(pkt, protocol, l4.len()));
+            result[1] = l4_valid(6, protocol, l4, pseudo_v6(pkt, protocol, l4.len()));
         }
         _ => {}
     }
@@ -197,13 +197,15 @@ fn pseudo_v6(pkt: &[u8], protocol: u8, l4_len: usize) -> u64 {
     sum_raw(&pkt[8..40]) + u64::from(protocol) + l4_len as u64
 }
 
-fn l4_valid(protocol: u8, l4: &[u8], pseudo: u64) -> Option<bool> {
+/// ICMPv6's checksum covers a pseudo-header only under IPv6; protocol 58 inside IPv4 is opaque
+/// payload, which the rewrite rightly leaves alone.
+fn l4_valid(ip_version: u8, protocol: u8, l4: &[u8], pseudo: u64) -> Option<bool> {
     match protocol {
         6 if l4.len() >= 20 => Some(fold(pseudo + sum_raw(l4)) == 0xffff),
         17 if l4.len() >= 8 && u16::from_be_bytes([l4[6], l4[7]]) != 0 => {
             Some(fold(pseudo + sum_raw(l4)) == 0xffff)
         }
-        58 if l4.len() >= 4 => Some(fold(pseudo + sum_raw(l4)) == 0xffff),
+        58 if ip_version == 6 && l4.len() >= 4 => Some(fold(pseudo + sum_raw(l4)) == 0xffff),
         1 if l4.len() >= 4 => Some(sum(l4) == 0xffff),
         _ => None,
     }
