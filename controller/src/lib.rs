@@ -40,6 +40,7 @@ pub mod planner;
 pub mod reconcile;
 pub mod rotation;
 pub mod runtime;
+pub mod services;
 pub mod shortcut;
 pub mod shutdown;
 // Test support (an in-process gateway): compiled for tests and the `testing` feature only.

@@ -6,14 +6,22 @@
 //! - [`ShortcutConnection`]: a leaf-to-leaf link managed from a hub.
 //! - [`Network`] / [`NetworkId`] (kind `NetworkID`): isolated networks with a cluster-unique ID (VNI) claimed by
 //!   create-as-lock, and peerings whose prefixes become the gateway ACL.
+//! - [`ExportedService`]: one exported Service as its cluster offers it to linked clusters.
 //!
-//! [`all_crds`] lists every definition; the `crdgen` binary prints them as YAML.
+//! [`mcs`] holds the Multi-Cluster Services API (`multicluster.x-k8s.io`: ServiceExport,
+//! ServiceImport) that kubetun implements.
+//!
+//! [`all_crds`] lists kubetun's definitions and [`mcs::mcs_crds`] the MCS API's; the `crdgen`
+//! binary prints either as YAML.
 
+mod exportedservice;
+pub mod mcs;
 mod network;
 mod networkconfig;
 mod shortcut;
 mod tunnelendpoint;
 
+pub use exportedservice::*;
 pub use network::*;
 pub use networkconfig::*;
 pub use shortcut::*;
@@ -37,6 +45,7 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         ShortcutConnection::crd(),
         Network::crd(),
         NetworkId::crd(),
+        ExportedService::crd(),
     ];
     // The schema's title comes from the Rust type; tools show it, so it names the kind
     // (`NetworkID`, not the Rust-cased `NetworkId`).
@@ -55,10 +64,19 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
     crds
 }
 
-/// The CRDs as one multi-document YAML stream (what `deploy/crds/` holds).
+/// kubetun's CRDs as one multi-document YAML stream (what `deploy/crds/kubetun.yaml` holds).
 pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
+    to_yaml(all_crds())
+}
+
+/// The MCS API's CRDs as one YAML stream (what `deploy/crds/multicluster.yaml` holds).
+pub fn mcs_crds_yaml() -> Result<String, serde_yaml::Error> {
+    to_yaml(mcs::mcs_crds())
+}
+
+fn to_yaml(crds: Vec<CustomResourceDefinition>) -> Result<String, serde_yaml::Error> {
     let mut out = String::new();
-    for crd in all_crds() {
+    for crd in crds {
         out.push_str("---\n");
         out.push_str(&serde_yaml::to_string(&crd)?);
     }

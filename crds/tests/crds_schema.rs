@@ -55,6 +55,17 @@ fn committed_crds_yaml_is_current() {
     );
 }
 
+#[test]
+fn committed_multicluster_crds_yaml_is_current() {
+    let path = repo_root().join("deploy/crds/multicluster.yaml");
+    let committed = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        committed == kubetun_crds::mcs_crds_yaml().unwrap(),
+        "deploy/crds/multicluster.yaml is out of date with the Rust types; regenerate it with\n\
+         \n    cargo run -p kubetun-crds --bin crdgen multicluster > deploy/crds/multicluster.yaml\n"
+    );
+}
+
 const GOOD_CIDRS: &[&str] = &[
     "10.0.0.0/8",
     "10.70.0.0/16",

@@ -32,6 +32,10 @@ const FILES: &[File] = &[
         text: include_str!("../../../../deploy/crds/kubetun.yaml"),
     },
     File {
+        path: "crds/multicluster.yaml",
+        text: include_str!("../../../../deploy/crds/multicluster.yaml"),
+    },
+    File {
         path: "rbac.yaml",
         text: include_str!("../../../../deploy/rbac.yaml"),
     },

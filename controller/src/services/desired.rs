@@ -1,0 +1,234 @@
+//! Pure: what an importing cluster should hold for the Services its linked clusters (and it)
+//! export: per Service a ServiceImport, a derived selector-less Service whose ClusterIP is the
+//! ClusterSetIP (kube-proxy load-balances it), and EndpointSlices in *this* cluster's views of
+//! each exporter's addresses. An address outside the exporter's announced CIDRs has no view
+//! here and is dropped: a cluster can offer endpoints only inside its own network.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kubetun_crds::{CidrMapping, ExportedServiceSpec, TunnelEndpointSpec};
+
+use super::merge::{Merged, merge};
+
+/// Label of an imported EndpointSlice: the ServiceImport's name.
+pub const SERVICE_NAME_LABEL: &str = "multicluster.kubernetes.io/service-name";
+/// Label of an imported EndpointSlice: the exporting cluster's id.
+pub const SOURCE_CLUSTER_LABEL: &str = "multicluster.kubernetes.io/source-cluster";
+/// The EndpointSlice controller label kube-proxy reads: the derived Service's name.
+pub const KUBE_SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// Who manages an EndpointSlice.
+pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+/// kubetun's value of [`MANAGED_BY_LABEL`].
+pub const MANAGED_BY: &str = "kubetun.io";
+/// Label of a derived Service: the ServiceImport it serves.
+pub const DERIVED_FOR_LABEL: &str = "net.kubetun.io/service-import";
+
+/// How this cluster sees one exporter's addresses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AddressViews {
+    /// `None`: this cluster itself (addresses as they are).
+    routes: Option<Vec<(IpNet, IpNet)>>,
+}
+
+impl AddressViews {
+    /// This cluster's own addresses.
+    pub fn local() -> Self {
+        Self { routes: None }
+    }
+
+    /// A linked cluster, through its TunnelEndpoint here: its pod and external CIDRs (real)
+    /// and this cluster's views of them, whatever path carries them (direct, shortcut, hub).
+    pub fn of_peer(te: &TunnelEndpointSpec) -> Self {
+        let parse = |m: &CidrMapping| Some((m.real.parse().ok()?, m.view.parse().ok()?));
+        let routes = te
+            .remote_pod_cidrs
+            .iter()
+            .chain(&te.remote_external_cidrs)
+            .filter_map(parse)
+            .collect();
+        Self {
+            routes: Some(routes),
+        }
+    }
+
+    /// This cluster's view of `address`, `None` when it lies outside every CIDR the exporter
+    /// announced (longest real prefix wins).
+    pub fn view(&self, address: IpAddr) -> Option<IpAddr> {
+        let Some(routes) = &self.routes else {
+            return Some(address);
+        };
+        let (real, view) = routes
+            .iter()
+            .filter(|(real, _)| real.contains(&address))
+            .max_by_key(|(real, _)| real.prefix_len())?;
+        Some(match (address, real.network(), view.network()) {
+            (IpAddr::V4(a), IpAddr::V4(r), IpAddr::V4(v)) => {
+                IpAddr::from(std::net::Ipv4Addr::from((u32::from(a) - u32::from(r)) | u32::from(v)))
+            }
+            (IpAddr::V6(a), IpAddr::V6(r), IpAddr::V6(v)) => {
+                IpAddr::from(std::net::Ipv6Addr::from((u128::from(a) - u128::from(r)) | u128::from(v)))
+            }
+            _ => return None,
+        })
+    }
+}
+
+/// One exporter's offer and how this cluster sees its addresses.
+#[derive(Debug, Clone)]
+pub struct Source<'a> {
+    /// The offer.
+    pub offer: &'a ExportedServiceSpec,
+    /// The views of the exporter's addresses here.
+    pub views: &'a AddressViews,
+}
+
+/// Everything this cluster should hold for one imported Service.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DesiredImport {
+    /// The Service's namespace.
+    pub namespace: String,
+    /// The Service's (and the ServiceImport's) name.
+    pub name: String,
+    /// The merge of the offers.
+    pub merged: Merged,
+    /// The ServiceExport labels and annotations of the oldest export.
+    pub labels: BTreeMap<String, String>,
+    /// See `labels`.
+    pub annotations: BTreeMap<String, String>,
+    /// The EndpointSlices, named and labelled (owner references are added by the writer).
+    pub slices: Vec<EndpointSlice>,
+    /// Addresses dropped because they lie outside their exporter's CIDRs, per cluster.
+    pub dropped: BTreeMap<String, usize>,
+}
+
+/// The derived Service's name: `mcs-<name>` hashed down to 63 characters when longer.
+pub fn derived_service_name(name: &str) -> String {
+    let full = format!("mcs-{name}");
+    if full.len() <= 63 {
+        return full;
+    }
+    format!("{}-{:08x}", full[..54].trim_end_matches('-'), fnv(name))
+}
+
+/// Imports of every Service in `sources` (grouped by namespace and name).
+pub fn desired_imports(sources: &[Source<'_>]) -> Vec<DesiredImport> {
+    let mut by_service: BTreeMap<(&str, &str), Vec<&Source<'_>>> = BTreeMap::new();
+    for source in sources {
+        by_service
+            .entry((&source.offer.namespace, &source.offer.name))
+            .or_default()
+            .push(source);
+    }
+    by_service
+        .into_iter()
+        .filter_map(|((namespace, name), sources)| {
+            let offers: Vec<&ExportedServiceSpec> = sources.iter().map(|s| s.offer).collect();
+            let merged = merge(&offers)?;
+            let winner = offers
+                .iter()
+                .find(|o| o.cluster.id == merged.winner)
+                .copied()?;
+            let mut import = DesiredImport {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                labels: winner.labels.clone(),
+                annotations: winner.annotations.clone(),
+                merged,
+                slices: Vec::new(),
+                dropped: BTreeMap::new(),
+            };
+            for source in sources {
+                if import.merged.serving.contains(&source.offer.cluster.id) {
+                    add_slices(&mut import, source);
+                }
+            }
+            Some(import)
+        })
+        .collect()
+}
+
+/// The exporter's slices in this cluster's views, named `<derived>-<cluster>-<n>`.
+fn add_slices(import: &mut DesiredImport, source: &Source<'_>) {
+    let cluster = &source.offer.cluster.id;
+    let derived = derived_service_name(&import.name);
+    for (index, slice) in source.offer.slices.iter().enumerate() {
+        let mut dropped = 0;
+        let endpoints: Vec<Endpoint> = slice
+            .endpoints
+            .iter()
+            .filter_map(|e| {
+                let addresses: Vec<String> = e
+                    .addresses
+                    .iter()
+                    .filter_map(|a| {
+                        let view = a.parse().ok().and_then(|a| source.views.view(a));
+                        dropped += usize::from(view.is_none());
+                        view.map(|v| v.to_string())
+                    })
+                    .collect();
+                (!addresses.is_empty()).then(|| Endpoint {
+                    addresses,
+                    conditions: Some(EndpointConditions {
+                        ready: Some(e.ready),
+                        serving: Some(e.serving),
+                        terminating: Some(e.terminating),
+                    }),
+                    hostname: e.hostname.clone(),
+                    ..Endpoint::default()
+                })
+            })
+            .collect();
+        if dropped > 0 {
+            *import.dropped.entry(cluster.clone()).or_default() += dropped;
+        }
+        let name = slice_name(&derived, cluster, index);
+        import.slices.push(EndpointSlice {
+            metadata: ObjectMeta {
+                name: Some(name),
+                namespace: Some(import.namespace.clone()),
+                labels: Some(BTreeMap::from([
+                    (SERVICE_NAME_LABEL.to_owned(), import.name.clone()),
+                    (SOURCE_CLUSTER_LABEL.to_owned(), cluster.clone()),
+                    (KUBE_SERVICE_NAME_LABEL.to_owned(), derived.clone()),
+                    (MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned()),
+                ])),
+                ..ObjectMeta::default()
+            },
+            address_type: slice.address_type.clone(),
+            endpoints: Some(endpoints),
+            ports: Some(
+                slice
+                    .ports
+                    .iter()
+                    .map(|p| EndpointPort {
+                        name: p.name.clone(),
+                        protocol: Some(p.protocol.clone()),
+                        port: Some(p.port),
+                        app_protocol: p.app_protocol.clone(),
+                    })
+                    .collect(),
+            ),
+        });
+    }
+}
+
+/// `<derived>-<cluster>-<n>`, hashed down to 253 characters (a cluster id has at most 63).
+fn slice_name(derived: &str, cluster: &str, index: usize) -> String {
+    let name = format!("{derived}-{cluster}-{index}");
+    if name.len() <= 253 {
+        name
+    } else {
+        format!("{}-{:08x}", &name[..240], fnv(&name))
+    }
+}
+
+/// A short stable hash for names (FNV-1a, 32 bits).
+fn fnv(text: &str) -> u32 {
+    text.bytes().fold(0x811c_9dc5, |hash, byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    })
+}

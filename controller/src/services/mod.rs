@@ -1,0 +1,12 @@
+//! Services across clusters: kubetun's implementation of the Multi-Cluster Services API.
+//!
+//! An exported Service travels as an [`kubetun_crds::ExportedService`] that its own cluster
+//! writes into kubetun's namespace ([`offer`]); every linked cluster reads those with a
+//! credential that may read nothing else and holds, per Service, a ServiceImport, a derived
+//! selector-less Service (its ClusterIP is the ClusterSetIP) and EndpointSlices in its own
+//! views of the exporters' addresses ([`desired`]), merged by KEP-1645's rules
+//! ([`merge`]). Pure core: [`offer`], [`merge`], [`desired`].
+
+pub mod desired;
+pub mod merge;
+pub mod offer;
