@@ -86,7 +86,9 @@ pub struct ExportedSlice {
 }
 
 /// A port of an endpoint.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+#[derive(
+    Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct ExportedEndpointPort {
     /// The Service port's name.

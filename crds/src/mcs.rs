@@ -68,7 +68,9 @@ pub mod v1beta1 {
     }
 
     /// The schema of [`ServiceExport`] (see there).
-    #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+    #[derive(
+        CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema,
+    )]
     #[kube(
         group = "multicluster.x-k8s.io",
         version = "v1beta1",
@@ -102,7 +104,9 @@ pub mod v1beta1 {
     }
 
     /// A Service that exists in at least one cluster of the set.
-    #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+    #[derive(
+        CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema,
+    )]
     #[kube(
         group = "multicluster.x-k8s.io",
         version = "v1beta1",
@@ -157,7 +161,9 @@ pub mod v1alpha1 {
     use kube::CustomResource;
 
     /// `v1alpha1` of [`super::v1beta1::ServiceExport`] (no spec).
-    #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+    #[derive(
+        CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema,
+    )]
     #[kube(
         group = "multicluster.x-k8s.io",
         version = "v1alpha1",
@@ -171,7 +177,9 @@ pub mod v1alpha1 {
     pub struct ServiceExportSpec {}
 
     /// `v1alpha1` of [`super::v1beta1::ServiceImport`].
-    #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+    #[derive(
+        CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema,
+    )]
     #[kube(
         group = "multicluster.x-k8s.io",
         version = "v1alpha1",
@@ -224,7 +232,9 @@ impl std::fmt::Display for ServiceImportType {
 }
 
 /// A port of an imported Service.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+#[derive(
+    Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct ServicePort {
     /// The port's name (required when there are several).
@@ -280,7 +290,10 @@ pub fn mcs_crds() -> Vec<CustomResourceDefinition> {
         MCS_VERSION,
     );
     let import = merge_crds(
-        vec![v1beta1::ServiceImport::crd(), v1alpha1::ServiceImport::crd()],
+        vec![
+            v1beta1::ServiceImport::crd(),
+            v1alpha1::ServiceImport::crd(),
+        ],
         MCS_VERSION,
     );
     let mut export = export.expect("the two versions of one kind merge");

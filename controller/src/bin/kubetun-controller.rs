@@ -22,6 +22,7 @@ use kubetun_controller::log_filter;
 use kubetun_controller::network::{self, NetworkOptions};
 use kubetun_controller::planner::{self, GatewaySettings};
 use kubetun_controller::reconcile;
+use kubetun_controller::services;
 use kubetun_controller::shortcut;
 use kubetun_crds::{ClusterRef, Endpoint};
 use prometheus_client::registry::Registry;
@@ -425,9 +426,16 @@ async fn run_controller(args: Args) -> anyhow::Result<()> {
             None => std::future::pending().await,
         }
     };
+    let services = async {
+        if services::sync::available(&ctx).await {
+            services::sync::run(ctx.clone()).await;
+        }
+        std::future::pending().await
+    };
     tracing::info!("running; SIGTERM or ctrl+c stops gracefully");
     tokio::select! {
         () = reconcile::run(ctx.clone()) => tracing::info!("controller stopped"),
+        () = services => {}
         result = shortcuts => {
             result.context("the ShortcutConnection operator failed")?;
         }

@@ -66,12 +66,12 @@ impl AddressViews {
             .filter(|(real, _)| real.contains(&address))
             .max_by_key(|(real, _)| real.prefix_len())?;
         Some(match (address, real.network(), view.network()) {
-            (IpAddr::V4(a), IpAddr::V4(r), IpAddr::V4(v)) => {
-                IpAddr::from(std::net::Ipv4Addr::from((u32::from(a) - u32::from(r)) | u32::from(v)))
-            }
-            (IpAddr::V6(a), IpAddr::V6(r), IpAddr::V6(v)) => {
-                IpAddr::from(std::net::Ipv6Addr::from((u128::from(a) - u128::from(r)) | u128::from(v)))
-            }
+            (IpAddr::V4(a), IpAddr::V4(r), IpAddr::V4(v)) => IpAddr::from(
+                std::net::Ipv4Addr::from((u32::from(a) - u32::from(r)) | u32::from(v)),
+            ),
+            (IpAddr::V6(a), IpAddr::V6(r), IpAddr::V6(v)) => IpAddr::from(
+                std::net::Ipv6Addr::from((u128::from(a) - u128::from(r)) | u128::from(v)),
+            ),
             _ => return None,
         })
     }

@@ -159,7 +159,9 @@ pub fn merge(offers: &[&ExportedServiceSpec]) -> Option<Merged> {
     merged.ip_families.sort();
     merged.serving.sort();
     merged.ports = ports.into_values().map(|(port, _)| port).collect();
-    merged.ports.sort_by(|a, b| (&a.name, a.port).cmp(&(&b.name, b.port)));
+    merged
+        .ports
+        .sort_by(|a, b| (&a.name, a.port).cmp(&(&b.name, b.port)));
     Some(merged)
 }
 

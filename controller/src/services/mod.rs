@@ -5,8 +5,9 @@
 //! credential that may read nothing else and holds, per Service, a ServiceImport, a derived
 //! selector-less Service (its ClusterIP is the ClusterSetIP) and EndpointSlices in its own
 //! views of the exporters' addresses ([`desired`]), merged by KEP-1645's rules
-//! ([`merge`]). Pure core: [`offer`], [`merge`], [`desired`].
+//! ([`merge`]). Pure core: [`offer`], [`merge`], [`desired`]; IO shell: [`sync`].
 
 pub mod desired;
 pub mod merge;
 pub mod offer;
+pub mod sync;

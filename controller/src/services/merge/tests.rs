@@ -48,7 +48,10 @@ fn agreeing_exports_merge_without_conflicts_and_ports_are_the_union() {
     assert!(merged.conflicts.is_empty(), "{:?}", merged.conflicts);
     assert_eq!(
         merged.ports,
-        [port(Some("http"), 80, "TCP"), port(Some("metrics"), 9090, "TCP")]
+        [
+            port(Some("http"), 80, "TCP"),
+            port(Some("metrics"), 9090, "TCP")
+        ]
     );
 }
 
@@ -66,7 +69,10 @@ fn the_oldest_export_wins_and_the_younger_one_gets_the_conflict() {
     assert_eq!(kinds, [ConflictKind::SessionAffinity, ConflictKind::Port]);
     assert!(!merged.conflicts.contains_key("milan"));
     let message = &merged.conflicts["paris"][1].message;
-    assert!(message.contains("80/TCP") && message.contains("8080/TCP"), "{message}");
+    assert!(
+        message.contains("80/TCP") && message.contains("8080/TCP"),
+        "{message}"
+    );
 }
 
 #[test]

@@ -1,0 +1,722 @@
+//! IO shell of services across clusters: watches this cluster's ServiceExports, Services,
+//! EndpointSlices and TunnelEndpoints, and each linked cluster's ExportedServices (with the
+//! credential `kubetun network connect` left in a Secret labelled [`CREDENTIAL_LABEL`]), and
+//! after every change (debounced) brings the cluster to what the pure core says: this
+//! cluster's ExportedServices and ServiceExport conditions, and its ServiceImports, derived
+//! Services and imported EndpointSlices. Level-triggered: every pass computes everything from
+//! the watched state, and writes only what differs from the last write.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::Hasher as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{Secret, Service, ServicePort as KubePort, ServiceSpec};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Resource as _, ResourceExt as _};
+use kubetun_crds::mcs::v1beta1::{
+    ServiceExport, ServiceExportStatus, ServiceImport, ServiceImportSpec, ServiceImportStatus,
+};
+use kubetun_crds::mcs::{ClusterStatus, ServiceImportType};
+use kubetun_crds::{ExportedService, ExportedServiceSpec, TunnelEndpoint};
+use tokio::sync::Notify;
+
+use super::desired::{
+    AddressViews, DERIVED_FOR_LABEL, DesiredImport, MANAGED_BY, MANAGED_BY_LABEL, Source,
+    derived_service_name, desired_imports,
+};
+use super::offer::{ExportRequest, offer};
+use crate::context::Context;
+use crate::runtime::{self, ApiHealth};
+
+/// Label of a Secret holding a linked cluster's credential (key `kubeconfig`) to read its
+/// ExportedServices; the value is that cluster's id.
+pub const CREDENTIAL_LABEL: &str = "net.kubetun.io/services-of";
+/// Key of the kubeconfig in a credential Secret.
+pub const CREDENTIAL_KEY: &str = "kubeconfig";
+/// Label of the ServiceImports kubetun manages.
+const MANAGED_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Field manager of every write.
+const FIELD_MANAGER: &str = "kubetun-services";
+/// Changes closer together than this make one pass.
+const DEBOUNCE: Duration = Duration::from_millis(50);
+/// The wait before a failed pass is retried.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// What this cluster watches of itself.
+struct Local {
+    exports: Store<ServiceExport>,
+    services: Store<Service>,
+    slices: Store<EndpointSlice>,
+    offered: Store<ExportedService>,
+    imports: Store<ServiceImport>,
+    imported_slices: Store<EndpointSlice>,
+    credentials: Store<Secret>,
+    tunnels: Store<TunnelEndpoint>,
+}
+
+/// A linked cluster's ExportedServices, watched with its credential.
+struct Peer {
+    credential: u64,
+    offers: Store<ExportedService>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Whether this cluster serves the MCS API and kubetun's ExportedService (else services
+/// across clusters stay off: watches of a missing resource would fail for ever). Says why
+/// once, at INFO.
+pub async fn available(ctx: &Context) -> bool {
+    let probe = ListParams::default().limit(1);
+    let exports = Api::<ServiceExport>::all(ctx.client.clone())
+        .list(&probe)
+        .await;
+    let offered = Api::<ExportedService>::namespaced(ctx.client.clone(), &ctx.namespace)
+        .list(&probe)
+        .await;
+    match (exports, offered) {
+        (Ok(_), Ok(_)) => true,
+        (Err(kube::Error::Api(s)), _) | (_, Err(kube::Error::Api(s))) if s.code == 404 => {
+            tracing::info!(
+                "services across clusters are off: the ServiceExport or ExportedService CRD is \
+                 not installed (deploy/crds/multicluster.yaml, deploy/crds/kubetun.yaml)"
+            );
+            false
+        }
+        // Anything else (an outage) is the watches' to report; they retry.
+        _ => true,
+    }
+}
+
+/// Runs until the process stops.
+pub async fn run(ctx: Arc<Context>) {
+    let changed = Arc::new(Notify::new());
+    let client = &ctx.client;
+    let ns = &ctx.namespace;
+    let all = watcher::Config::default();
+    let local = Local {
+        exports: watch(Api::all(client.clone()), all.clone(), &ctx.health, &changed),
+        services: watch(Api::all(client.clone()), all.clone(), &ctx.health, &changed),
+        slices: watch(Api::all(client.clone()), all.clone(), &ctx.health, &changed),
+        offered: watch(
+            Api::namespaced(client.clone(), ns),
+            all.clone(),
+            &ctx.health,
+            &changed,
+        ),
+        imports: watch(
+            Api::all(client.clone()),
+            all.clone().labels(&format!("{MANAGED_LABEL}={MANAGED_BY}")),
+            &ctx.health,
+            &changed,
+        ),
+        imported_slices: watch(
+            Api::all(client.clone()),
+            all.clone()
+                .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}")),
+            &ctx.health,
+            &changed,
+        ),
+        credentials: watch(
+            Api::namespaced(client.clone(), ns),
+            all.clone().labels(CREDENTIAL_LABEL),
+            &ctx.health,
+            &changed,
+        ),
+        tunnels: watch(
+            Api::namespaced(client.clone(), ns),
+            all,
+            &ctx.health,
+            &changed,
+        ),
+    };
+    let mut sync = Pass {
+        ctx: ctx.clone(),
+        local,
+        peers: HashMap::new(),
+        written: HashMap::new(),
+        changed: changed.clone(),
+    };
+    loop {
+        changed.notified().await;
+        tokio::time::sleep(DEBOUNCE).await;
+        if let Err(error) = sync.pass().await {
+            if !ctx.health.is_down() {
+                tracing::warn!(%error, "services: a pass failed; retrying");
+            }
+            sync.written.clear();
+            tokio::time::sleep(RETRY).await;
+            changed.notify_one();
+        }
+    }
+}
+
+/// A reflector of `api` that wakes `changed` on every event.
+fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    health: &ApiHealth,
+    changed: &Arc<Notify>,
+) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let changed = changed.clone();
+    let stream = runtime::watch(api, config, health, "services").reflect(writer);
+    tokio::spawn(stream.for_each(move |_| {
+        changed.notify_one();
+        std::future::ready(())
+    }));
+    reader
+}
+
+struct Pass {
+    ctx: Arc<Context>,
+    local: Local,
+    peers: HashMap<String, Peer>,
+    /// Hash of what was last written per object, so a pass writes only what changed.
+    written: HashMap<String, u64>,
+    changed: Arc<Notify>,
+}
+
+impl Pass {
+    async fn pass(&mut self) -> Result<(), kube::Error> {
+        let offers = self.export().await?;
+        self.follow_peers().await;
+        let tunnels: HashMap<String, AddressViews> = self
+            .local
+            .tunnels
+            .state()
+            .iter()
+            .map(|te| (te.spec.cluster.id.clone(), AddressViews::of_peer(&te.spec)))
+            .collect();
+        let local_views = AddressViews::local();
+        let peer_offers: Vec<(String, Vec<Arc<ExportedService>>)> = self
+            .peers
+            .iter()
+            .map(|(id, peer)| (id.clone(), peer.offers.state()))
+            .collect();
+        let mut sources: Vec<Source<'_>> = offers
+            .values()
+            .map(|offer| Source {
+                offer,
+                views: &local_views,
+            })
+            .collect();
+        for (id, offers) in &peer_offers {
+            let Some(views) = tunnels.get(id) else {
+                continue;
+            };
+            for offer in offers {
+                // A cluster speaks for itself only, about the object it names.
+                let named = format!("{}.{}", offer.spec.namespace, offer.spec.name);
+                if offer.spec.cluster.id == *id && offer.name_any() == named {
+                    sources.push(Source {
+                        offer: &offer.spec,
+                        views,
+                    });
+                } else {
+                    tracing::debug!(peer = %id, object = %offer.name_any(), "services: ignored an offer that does not match its cluster or name");
+                }
+            }
+        }
+        let imports = desired_imports(&sources);
+        self.conditions(&offers, &imports).await?;
+        self.import(&imports).await
+    }
+
+    /// This cluster's offers: ExportedServices written for valid exports, removed for the
+    /// rest; `Valid=False` conditions for the invalid ones. Returns the offers by name.
+    async fn export(&mut self) -> Result<BTreeMap<String, ExportedServiceSpec>, kube::Error> {
+        let cluster = self.ctx.cluster.cluster.clone();
+        let services = self.local.services.state();
+        let slices = self.local.slices.state();
+        let mut offers = BTreeMap::new();
+        for export in self.local.exports.state() {
+            let namespace = export.namespace().unwrap_or_default();
+            let name = export.name_any();
+            if export.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let service = services
+                .iter()
+                .find(|s| s.namespace().as_deref() == Some(&namespace) && s.name_any() == name);
+            let own_slices: Vec<&EndpointSlice> = slices
+                .iter()
+                .filter(|s| {
+                    s.namespace().as_deref() == Some(&namespace)
+                        && s.labels().get(super::desired::KUBE_SERVICE_NAME_LABEL) == Some(&name)
+                        && s.labels().get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY)
+                })
+                .map(AsRef::as_ref)
+                .collect();
+            let request = ExportRequest {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                created: export.metadata.creation_timestamp.clone(),
+                labels: export.spec.exported_labels.clone(),
+                annotations: export.spec.exported_annotations.clone(),
+            };
+            match offer(&cluster, &request, service.map(AsRef::as_ref), &own_slices) {
+                Ok(spec) => {
+                    offers.insert(format!("{namespace}.{name}"), spec);
+                }
+                Err(invalid) => {
+                    let conditions = vec![
+                        condition("Valid", "False", invalid.reason, &invalid.message),
+                        condition("Ready", "False", "Pending", "not exported while invalid"),
+                    ];
+                    self.export_status(&namespace, &name, conditions).await?;
+                }
+            }
+        }
+        let api: Api<ExportedService> =
+            Api::namespaced(self.ctx.client.clone(), &self.ctx.namespace);
+        for (name, spec) in &offers {
+            let object = ExportedService::new(name, spec.clone());
+            self.apply(&api, name, &object).await?;
+        }
+        for stale in self.local.offered.state() {
+            if !offers.contains_key(&stale.name_any()) {
+                delete(&api, &stale.name_any()).await?;
+                self.written
+                    .remove(&key::<ExportedService>("", &stale.name_any()));
+            }
+        }
+        Ok(offers)
+    }
+
+    /// `Valid`, `Ready` and `Conflict` of this cluster's valid exports.
+    async fn conditions(
+        &mut self,
+        offers: &BTreeMap<String, ExportedServiceSpec>,
+        imports: &[DesiredImport],
+    ) -> Result<(), kube::Error> {
+        let id = self.ctx.cluster.cluster.id.clone();
+        for offer in offers.values() {
+            let import = imports
+                .iter()
+                .find(|i| i.namespace == offer.namespace && i.name == offer.name);
+            let conflicts = import.and_then(|i| i.merged.conflicts.get(&id));
+            let conflict = match conflicts {
+                Some(list) => condition(
+                    "Conflict",
+                    "True",
+                    list[0].kind.reason(),
+                    &list
+                        .iter()
+                        .map(|c| c.message.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                ),
+                None => condition(
+                    "Conflict",
+                    "False",
+                    "NoConflicts",
+                    "no conflicts with other exports",
+                ),
+            };
+            let clusters = import
+                .map(|i| i.merged.clusters.join(", "))
+                .unwrap_or_default();
+            let conditions = vec![
+                condition("Valid", "True", "Valid", "the Service is exported"),
+                condition(
+                    "Ready",
+                    "True",
+                    "Exported",
+                    &format!("offered to the linked clusters; exported by {clusters}"),
+                ),
+                conflict,
+            ];
+            self.export_status(&offer.namespace, &offer.name, conditions)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn export_status(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        mut conditions: Vec<Condition>,
+    ) -> Result<(), kube::Error> {
+        let key = format!("ServiceExport/status/{namespace}/{name}");
+        let digest = hash(
+            &conditions
+                .iter()
+                .map(|c| (&c.type_, &c.status, &c.reason, &c.message))
+                .collect::<Vec<_>>(),
+        );
+        if self.written.get(&key) == Some(&digest) {
+            return Ok(());
+        }
+        // Keep the transition time of a condition whose status did not change.
+        let old = self
+            .local
+            .exports
+            .state()
+            .into_iter()
+            .find(|e| e.namespace().as_deref() == Some(namespace) && e.name_any() == name)
+            .and_then(|e| e.status.clone())
+            .unwrap_or_default();
+        for c in &mut conditions {
+            if let Some(before) = old
+                .conditions
+                .iter()
+                .find(|o| o.type_ == c.type_ && o.status == c.status)
+            {
+                c.last_transition_time = before.last_transition_time.clone();
+            }
+            c.observed_generation = None;
+        }
+        let api: Api<ServiceExport> = Api::namespaced(self.ctx.client.clone(), namespace);
+        match runtime::apply_status(
+            &api,
+            name,
+            FIELD_MANAGER,
+            &ServiceExportStatus { conditions },
+        )
+        .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+        self.written.insert(key, digest);
+        Ok(())
+    }
+
+    /// Starts a watch of every linked cluster with a credential, stops the others.
+    async fn follow_peers(&mut self) {
+        let linked: Vec<String> = self
+            .local
+            .tunnels
+            .state()
+            .iter()
+            .map(|te| te.spec.cluster.id.clone())
+            .collect();
+        let mut credentials: HashMap<String, Vec<u8>> = HashMap::new();
+        for secret in self.local.credentials.state() {
+            let Some(peer) = secret.labels().get(CREDENTIAL_LABEL) else {
+                continue;
+            };
+            if let Some(kubeconfig) = secret.data.as_ref().and_then(|d| d.get(CREDENTIAL_KEY)) {
+                credentials.insert(peer.clone(), kubeconfig.0.clone());
+            }
+        }
+        self.peers.retain(|id, peer| {
+            linked.contains(id) && credentials.get(id).map(hash) == Some(peer.credential)
+        });
+        for id in linked {
+            if self.peers.contains_key(&id) {
+                continue;
+            }
+            let Some(kubeconfig) = credentials.get(&id) else {
+                continue;
+            };
+            match peer_client(kubeconfig).await {
+                Ok(client) => {
+                    let (reader, writer) = reflector::store();
+                    let changed = self.changed.clone();
+                    let health = ApiHealth::new(client.clone());
+                    let api: Api<ExportedService> = Api::namespaced(client, &self.ctx.namespace);
+                    let stream = runtime::watch(
+                        api,
+                        watcher::Config::default(),
+                        &health,
+                        "peer ExportedServices",
+                    )
+                    .reflect(writer);
+                    let task = tokio::spawn(stream.for_each(move |_| {
+                        changed.notify_one();
+                        std::future::ready(())
+                    }));
+                    tracing::info!(peer = %id, "services: following the peer's exports");
+                    self.peers.insert(
+                        id,
+                        Peer {
+                            credential: hash(kubeconfig),
+                            offers: reader,
+                            task,
+                        },
+                    );
+                }
+                // The error names what is wrong, never the kubeconfig's contents.
+                Err(error) => {
+                    tracing::warn!(peer = %id, %error, "services: the peer's credential is not usable")
+                }
+            }
+        }
+    }
+
+    /// ServiceImports, derived Services and EndpointSlices as `imports` says; the rest of
+    /// kubetun's goes.
+    async fn import(&mut self, imports: &[DesiredImport]) -> Result<(), kube::Error> {
+        let client = self.ctx.client.clone();
+        for import in imports {
+            let api: Api<ServiceImport> = Api::namespaced(client.clone(), &import.namespace);
+            let derived_name = derived_service_name(&import.name);
+            let headless = import.merged.type_ == ServiceImportType::Headless;
+            let mut object = ServiceImport::new(
+                &import.name,
+                ServiceImportSpec {
+                    ports: import.merged.ports.clone(),
+                    ips: Vec::new(),
+                    type_: import.merged.type_,
+                    session_affinity: import.merged.session_affinity.clone(),
+                    session_affinity_config: import.merged.session_affinity_config.clone(),
+                    ip_families: import.merged.ip_families.clone(),
+                },
+            );
+            let mut labels = import.labels.clone();
+            labels.insert(MANAGED_LABEL.to_owned(), MANAGED_BY.to_owned());
+            object.metadata.labels = Some(labels);
+            object.metadata.annotations =
+                (!import.annotations.is_empty()).then(|| import.annotations.clone());
+            // The derived Service first: its ClusterIP is the ClusterSetIP.
+            let owner = match self.local.imports.state().iter().find(|i| {
+                i.namespace().as_deref() == Some(&import.namespace) && i.name_any() == import.name
+            }) {
+                Some(existing) => existing.controller_owner_ref(&()),
+                None => None,
+            };
+            let owner = match owner {
+                Some(owner) => owner,
+                None => {
+                    let created = api
+                        .patch(
+                            &import.name,
+                            &PatchParams::apply(FIELD_MANAGER).force(),
+                            &Patch::Apply(&object),
+                        )
+                        .await?;
+                    created
+                        .controller_owner_ref(&())
+                        .expect("a ServiceImport from the API has a uid")
+                }
+            };
+            let services: Api<Service> = Api::namespaced(client.clone(), &import.namespace);
+            let derived = derived_service(import, &derived_name, headless, &owner);
+            let applied = services
+                .patch(
+                    &derived_name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&derived),
+                )
+                .await?;
+            if !headless {
+                object.spec.ips = applied
+                    .spec
+                    .and_then(|s| s.cluster_ips.or(s.cluster_ip.map(|ip| vec![ip])))
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|ip| ip != "None")
+                    .collect();
+            }
+            self.apply(&api, &import.name, &object).await?;
+            let status = ServiceImportStatus {
+                clusters: import
+                    .merged
+                    .clusters
+                    .iter()
+                    .map(|c| ClusterStatus { cluster: c.clone() })
+                    .collect(),
+                conditions: Vec::new(),
+            };
+            let status_key = format!("ServiceImport/status/{}/{}", import.namespace, import.name);
+            let digest = hash(&import.merged.clusters);
+            if self.written.get(&status_key) != Some(&digest) {
+                runtime::apply_status(&api, &import.name, FIELD_MANAGER, &status).await?;
+                self.written.insert(status_key, digest);
+            }
+            let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &import.namespace);
+            for slice in &import.slices {
+                let mut slice = slice.clone();
+                slice.metadata.owner_references = Some(vec![owner.clone()]);
+                let name = slice.name_any();
+                self.apply(&slices, &name, &slice).await?;
+            }
+            for (cluster, dropped) in &import.dropped {
+                tracing::warn!(service = %format!("{}/{}", import.namespace, import.name), %cluster, dropped, "services: endpoint addresses outside the exporter's CIDRs were not imported");
+            }
+        }
+        // What kubetun imported before and no longer should.
+        let wanted_slices: Vec<(String, String)> = imports
+            .iter()
+            .flat_map(|i| i.slices.iter().map(|s| (i.namespace.clone(), s.name_any())))
+            .collect();
+        for stale in self.local.imported_slices.state() {
+            let id = (stale.namespace().unwrap_or_default(), stale.name_any());
+            if !wanted_slices.contains(&id) {
+                delete(
+                    &Api::<EndpointSlice>::namespaced(client.clone(), &id.0),
+                    &id.1,
+                )
+                .await?;
+                self.written.remove(&key::<EndpointSlice>(&id.0, &id.1));
+            }
+        }
+        for stale in self.local.imports.state() {
+            let (namespace, name) = (stale.namespace().unwrap_or_default(), stale.name_any());
+            if !imports
+                .iter()
+                .any(|i| i.namespace == namespace && i.name == name)
+            {
+                // The garbage collector would remove the derived Service with its owner; done
+                // here too, so nothing waits for it.
+                delete(
+                    &Api::<ServiceImport>::namespaced(client.clone(), &namespace),
+                    &name,
+                )
+                .await?;
+                delete(
+                    &Api::<Service>::namespaced(client.clone(), &namespace),
+                    &derived_service_name(&name),
+                )
+                .await?;
+                self.written
+                    .retain(|k, _| !k.contains(&format!("/{namespace}/{name}")));
+                self.written
+                    .remove(&key::<ServiceImport>(&namespace, &name));
+            }
+        }
+        Ok(())
+    }
+
+    /// Server-side applies `object` unless it is what was last written.
+    async fn apply<K>(&mut self, api: &Api<K>, name: &str, object: &K) -> Result<(), kube::Error>
+    where
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + serde::Serialize
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let namespace = object.meta().namespace.clone().unwrap_or_default();
+        let key = key::<K>(&namespace, name);
+        let digest = hash(&serde_json::to_string(object).unwrap_or_default());
+        if self.written.get(&key) == Some(&digest) {
+            return Ok(());
+        }
+        let mut value = serde_json::to_value(object).unwrap_or_default();
+        value["apiVersion"] = K::api_version(&()).into();
+        value["kind"] = K::kind(&()).into();
+        api.patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&value),
+        )
+        .await?;
+        self.written.insert(key, digest);
+        Ok(())
+    }
+}
+
+/// The derived selector-less Service of an import, owned by its ServiceImport.
+fn derived_service(
+    import: &DesiredImport,
+    name: &str,
+    headless: bool,
+    owner: &OwnerReference,
+) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(import.namespace.clone()),
+            labels: Some(BTreeMap::from([
+                (DERIVED_FOR_LABEL.to_owned(), import.name.clone()),
+                (MANAGED_LABEL.to_owned(), MANAGED_BY.to_owned()),
+            ])),
+            owner_references: Some(vec![owner.clone()]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".to_owned()),
+            cluster_ip: headless.then(|| "None".to_owned()),
+            ports: Some(
+                import
+                    .merged
+                    .ports
+                    .iter()
+                    .map(|p| KubePort {
+                        name: p.name.clone(),
+                        protocol: Some(p.protocol.clone()),
+                        app_protocol: p.app_protocol.clone(),
+                        port: p.port,
+                        ..KubePort::default()
+                    })
+                    .collect(),
+            ),
+            session_affinity: import.merged.session_affinity.clone(),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
+
+async fn peer_client(kubeconfig: &[u8]) -> Result<kube::Client, String> {
+    let text = std::str::from_utf8(kubeconfig).map_err(|_| "not UTF-8".to_owned())?;
+    let kubeconfig = Kubeconfig::from_yaml(text).map_err(|_| "not a kubeconfig".to_owned())?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|_| "the kubeconfig has no usable cluster, user or context".to_owned())?;
+    kube::Client::try_from(config)
+        .map_err(|e| format!("cannot build a client: {}", first_line(&e.to_string())))
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}
+
+async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn key<K: kube::Resource<DynamicType = ()>>(namespace: &str, name: &str) -> String {
+    format!("{}/{namespace}/{name}", K::kind(&()))
+}
+
+fn hash(value: &impl std::hash::Hash) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    value.hash(&mut hasher);
+    hasher.finish()
+}
+
+fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
+    Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::now(),
+        ),
+        observed_generation: None,
+    }
+}

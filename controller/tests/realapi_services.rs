@@ -1,0 +1,439 @@
+//! Services across clusters on two real API servers: Milan exports a Service, Rome imports it
+//! in its own views of Milan's addresses (10.70.0.0/16 seen as 10.71.0.0/16 from Rome), with
+//! Milan's least-privilege credential; endpoint churn, an address outside Milan's CIDRs, a
+//! conflict, an invalid export, unexport and the link's removal.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod realapi_support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt as _};
+use kubetun_controller::context::{Context, ControllerConfig};
+use kubetun_controller::ipam::IpamConfig;
+use kubetun_controller::keys::GatewayKey;
+use kubetun_controller::services::sync::{self, CREDENTIAL_KEY, CREDENTIAL_LABEL};
+use kubetun_crds::mcs::v1beta1::{ServiceExport, ServiceImport};
+use kubetun_crds::{CidrMapping, ClusterRef, ExportedService, TunnelEndpoint, TunnelEndpointSpec};
+use kubetun_testenv::TestCluster;
+use realapi_support::{NAMESPACE, repo_root};
+use serde_json::json;
+
+const SHOP: &str = "shop";
+
+async fn install_services(cluster: &TestCluster) {
+    for file in ["deploy/crds/multicluster.yaml", "deploy/rbac.yaml"] {
+        let path = repo_root().join(file);
+        cluster
+            .kubectl(&["apply", "-f", path.to_str().unwrap()])
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cluster
+        .kubectl(&["get", "serviceexports.multicluster.x-k8s.io", "-A"])
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "ServiceExports do not answer");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The services loop of one cluster, in-process.
+async fn run_services(client: &Client, id: &str, pod: &str) -> tokio::task::JoinHandle<()> {
+    let key = GatewayKey::generate();
+    let info = kubetun_controller::testing::cluster_info(id, pod, "192.168.250.0/24", &key);
+    let settings = kubetun_controller::testing::gateway_settings(&key, &info);
+    let ctx = Context::new(
+        client.clone(),
+        ControllerConfig {
+            namespace: NAMESPACE.into(),
+            cluster: info,
+            ipam: IpamConfig::default(),
+            gateway: settings,
+        },
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(sync::available(&ctx).await, "the MCS CRDs are installed");
+    tokio::spawn(sync::run(Arc::<Context>::clone(&ctx)))
+}
+
+async fn apply(client: &Client, namespace: Option<&str>, object: serde_json::Value) {
+    let kind = object["kind"].as_str().unwrap().to_owned();
+    let name = object["metadata"]["name"].as_str().unwrap().to_owned();
+    let gvk = kube::api::GroupVersionKind::try_from(&kube::api::TypeMeta {
+        api_version: object["apiVersion"].as_str().unwrap().to_owned(),
+        kind,
+    })
+    .unwrap();
+    let (resource, _) = kube::discovery::pinned_kind(client, &gvk).await.unwrap();
+    let api: Api<kube::api::DynamicObject> = match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    api.patch(
+        &name,
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&object),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{name}: {e}"));
+}
+
+fn web_service(port: i32) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": SHOP},
+        "spec": {"selector": {"app": "web"}, "ports": [{"name": "http", "port": port, "protocol": "TCP"}]}})
+}
+
+fn web_slice(name: &str, endpoints: &[(&str, bool)]) -> serde_json::Value {
+    let endpoints: Vec<_> = endpoints
+        .iter()
+        .map(|(ip, ready)| json!({"addresses": [ip], "conditions": {"ready": ready}}))
+        .collect();
+    json!({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": name, "namespace": SHOP, "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4", "endpoints": endpoints,
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]})
+}
+
+fn export(name: &str) -> serde_json::Value {
+    json!({"apiVersion": "multicluster.x-k8s.io/v1beta1", "kind": "ServiceExport",
+        "metadata": {"name": name, "namespace": SHOP}})
+}
+
+/// Waits (≤ 15 s) until `check` gives `Some`, returning it and how long that took.
+async fn until<T, F, Fut>(what: &str, mut check: F) -> (T, Duration)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return (value, start.elapsed());
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "timed out: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Rome's imported endpoints of shop/web: address → ready.
+async fn imported_endpoints(rome: &Client) -> BTreeMap<String, bool> {
+    let slices: Api<EndpointSlice> = Api::namespaced(rome.clone(), SHOP);
+    let list = slices
+        .list(&ListParams::default().labels("multicluster.kubernetes.io/service-name=web,multicluster.kubernetes.io/source-cluster=milan"))
+        .await
+        .unwrap();
+    list.items
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .flat_map(|e| {
+            let ready = e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false);
+            e.addresses.iter().map(move |a| (a.clone(), ready))
+        })
+        .collect()
+}
+
+fn condition(export: &ServiceExport, type_: &str) -> Option<(String, String, String)> {
+    let status = export.status.as_ref()?;
+    let c = status.conditions.iter().find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_exported_in_milan_is_imported_in_romes_views() {
+    let Some([rome_cluster, milan_cluster]) = realapi_support::clusters(["rome", "milan"]).await
+    else {
+        return;
+    };
+    futures::future::join(
+        install_services(&rome_cluster),
+        install_services(&milan_cluster),
+    )
+    .await;
+    let rome = rome_cluster.client().await.unwrap();
+    let milan = milan_cluster.client().await.unwrap();
+    for client in [&rome, &milan] {
+        Api::<Namespace>::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": SHOP}})).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+
+    // Milan's credential for Rome: it may read ExportedServices in kubetun's namespace only.
+    apply(&milan, Some(NAMESPACE), json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "rome-reader", "namespace": NAMESPACE}})).await;
+    apply(&milan, Some(NAMESPACE), json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "rome-reader", "namespace": NAMESPACE},
+        "rules": [{"apiGroups": ["net.kubetun.io"], "resources": ["exportedservices"], "verbs": ["get", "list", "watch"]}]})).await;
+    apply(
+        &milan,
+        Some(NAMESPACE),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "rome-reader", "namespace": NAMESPACE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "rome-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "rome-reader", "namespace": NAMESPACE}]}),
+    )
+    .await;
+    let reader_path = milan_cluster
+        .service_account_kubeconfig(NAMESPACE, "rome-reader")
+        .await
+        .unwrap();
+    let reader_kubeconfig = std::fs::read(&reader_path).unwrap();
+    let reader = kubetun_testenv::client_for(&reader_path).await.unwrap();
+    let forbidden =
+        |r: Result<_, kube::Error>| matches!(r, Err(kube::Error::Api(s)) if s.code == 403);
+    assert!(forbidden(
+        Api::<Service>::namespaced(reader.clone(), SHOP)
+            .list(&ListParams::default())
+            .await
+            .map(|_| ())
+    ));
+    assert!(forbidden(
+        Api::<Secret>::namespaced(reader.clone(), NAMESPACE)
+            .list(&ListParams::default())
+            .await
+            .map(|_| ())
+    ));
+    assert!(
+        Api::<ExportedService>::namespaced(reader.clone(), NAMESPACE)
+            .list(&ListParams::default())
+            .await
+            .is_ok()
+    );
+
+    let mut secret = Secret::default();
+    secret.metadata.name = Some("kubetun-services-milan".into());
+    secret.metadata.labels = Some(BTreeMap::from([(
+        CREDENTIAL_LABEL.to_owned(),
+        "milan".to_owned(),
+    )]));
+    secret.data = Some(BTreeMap::from([(
+        CREDENTIAL_KEY.to_owned(),
+        ByteString(reader_kubeconfig),
+    )]));
+    Api::<Secret>::namespaced(rome.clone(), NAMESPACE)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    // Rome's link to Milan: Milan's pods 10.70.0.0/16 are 10.71.0.0/16 here.
+    let te = TunnelEndpoint::new(
+        "milan",
+        TunnelEndpointSpec {
+            cluster: ClusterRef {
+                id: "milan".into(),
+                name: "Milan".into(),
+            },
+            remote_pod_cidrs: vec![CidrMapping {
+                real: "10.70.0.0/16".into(),
+                view: "10.71.0.0/16".into(),
+            }],
+            public_key: "x".repeat(43) + "=",
+            endpoint: kubetun_crds::Endpoint {
+                address: "192.0.2.1".into(),
+                port: 51820,
+            },
+            ..TunnelEndpointSpec::default()
+        },
+    );
+    Api::<TunnelEndpoint>::namespaced(rome.clone(), NAMESPACE)
+        .create(&PostParams::default(), &te)
+        .await
+        .unwrap();
+
+    let rome_task = run_services(&rome, "rome", "10.60.0.0/16").await;
+    let milan_task = run_services(&milan, "milan", "10.70.0.0/16").await;
+
+    // Milan exports web: two pods and an address outside its CIDRs.
+    apply(&milan, Some(SHOP), web_service(80)).await;
+    apply(
+        &milan,
+        Some(SHOP),
+        web_slice(
+            "web-1",
+            &[
+                ("10.70.1.5", true),
+                ("10.70.1.6", false),
+                ("192.0.2.9", true),
+            ],
+        ),
+    )
+    .await;
+    let exported_at = Instant::now();
+    apply(&milan, Some(SHOP), export("web")).await;
+
+    let imports: Api<ServiceImport> = Api::namespaced(rome.clone(), SHOP);
+    let (import, _) = until("Rome's ServiceImport", || async {
+        imports
+            .get_opt("web")
+            .await
+            .unwrap()
+            .filter(|i| !i.spec.ips.is_empty() && i.status.is_some())
+    })
+    .await;
+    let (endpoints, _) = until("Rome's endpoints", || async {
+        let e = imported_endpoints(&rome).await;
+        (e.len() == 2).then_some(e)
+    })
+    .await;
+    println!(
+        "export -> imported with endpoints in Rome: {:?}",
+        exported_at.elapsed()
+    );
+    assert_eq!(
+        endpoints,
+        BTreeMap::from([
+            ("10.71.1.5".to_owned(), true),
+            ("10.71.1.6".to_owned(), false)
+        ])
+    );
+    assert_eq!(import.spec.ports.len(), 1);
+    assert_eq!(import.spec.ports[0].port, 80);
+    let clusters: Vec<_> = import
+        .status
+        .unwrap()
+        .clusters
+        .into_iter()
+        .map(|c| c.cluster)
+        .collect();
+    assert_eq!(clusters, ["milan"]);
+    let derived = Api::<Service>::namespaced(rome.clone(), SHOP)
+        .get("mcs-web")
+        .await
+        .unwrap();
+    let spec = derived.spec.unwrap();
+    assert_eq!(spec.selector, None, "the derived Service has no selector");
+    assert_eq!(
+        Some(import.spec.ips[0].clone()),
+        spec.cluster_ip,
+        "the ClusterSetIP is its ClusterIP"
+    );
+
+    let exports: Api<ServiceExport> = Api::namespaced(milan.clone(), SHOP);
+    let (valid, _) = until("Milan's conditions", || async {
+        let e = exports.get("web").await.unwrap();
+        Some((
+            condition(&e, "Valid")?,
+            condition(&e, "Ready")?,
+            condition(&e, "Conflict")?,
+        ))
+    })
+    .await;
+    assert_eq!(
+        (valid.0.0.as_str(), valid.1.0.as_str(), valid.2.0.as_str()),
+        ("True", "True", "False")
+    );
+    // Milan imports its own export, at its own addresses.
+    until("Milan's own import", || async {
+        Api::<ServiceImport>::namespaced(milan.clone(), SHOP)
+            .get_opt("web")
+            .await
+            .unwrap()
+    })
+    .await;
+
+    // Pod churn reaches Rome.
+    apply(
+        &milan,
+        Some(SHOP),
+        web_slice(
+            "web-1",
+            &[
+                ("10.70.1.5", true),
+                ("10.70.1.6", true),
+                ("10.70.2.7", true),
+            ],
+        ),
+    )
+    .await;
+    let (_, churn) = until("churn in Rome", || async {
+        let e = imported_endpoints(&rome).await;
+        (e.get("10.71.2.7") == Some(&true) && e.get("10.71.1.6") == Some(&true)).then_some(())
+    })
+    .await;
+    println!("endpoint change -> Rome's slice: {churn:?}");
+    assert!(churn < Duration::from_secs(2), "{churn:?}");
+
+    // Rome exports web too, younger and with another port: Rome's export gets the conflict.
+    apply(&rome, Some(SHOP), web_service(8443)).await;
+    apply(&rome, Some(SHOP), export("web")).await;
+    let rome_exports: Api<ServiceExport> = Api::namespaced(rome.clone(), SHOP);
+    let (conflict, _) = until("Rome's conflict", || async {
+        let c = condition(&rome_exports.get("web").await.unwrap(), "Conflict")?;
+        (c.0 == "True").then_some(c)
+    })
+    .await;
+    assert_eq!(conflict.1, "PortConflict");
+    assert!(conflict.2.contains("milan"), "{}", conflict.2);
+    Api::<ServiceExport>::namespaced(rome.clone(), SHOP)
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+
+    // ExternalName cannot be exported.
+    apply(&milan, Some(SHOP), json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "ext", "namespace": SHOP},
+        "spec": {"type": "ExternalName", "externalName": "example.invalid"}})).await;
+    apply(&milan, Some(SHOP), export("ext")).await;
+    let (invalid, _) = until("ExternalName refused", || async {
+        condition(&exports.get("ext").await.unwrap(), "Valid").filter(|c| c.0 == "False")
+    })
+    .await;
+    assert_eq!(invalid.1, "InvalidServiceType");
+    assert!(imports.get_opt("ext").await.unwrap().is_none());
+
+    // Unexport: the import and its endpoints go from Rome.
+    exports
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+    until("unexported", || async {
+        (imports.get_opt("web").await.unwrap().is_none()
+            && imported_endpoints(&rome).await.is_empty())
+        .then_some(())
+    })
+    .await;
+
+    // Export again, then remove the link: the import goes.
+    apply(&milan, Some(SHOP), export("web")).await;
+    until("imported again", || async {
+        imports.get_opt("web").await.unwrap()
+    })
+    .await;
+    Api::<TunnelEndpoint>::namespaced(rome.clone(), NAMESPACE)
+        .delete("milan", &DeleteParams::default())
+        .await
+        .unwrap();
+    until("link removed", || async {
+        (imports.get_opt("web").await.unwrap().is_none()
+            && imported_endpoints(&rome).await.is_empty())
+        .then_some(())
+    })
+    .await;
+    let offered = Api::<ExportedService>::namespaced(milan.clone(), NAMESPACE)
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        offered
+            .items
+            .iter()
+            .map(|o| o.name_any())
+            .collect::<Vec<_>>(),
+        ["shop.web"]
+    );
+    rome_task.abort();
+    milan_task.abort();
+}
