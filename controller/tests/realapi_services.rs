@@ -23,7 +23,7 @@ use kubetun_controller::services::sync::{self, CREDENTIAL_KEY, CREDENTIAL_LABEL}
 use kubetun_crds::mcs::v1beta1::{ServiceExport, ServiceImport};
 use kubetun_crds::{CidrMapping, ClusterRef, ExportedService, TunnelEndpoint, TunnelEndpointSpec};
 use kubetun_testenv::TestCluster;
-use realapi_support::{NAMESPACE, repo_root};
+use realapi_support::{Leaf, NAMESPACE, repo_root};
 use serde_json::json;
 
 const SHOP: &str = "shop";
@@ -436,4 +436,200 @@ async fn a_service_exported_in_milan_is_imported_in_romes_views() {
     );
     rome_task.abort();
     milan_task.abort();
+}
+
+/// The token inside a credential Secret's kubeconfig.
+fn token_of(secret: &Secret) -> String {
+    let bytes = &secret.data.as_ref().unwrap()[CREDENTIAL_KEY].0;
+    let config: serde_json::Value = serde_yaml::from_slice(bytes).unwrap();
+    config["users"][0]["user"]["token"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_connect_grants_read_access_and_disconnect_revokes_it() {
+    let Some([rome_cluster, milan_cluster]) = realapi_support::clusters(["rome", "milan"]).await
+    else {
+        return;
+    };
+    futures::future::join(
+        install_services(&rome_cluster),
+        install_services(&milan_cluster),
+    )
+    .await;
+    // Both clusters' pods are 10.70.0.0/16: each sees the other's at a remapped view.
+    let _rome_leaf = Leaf::start(&rome_cluster, "rome", "10.70.0.0/16", "10.90.0.0/16").await;
+    let _milan_leaf = Leaf::start(&milan_cluster, "milan", "10.70.0.0/16", "10.91.0.0/16").await;
+    let rome = rome_cluster.client().await.unwrap();
+    let milan = milan_cluster.client().await.unwrap();
+    let tasks = [
+        run_services(&rome, "rome", "10.70.0.0/16").await,
+        run_services(&milan, "milan", "10.70.0.0/16").await,
+    ];
+    Api::<Namespace>::all(milan.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": SHOP}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    apply(&milan, Some(SHOP), web_service(80)).await;
+    apply(
+        &milan,
+        Some(SHOP),
+        web_slice("web-1", &[("10.70.1.5", true)]),
+    )
+    .await;
+    apply(&milan, Some(SHOP), export("web")).await;
+
+    let (rome_k, milan_k) = (
+        rome_cluster.kubeconfig_path(),
+        milan_cluster.kubeconfig_path(),
+    );
+    let (rome_k, milan_k) = (rome_k.to_str().unwrap(), milan_k.to_str().unwrap());
+    let connect = realapi_support::kubetun(&[
+        "network",
+        "connect",
+        "--kubeconfig",
+        rome_k,
+        "--remote-kubeconfig",
+        milan_k,
+        "--wait",
+        "--timeout",
+        "60s",
+    ])
+    .await;
+    let out = realapi_support::text(&connect.stdout) + &realapi_support::text(&connect.stderr);
+    assert!(connect.status.success(), "{out}");
+
+    // Each side holds a credential for the other's exports, printed nowhere.
+    let credential = Api::<Secret>::namespaced(rome.clone(), NAMESPACE)
+        .get("kubetun-services-milan")
+        .await
+        .unwrap();
+    assert_eq!(
+        credential
+            .labels()
+            .get(CREDENTIAL_LABEL)
+            .map(String::as_str),
+        Some("milan")
+    );
+    let token = token_of(&credential);
+    assert!(!out.contains(&token), "the token is printed: {out}");
+    Api::<Secret>::namespaced(milan.clone(), NAMESPACE)
+        .get("kubetun-services-rome")
+        .await
+        .unwrap();
+
+    // Rome imports web at its view of Milan's pod CIDR.
+    let te = Api::<TunnelEndpoint>::namespaced(rome.clone(), NAMESPACE)
+        .get("milan")
+        .await
+        .unwrap();
+    let view: ipnet::IpNet = te.spec.remote_pod_cidrs[0].view.parse().unwrap();
+    assert_ne!(
+        view.to_string(),
+        "10.70.0.0/16",
+        "Milan's pods are remapped in Rome"
+    );
+    let expected = match view.network() {
+        std::net::IpAddr::V4(v) => std::net::Ipv4Addr::from(u32::from(v) | 0x0105).to_string(),
+        std::net::IpAddr::V6(_) => unreachable!(),
+    };
+    let imports: Api<ServiceImport> = Api::namespaced(rome.clone(), SHOP);
+    // Namespace sameness: nothing is imported until Rome has the namespace.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(imports.get_opt("web").await.is_err() || imported_endpoints(&rome).await.is_empty());
+    Api::<Namespace>::all(rome.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": SHOP}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    until("Rome's import through the connect credential", || async {
+        let e = imported_endpoints(&rome).await;
+        (e.get(&expected) == Some(&true) && imports.get_opt("web").await.ok()??.spec.ips.len() == 1)
+            .then_some(())
+    })
+    .await;
+
+    // A second connect changes nothing: the credential is current.
+    let again = realapi_support::kubetun(&[
+        "network",
+        "connect",
+        "--kubeconfig",
+        rome_k,
+        "--remote-kubeconfig",
+        milan_k,
+    ])
+    .await;
+    assert!(again.status.success());
+    let unchanged = Api::<Secret>::namespaced(rome.clone(), NAMESPACE)
+        .get("kubetun-services-milan")
+        .await
+        .unwrap();
+    assert_eq!(unchanged.resource_version(), credential.resource_version());
+
+    let disconnect = realapi_support::kubetun(&[
+        "network",
+        "disconnect",
+        "--kubeconfig",
+        rome_k,
+        "--remote-kubeconfig",
+        milan_k,
+        "--wait",
+        "--timeout",
+        "60s",
+    ])
+    .await;
+    assert!(
+        disconnect.status.success(),
+        "{}",
+        realapi_support::text(&disconnect.stderr)
+    );
+    for (client, peer) in [(&rome, "milan"), (&milan, "rome")] {
+        let secrets = Api::<Secret>::namespaced(client.clone(), NAMESPACE);
+        assert!(
+            secrets
+                .get_opt(&format!("kubetun-services-{peer}"))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let accounts = Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(
+            client.clone(),
+            NAMESPACE,
+        );
+        assert!(
+            accounts
+                .get_opt(&format!("kubetun-peer-{peer}"))
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+    // The token died with its ServiceAccount.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.kubeconfig");
+    std::fs::write(&path, &credential.data.as_ref().unwrap()[CREDENTIAL_KEY].0).unwrap();
+    let old = kubetun_testenv::client_for(&path).await.unwrap();
+    let refused = Api::<ExportedService>::namespaced(old, NAMESPACE)
+        .list(&ListParams::default())
+        .await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 401 || s.code == 403),
+        "{refused:?}"
+    );
+    until("import gone after disconnect", || async {
+        (imports.get_opt("web").await.unwrap().is_none()
+            && imported_endpoints(&rome).await.is_empty())
+        .then_some(())
+    })
+    .await;
+    for task in tasks {
+        task.abort();
+    }
 }

@@ -136,6 +136,14 @@ impl KubeconfigSource {
 
     /// Builds a client for `cluster` (a label used in errors).
     pub async fn client(&self, cluster: &str) -> Result<kube::Client, Error> {
+        Ok(self.client_and_server(cluster).await?.0)
+    }
+
+    /// [`Self::client`], and how other clusters reach this API server.
+    pub async fn client_and_server(
+        &self,
+        cluster: &str,
+    ) -> Result<(kube::Client, crate::connector::ServerAccess), Error> {
         let fail = |reason: String| Error::Kubeconfig {
             cluster: cluster.to_owned(),
             source_desc: self.describe(),
@@ -154,7 +162,9 @@ impl KubeconfigSource {
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
             .await
             .map_err(|e| fail(e.to_string()))?;
-        kube::Client::try_from(config).map_err(|e| fail(e.to_string()))
+        let server = crate::connector::ServerAccess::of(&config);
+        let client = kube::Client::try_from(config).map_err(|e| fail(e.to_string()))?;
+        Ok((client, server))
     }
 }
 

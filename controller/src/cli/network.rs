@@ -204,8 +204,8 @@ async fn local_handle(args: &LocalClusterArgs) -> Result<ClusterHandle, Error> {
         path: args.kubeconfig.clone(),
         context: args.context.clone(),
     };
-    let client = source.client("local").await?;
-    Ok(ClusterHandle::new("local", client, &args.namespace))
+    let (client, server) = source.client_and_server("local").await?;
+    Ok(ClusterHandle::new("local", client, &args.namespace).with_server(Some(server)))
 }
 
 async fn remote_handle(
@@ -225,8 +225,8 @@ async fn remote_handle(
             .or_else(|| local.kubeconfig.clone()),
         context: args.remote_context.clone(),
     };
-    let client = source.client("remote").await?;
-    Ok(ClusterHandle::new("remote", client, &args.remote_namespace))
+    let (client, server) = source.client_and_server("remote").await?;
+    Ok(ClusterHandle::new("remote", client, &args.remote_namespace).with_server(Some(server)))
 }
 
 /// Runs a `network` subcommand, printing progress to stdout.

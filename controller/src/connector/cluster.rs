@@ -8,6 +8,7 @@ use kube::api::Api;
 use kubetun_crds::{Endpoint, NetworkConfig, TunnelEndpoint};
 
 use super::Error;
+use super::services_access::ServerAccess;
 use crate::cluster_info::ClusterInfo;
 
 /// How the connector reaches one cluster.
@@ -20,6 +21,9 @@ pub struct ClusterHandle {
     pub namespace: String,
     /// Replaces the endpoint the cluster's gateway announces (NAT, port forwarding).
     pub endpoint_override: Option<Endpoint>,
+    /// How linked clusters reach this cluster's API server, for the credential that lets
+    /// them read its exported services; `None`: they get none.
+    pub server: Option<ServerAccess>,
 }
 
 impl fmt::Debug for ClusterHandle {
@@ -28,6 +32,7 @@ impl fmt::Debug for ClusterHandle {
             .field("label", &self.label)
             .field("namespace", &self.namespace)
             .field("endpoint_override", &self.endpoint_override)
+            .field("server", &self.server)
             .finish_non_exhaustive()
     }
 }
@@ -44,7 +49,15 @@ impl ClusterHandle {
             client,
             namespace: namespace.into(),
             endpoint_override: None,
+            server: None,
         }
+    }
+
+    /// Sets how linked clusters reach this cluster's API server.
+    #[must_use]
+    pub fn with_server(mut self, server: Option<ServerAccess>) -> Self {
+        self.server = server;
+        self
     }
 
     /// Reads the cluster info and applies the endpoint override.

@@ -100,6 +100,14 @@ pub enum Error {
     /// `reset` could not clean any of the two clusters.
     #[error("nothing was reset: {0}")]
     NothingReset(String),
+    /// The API server answered a TokenRequest without a token or its expiry.
+    #[error("({cluster}) the API server issued no token for ServiceAccount {service_account}")]
+    NoToken {
+        /// Role of the cluster.
+        cluster: String,
+        /// `namespace/name`.
+        service_account: String,
+    },
     /// Deleted objects are still there after the wait, held by finalizers.
     #[error(
         "({cluster}, cluster {cluster_id}) still terminating after {timeout:?}: {objects}; \

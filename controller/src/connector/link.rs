@@ -69,6 +69,14 @@ impl Connector {
                 peer_id: &from_info.cluster.id,
             };
             writes += apply_config(incoming, &spec, progress, report_unchanged).await?;
+            writes += super::services_access::grant(
+                from,
+                &from_info.cluster.id,
+                to,
+                &to_info.cluster.id,
+                progress,
+            )
+            .await?;
         }
         let remote_to_local = self
             .observe(

@@ -11,7 +11,9 @@
 //! [`Connector::sync`] does one non-blocking pass of these steps (what a reconciler calls);
 //! [`Connector::connect`] repeats it until the link is processed (and, with `wait`,
 //! connected) or a deadline passes. Every write is preceded by a comparison, so a second run
-//! changes nothing. Every object the connector makes carries [`MANAGED_BY_LABEL`] and
+//! changes nothing. With each cluster's API server address known ([`ClusterHandle::server`]),
+//! each side also gets a credential to read the other's exported services
+//! (`services_access`). Every object the connector makes carries [`MANAGED_BY_LABEL`] and
 //! [`PEER_LABEL`]; [`Connector::disconnect`] and [`forget`] delete exactly those.
 //!
 //! [`PEER_LABEL`]: crate::planner::PEER_LABEL
@@ -21,6 +23,7 @@ mod error;
 mod link;
 mod progress;
 mod publish;
+mod services_access;
 mod state;
 mod status;
 mod teardown;
@@ -32,6 +35,7 @@ pub use cluster::ClusterHandle;
 pub use error::{Error, error_chain};
 pub use progress::{Progress, TracingProgress};
 pub use publish::{link_owner, network_config};
+pub use services_access::{ServerAccess, credential_name, reader_name};
 pub use state::{Direction, LinkState, describe_views};
 pub use status::{CidrKind, LinkStatus, link_statuses};
 pub use teardown::{Removed, forget, reset, wait_removed};

@@ -34,8 +34,8 @@ impl Connector {
     ) -> Result<[Removed; 2], Error> {
         let (local, remote) = self.load_infos().await?;
         let removed_local =
-            remove_configs(&self.local, &local.cluster.id, &remote.cluster.id, progress).await?;
-        let removed_remote = remove_configs(
+            remove_link(&self.local, &local.cluster.id, &remote.cluster.id, progress).await?;
+        let removed_remote = remove_link(
             &self.remote,
             &remote.cluster.id,
             &local.cluster.id,
@@ -95,7 +95,7 @@ pub async fn forget(
     peer_id: &str,
     progress: &dyn Progress,
 ) -> Result<Removed, Error> {
-    let mut removed = remove_configs(handle, cluster_id, peer_id, progress).await?;
+    let mut removed = remove_link(handle, cluster_id, peer_id, progress).await?;
     let tunnels = handle.tunnels();
     let stale = tunnels
         .get_opt(peer_id)
@@ -241,6 +241,18 @@ pub async fn wait_removed(
 }
 
 /// Deletes every NetworkConfig the connector made on `handle` for `peer_id`.
+/// Removes the link's NetworkConfigs and services credentials on one side.
+async fn remove_link(
+    handle: &ClusterHandle,
+    cluster_id: &str,
+    peer_id: &str,
+    progress: &dyn Progress,
+) -> Result<Removed, Error> {
+    let mut removed = remove_configs(handle, cluster_id, peer_id, progress).await?;
+    super::services_access::revoke(handle, cluster_id, peer_id, &mut removed, progress).await?;
+    Ok(removed)
+}
+
 async fn remove_configs(
     handle: &ClusterHandle,
     cluster_id: &str,
@@ -278,7 +290,7 @@ async fn remove_configs(
     Ok(removed)
 }
 
-async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
+pub(super) async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
 where
     K: Resource + Clone + serde::de::DeserializeOwned + fmt::Debug,
 {

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::{Secret, Service, ServicePort as KubePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{
+    Namespace, Secret, Service, ServicePort as KubePort, ServiceSpec,
+};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -46,6 +48,9 @@ const MANAGED_LABEL: &str = "app.kubernetes.io/managed-by";
 const FIELD_MANAGER: &str = "kubetun-services";
 /// Changes closer together than this make one pass.
 const DEBOUNCE: Duration = Duration::from_millis(50);
+/// How often every object is written again even without a change (the memory of what was
+/// written does not see edits by others).
+const RESYNC: Duration = Duration::from_secs(300);
 /// The wait before a failed pass is retried.
 const RETRY: Duration = Duration::from_secs(1);
 
@@ -59,6 +64,7 @@ struct Local {
     imported_slices: Store<EndpointSlice>,
     credentials: Store<Secret>,
     tunnels: Store<TunnelEndpoint>,
+    namespaces: Store<Namespace>,
 }
 
 /// A linked cluster's ExportedServices, watched with its credential.
@@ -136,10 +142,11 @@ pub async fn run(ctx: Arc<Context>) {
         ),
         tunnels: watch(
             Api::namespaced(client.clone(), ns),
-            all,
+            all.clone(),
             &ctx.health,
             &changed,
         ),
+        namespaces: watch(Api::all(client.clone()), all, &ctx.health, &changed),
     };
     let mut sync = Pass {
         ctx: ctx.clone(),
@@ -148,16 +155,32 @@ pub async fn run(ctx: Arc<Context>) {
         written: HashMap::new(),
         changed: changed.clone(),
     };
+    // The last failure logged: a failure repeating on every retry is logged once.
+    let mut failing: Option<String> = None;
+    let mut resynced = tokio::time::Instant::now();
     loop {
-        changed.notified().await;
+        // A change, or the periodic resync that also rewrites what someone else changed.
+        let _ = tokio::time::timeout(RESYNC, changed.notified()).await;
         tokio::time::sleep(DEBOUNCE).await;
-        if let Err(error) = sync.pass().await {
-            if !ctx.health.is_down() {
-                tracing::warn!(%error, "services: a pass failed; retrying");
-            }
+        if resynced.elapsed() >= RESYNC {
             sync.written.clear();
-            tokio::time::sleep(RETRY).await;
-            changed.notify_one();
+            resynced = tokio::time::Instant::now();
+        }
+        match sync.pass().await {
+            Ok(()) => {
+                if failing.take().is_some() {
+                    tracing::info!("services: in sync again");
+                }
+            }
+            Err(error) => {
+                let message = error.to_string();
+                if !ctx.health.is_down() && failing.as_ref() != Some(&message) {
+                    tracing::warn!(error = %message, "services: a write failed; retrying every second until it succeeds");
+                }
+                failing = Some(message);
+                tokio::time::sleep(RETRY).await;
+                changed.notify_one();
+            }
         }
     }
 }
@@ -471,8 +494,34 @@ impl Pass {
     /// ServiceImports, derived Services and EndpointSlices as `imports` says; the rest of
     /// kubetun's goes.
     async fn import(&mut self, imports: &[DesiredImport]) -> Result<(), kube::Error> {
+        // Namespace sameness: a Service is imported where its namespace exists (created
+        // later, the namespace's watch event imports it).
+        let namespaces: Vec<String> = self
+            .local
+            .namespaces
+            .state()
+            .iter()
+            .map(|n| n.name_any())
+            .collect();
+        let imports: Vec<&DesiredImport> = imports
+            .iter()
+            .filter(|i| namespaces.contains(&i.namespace))
+            .collect();
+        // One failing import does not hold up the others.
+        let mut first_error = None;
+        for import in &imports {
+            if let Err(error) = self.import_one(import).await {
+                first_error.get_or_insert(error);
+            }
+        }
+        self.remove_stale(&imports).await?;
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// One import's ServiceImport, derived Service and EndpointSlices.
+    async fn import_one(&mut self, import: &DesiredImport) -> Result<(), kube::Error> {
         let client = self.ctx.client.clone();
-        for import in imports {
+        {
             let api: Api<ServiceImport> = Api::namespaced(client.clone(), &import.namespace);
             let derived_name = derived_service_name(&import.name);
             let headless = import.merged.type_ == ServiceImportType::Headless;
@@ -555,11 +604,20 @@ impl Pass {
                 let name = slice.name_any();
                 self.apply(&slices, &name, &slice).await?;
             }
-            for (cluster, dropped) in &import.dropped {
-                tracing::warn!(service = %format!("{}/{}", import.namespace, import.name), %cluster, dropped, "services: endpoint addresses outside the exporter's CIDRs were not imported");
+            let dropped_key = format!("dropped/{}/{}", import.namespace, import.name);
+            let digest = hash(&import.dropped);
+            if self.written.insert(dropped_key, digest) != Some(digest) {
+                for (cluster, dropped) in &import.dropped {
+                    tracing::warn!(service = %format!("{}/{}", import.namespace, import.name), %cluster, dropped, "services: endpoint addresses outside the exporter's CIDRs were not imported");
+                }
             }
         }
-        // What kubetun imported before and no longer should.
+        Ok(())
+    }
+
+    /// What kubetun imported before and no longer should.
+    async fn remove_stale(&mut self, imports: &[&DesiredImport]) -> Result<(), kube::Error> {
+        let client = self.ctx.client.clone();
         let wanted_slices: Vec<(String, String)> = imports
             .iter()
             .flat_map(|i| i.slices.iter().map(|s| (i.namespace.clone(), s.name_any())))

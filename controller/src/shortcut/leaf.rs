@@ -10,6 +10,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kubetun_crds::LeafCluster;
 
 use super::{DEFAULT_SECRET_KEY, reason};
+use crate::connector::ServerAccess;
 
 /// Why a leaf client cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -32,6 +33,16 @@ pub trait LeafClients: Send + Sync {
         namespace: &'a str,
         leaf: &'a LeafCluster,
     ) -> BoxFuture<'a, Result<kube::Client, LeafError>>;
+
+    /// How other leaves reach `leaf`'s API server (for the credential to read its exported
+    /// services); `None` where unknown.
+    fn server<'a>(
+        &'a self,
+        _namespace: &'a str,
+        _leaf: &'a LeafCluster,
+    ) -> BoxFuture<'a, Option<ServerAccess>> {
+        Box::pin(std::future::ready(None))
+    }
 }
 
 impl<F> LeafClients for F
@@ -66,6 +77,16 @@ impl SecretKubeconfigs {
     }
 
     async fn build(&self, namespace: &str, leaf: &LeafCluster) -> Result<kube::Client, LeafError> {
+        let (config, invalid) = self.config(namespace, leaf).await?;
+        kube::Client::try_from(config).map_err(|e| invalid(&e))
+    }
+
+    /// The leaf's kubeconfig, loaded, and how to report an error with it.
+    async fn config(
+        &self,
+        namespace: &str,
+        leaf: &LeafCluster,
+    ) -> Result<(kube::Config, impl Fn(&dyn fmt::Display) -> LeafError), LeafError> {
         let secret_ref = &leaf.kubeconfig_secret;
         let key = secret_ref.key.as_deref().unwrap_or(DEFAULT_SECRET_KEY);
         let fail = |reason: &'static str, message: String| LeafError {
@@ -97,15 +118,16 @@ impl SecretKubeconfigs {
         // The error goes into the status and an Event: what it shows of the kubeconfig (the
         // parser quotes values and prints the lines around the error, where a token or key
         // may stand) is left out.
-        let invalid = |e: &dyn fmt::Display| {
-            fail(
-                reason::KUBECONFIG_INVALID,
-                format!(
-                    "Secret {namespace}/{} key {key:?} is not a usable kubeconfig: {}",
-                    secret_ref.name,
-                    without_values(&e.to_string())
-                ),
-            )
+        let secret_name = secret_ref.name.clone();
+        let leaf_name = leaf.name.clone();
+        let namespace_owned = namespace.to_owned();
+        let invalid = move |e: &dyn fmt::Display| LeafError {
+            leaf: leaf_name.clone(),
+            reason: reason::KUBECONFIG_INVALID,
+            message: format!(
+                "Secret {namespace_owned}/{secret_name} key {key:?} is not a usable kubeconfig: {}",
+                without_values(&e.to_string())
+            ),
         };
         let text = std::str::from_utf8(&bytes.0).map_err(|e| invalid(&e))?;
         let kubeconfig = Kubeconfig::from_yaml(text).map_err(|e| invalid(&e))?;
@@ -114,7 +136,7 @@ impl SecretKubeconfigs {
             kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                 .await
                 .map_err(|e| invalid(&e))?;
-        kube::Client::try_from(config).map_err(|e| invalid(&e))
+        Ok((config, invalid))
     }
 }
 
@@ -125,6 +147,17 @@ impl LeafClients for SecretKubeconfigs {
         leaf: &'a LeafCluster,
     ) -> BoxFuture<'a, Result<kube::Client, LeafError>> {
         Box::pin(self.build(namespace, leaf))
+    }
+
+    fn server<'a>(
+        &'a self,
+        namespace: &'a str,
+        leaf: &'a LeafCluster,
+    ) -> BoxFuture<'a, Option<ServerAccess>> {
+        Box::pin(async move {
+            let (config, _) = self.config(namespace, leaf).await.ok()?;
+            Some(ServerAccess::of(&config))
+        })
     }
 }
 

@@ -187,9 +187,12 @@ async fn connector_for(
             .clone()
             .unwrap_or_else(|| DEFAULT_NAMESPACE.to_owned()),
         endpoint_override: leaf.endpoint_override.clone(),
+        server: None,
     };
     let left = ctx.leaves.client(namespace, &spec.left).await?;
     let right = ctx.leaves.client(namespace, &spec.right).await?;
+    let left_server = ctx.leaves.server(namespace, &spec.left).await;
+    let right_server = ctx.leaves.server(namespace, &spec.right).await;
     let owner = LinkOwner {
         shortcut: key_of(shortcut),
         hub: ctx.hub_id.clone(),
@@ -200,12 +203,13 @@ async fn connector_for(
         hub_only: spec.hub_only,
         grant: transit_grant(shortcut),
     });
-    Ok(
-        Connector::new(handle(&spec.left, left), handle(&spec.right, right))
-            .with_mtu(spec.mtu)
-            .with_owner(Some(owner))
-            .with_transit(transit),
+    Ok(Connector::new(
+        handle(&spec.left, left).with_server(left_server),
+        handle(&spec.right, right).with_server(right_server),
     )
+    .with_mtu(spec.mtu)
+    .with_owner(Some(owner))
+    .with_transit(transit))
 }
 
 /// The hub, as the connector sees it.
@@ -215,6 +219,7 @@ fn hub_handle(ctx: &Context, namespace: &str) -> ClusterHandle {
         client: ctx.hub.clone(),
         namespace: namespace.to_owned(),
         endpoint_override: None,
+        server: None,
     }
 }
 
