@@ -182,6 +182,8 @@ async fn controller_starts_as_deployed_from_the_config_map() {
         .unwrap();
     assert_eq!(env["KUBETUN_MANAGE_ROUTES"], "true");
     assert_eq!(env["KUBETUN_HUB"], "false");
+    // On this host, not in a pod: DNS on a free port.
+    env.insert("KUBETUN_DNS_ADDR".into(), "127.0.0.1:0".into());
     // Another interface name than kubetun0: the socket follows it by construction.
     let interface = format!("kt{}", std::process::id() % 100_000);
     env.insert("KUBETUN_GATEWAY_INTERFACE".into(), interface.clone());

@@ -411,6 +411,8 @@ async fn every_example_is_acted_on_or_says_why() {
         .unwrap();
     // Europe is the hub the ShortcutConnection examples are written for.
     env.insert("KUBETUN_HUB".into(), "true".into());
+    // On this host, not in a pod: DNS on a free port.
+    env.insert("KUBETUN_DNS_ADDR".into(), "127.0.0.1:0".into());
     let socket = cluster.dir().join("gateway.grpc.sock");
     env.insert(
         "KUBETUN_GATEWAY_SOCKET".into(),

@@ -449,13 +449,16 @@ async fn an_api_server_outage_costs_at_most_a_line_per_second_as_deployed() {
     // What a test process cannot take from the manifests: the controller reaches the
     // API server by --kubeconfig (a pod by its in-cluster config), its gateway on an interface
     // name of its own (a fake gateway serves the control socket; kubetun0's could be another
-    // process's on this host) and metrics on a free port.
+    // process's on this host), metrics and DNS on free ports.
     let mut env = deployed.env.clone();
     println!("deployed environment of the controller: {env:?}");
     let interface = format!("ktq{}", std::process::id() % 100_000);
     env.insert("KUBETUN_GATEWAY_INTERFACE".into(), interface.clone());
     if env.contains_key("KUBETUN_METRICS_ADDR") {
         env.insert("KUBETUN_METRICS_ADDR".into(), "127.0.0.1:0".into());
+    }
+    if env.contains_key("KUBETUN_DNS_ADDR") {
+        env.insert("KUBETUN_DNS_ADDR".into(), "127.0.0.1:0".into());
     }
     let socket = kubetun_controller::socket_paths::grpc_socket_path(&interface);
     std::fs::create_dir_all(socket.parent().unwrap()).unwrap();

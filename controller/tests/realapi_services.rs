@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use hickory_proto::op::{Message, Query, ResponseCode};
+use hickory_proto::rr::{Name, RecordType};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -19,6 +21,7 @@ use kube::{Client, ResourceExt as _};
 use kubetun_controller::context::{Context, ControllerConfig};
 use kubetun_controller::ipam::IpamConfig;
 use kubetun_controller::keys::GatewayKey;
+use kubetun_controller::services::dns_server::{self, SharedTable};
 use kubetun_controller::services::sync::{self, CREDENTIAL_KEY, CREDENTIAL_LABEL};
 use kubetun_crds::mcs::v1beta1::{ServiceExport, ServiceImport};
 use kubetun_crds::{CidrMapping, ClusterRef, ExportedService, TunnelEndpoint, TunnelEndpointSpec};
@@ -47,6 +50,15 @@ async fn install_services(cluster: &TestCluster) {
 
 /// The services loop of one cluster, in-process.
 async fn run_services(client: &Client, id: &str, pod: &str) -> tokio::task::JoinHandle<()> {
+    run_services_with_dns(client, id, pod, SharedTable::default()).await
+}
+
+async fn run_services_with_dns(
+    client: &Client,
+    id: &str,
+    pod: &str,
+    dns: SharedTable,
+) -> tokio::task::JoinHandle<()> {
     let key = GatewayKey::generate();
     let info = kubetun_controller::testing::cluster_info(id, pod, "192.168.250.0/24", &key);
     let settings = kubetun_controller::testing::gateway_settings(&key, &info);
@@ -63,7 +75,7 @@ async fn run_services(client: &Client, id: &str, pod: &str) -> tokio::task::Join
     .await
     .unwrap();
     assert!(sync::available(&ctx).await, "the MCS CRDs are installed");
-    tokio::spawn(sync::run(Arc::<Context>::clone(&ctx)))
+    tokio::spawn(sync::run(Arc::<Context>::clone(&ctx), dns))
 }
 
 async fn apply(client: &Client, namespace: Option<&str>, object: serde_json::Value) {
@@ -254,7 +266,26 @@ async fn a_service_exported_in_milan_is_imported_in_romes_views() {
         .await
         .unwrap();
 
-    let rome_task = run_services(&rome, "rome", "10.60.0.0/16").await;
+    let rome_dns = SharedTable::default();
+    let sockets = dns_server::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let (udp_addr, tcp_addr) = (
+        sockets.0.local_addr().unwrap(),
+        sockets.1.local_addr().unwrap(),
+    );
+    let dns_task = tokio::spawn(dns_server::serve(
+        sockets,
+        rome_dns.clone(),
+        Default::default(),
+    ));
+    assert_eq!(
+        resolve_udp(udp_addr, "web.shop.svc.clusterset.local.")
+            .await
+            .0,
+        ResponseCode::NXDomain
+    );
+    let rome_task = run_services_with_dns(&rome, "rome", "10.60.0.0/16", rome_dns).await;
     let milan_task = run_services(&milan, "milan", "10.70.0.0/16").await;
 
     // Milan exports web: two pods and an address outside its CIDRs.
@@ -320,6 +351,34 @@ async fn a_service_exported_in_milan_is_imported_in_romes_views() {
         Some(import.spec.ips[0].clone()),
         spec.cluster_ip,
         "the ClusterSetIP is its ClusterIP"
+    );
+
+    // By name, over UDP and TCP: the ClusterSetIP.
+    let (code, answers) = resolve_udp(udp_addr, "web.shop.svc.clusterset.local.").await;
+    assert_eq!(
+        (code, answers),
+        (ResponseCode::NoError, vec![import.spec.ips[0].clone()])
+    );
+    assert_eq!(
+        resolve_tcp(tcp_addr, "web.shop.svc.clusterset.local.").await,
+        vec![import.spec.ips[0].clone()]
+    );
+    // Garbage does not stop the server.
+    let probe = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    probe
+        .send_to(&[0xde, 0xad, 0x01, 0x00, 0xff], udp_addr)
+        .await
+        .unwrap();
+    probe.send_to(&vec![0xab; 9000], udp_addr).await.unwrap();
+    let mut oversized = tokio::net::TcpStream::connect(tcp_addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut oversized, &[0xff, 0xff, 1, 2, 3])
+        .await
+        .unwrap();
+    assert_eq!(
+        resolve_udp(udp_addr, "web.shop.svc.clusterset.local.")
+            .await
+            .0,
+        ResponseCode::NoError
     );
 
     let exports: Api<ServiceExport> = Api::namespaced(milan.clone(), SHOP);
@@ -406,6 +465,14 @@ async fn a_service_exported_in_milan_is_imported_in_romes_views() {
     })
     .await;
 
+    assert_eq!(
+        resolve_udp(udp_addr, "web.shop.svc.clusterset.local.")
+            .await
+            .0,
+        ResponseCode::NXDomain
+    );
+    drop(oversized);
+
     // Export again, then remove the link: the import goes.
     apply(&milan, Some(SHOP), export("web")).await;
     until("imported again", || async {
@@ -436,6 +503,49 @@ async fn a_service_exported_in_milan_is_imported_in_romes_views() {
     );
     rome_task.abort();
     milan_task.abort();
+    dns_task.abort();
+}
+
+fn query(name: &str) -> Message {
+    let mut message = Message::query();
+    message.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
+    message
+}
+
+/// Asks the DNS server at `addr` for A records of `name` over UDP.
+async fn resolve_udp(addr: std::net::SocketAddr, name: &str) -> (ResponseCode, Vec<String>) {
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let message = query(name);
+    socket
+        .send_to(&message.to_vec().unwrap(), addr)
+        .await
+        .unwrap();
+    let mut buffer = vec![0; 4096];
+    loop {
+        let len = tokio::time::timeout(Duration::from_secs(5), socket.recv(&mut buffer))
+            .await
+            .expect("an answer within 5 s")
+            .unwrap();
+        let reply = Message::from_vec(&buffer[..len]).unwrap();
+        if reply.metadata.id == message.metadata.id {
+            let answers = reply.answers.iter().map(|r| r.data.to_string()).collect();
+            return (reply.metadata.response_code, answers);
+        }
+    }
+}
+
+/// The same over TCP (length-prefixed).
+async fn resolve_tcp(addr: std::net::SocketAddr, name: &str) -> Vec<String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let bytes = query(name).to_vec().unwrap();
+    stream.write_u16(bytes.len() as u16).await.unwrap();
+    stream.write_all(&bytes).await.unwrap();
+    let len = stream.read_u16().await.unwrap();
+    let mut reply = vec![0; usize::from(len)];
+    stream.read_exact(&mut reply).await.unwrap();
+    let reply = Message::from_vec(&reply).unwrap();
+    reply.answers.iter().map(|r| r.data.to_string()).collect()
 }
 
 /// The token inside a credential Secret's kubeconfig.

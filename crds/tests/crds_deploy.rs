@@ -50,6 +50,18 @@ fn kustomization_resources() -> Vec<String> {
         .collect()
 }
 
+fn named<T: serde::de::DeserializeOwned>(
+    all: &BTreeMap<String, Vec<Value>>,
+    kind: &str,
+    name: &str,
+) -> T {
+    let doc = all[kind]
+        .iter()
+        .find(|d| d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("{kind} {name}"));
+    serde_json::from_value(doc.clone()).unwrap()
+}
+
 fn one<T: serde::de::DeserializeOwned>(all: &BTreeMap<String, Vec<Value>>, kind: &str) -> T {
     let docs = &all[kind];
     assert_eq!(docs.len(), 1, "exactly one {kind}");
@@ -77,7 +89,7 @@ fn kustomization_installs_every_manifest_and_they_parse() {
     let _: RoleBinding = one(&all, "RoleBinding");
     let _: ConfigMap = one(&all, "ConfigMap");
     let _: Deployment = one(&all, "Deployment");
-    let _: Service = one(&all, "Service");
+    assert_eq!(all["Service"].len(), 2, "kubetun-gateway and kubetun-dns");
     assert_eq!(
         all["CustomResourceDefinition"].len(),
         all_crds().len() + kubetun_crds::mcs::mcs_crds().len()
@@ -152,12 +164,15 @@ fn rbac_covers_what_the_controller_does_and_binds_the_service_account() {
             on_kind.is_superset(&verbs(&["get", "list", "watch", "patch"])),
             "{plural}: {on_kind:?}"
         );
-        let has_status = crd.spec.versions.iter().any(|v| {
-            v.subresources
-                .as_ref()
-                .is_some_and(|s| s.status.is_some())
-        });
-        assert!(!has_status || on_status.contains("patch"), "{plural}/status");
+        let has_status = crd
+            .spec
+            .versions
+            .iter()
+            .any(|v| v.subresources.as_ref().is_some_and(|s| s.status.is_some()));
+        assert!(
+            !has_status || on_status.contains("patch"),
+            "{plural}/status"
+        );
     }
     assert_eq!(
         granted(&cluster_rules, "events.k8s.io", "events"),
@@ -332,7 +347,7 @@ fn the_pod_is_wired_as_documented() {
     }
 
     // The Service forwards UDP to the gateway's WireGuard port and selects this pod.
-    let service: Service = one(&all, "Service");
+    let service = named::<Service>(&all, "Service", "kubetun-gateway");
     let spec = service.spec.unwrap();
     let port = &spec.ports.unwrap()[0];
     assert_eq!(port.protocol.as_deref(), Some("UDP"));
@@ -340,6 +355,18 @@ fn the_pod_is_wired_as_documented() {
         port_number(gateway, port.target_port.as_ref().unwrap()),
         51820
     );
+    // kubetun-dns sends port 53, UDP and TCP, to the controller's DNS server on this pod.
+    let dns = named::<Service>(&all, "Service", "kubetun-dns")
+        .spec
+        .unwrap();
+    assert_eq!(dns.selector, spec.selector);
+    for dns_port in dns.ports.unwrap() {
+        assert_eq!(dns_port.port, 53);
+        assert_eq!(
+            port_number(controller, dns_port.target_port.as_ref().unwrap()),
+            5353
+        );
+    }
     let pod_labels = deployment
         .spec
         .unwrap()

@@ -119,8 +119,13 @@ struct Args {
     max_vni: u32,
     /// Serve /metrics, /healthz and /readyz on this address (`:9587`, `127.0.0.1:9587`);
     /// `0` (the default) serves nothing, so several controllers can share a host.
-    #[arg(long, alias = "metrics-bind-address", env = "KUBETUN_METRICS_ADDR", default_value = "0", value_parser = parse_metrics_addr)]
-    metrics_addr: MetricsAddr,
+    #[arg(long, alias = "metrics-bind-address", env = "KUBETUN_METRICS_ADDR", default_value = "0", value_parser = parse_listen_addr)]
+    metrics_addr: ListenAddr,
+    /// Answer DNS for `clusterset.local` (the imported Services) on this address, UDP and TCP
+    /// (`:5353`); `0` (the default) serves nothing. deploy/ serves it behind Service
+    /// kubetun-dns, which CoreDNS forwards `clusterset.local` to.
+    #[arg(long, env = "KUBETUN_DNS_ADDR", default_value = "0", value_parser = parse_listen_addr)]
+    dns_addr: ListenAddr,
     /// Log as JSON lines.
     #[arg(long, env = "KUBETUN_LOG_JSON")]
     log_json: bool,
@@ -312,12 +317,20 @@ async fn run_controller(args: Args) -> anyhow::Result<()> {
     .await?;
     // Bound before anything else, so a taken port fails the start instead of later.
     let metrics_listener = match args.metrics_addr {
-        MetricsAddr::Disabled => None,
-        MetricsAddr::Listen(addr) => {
+        ListenAddr::Disabled => None,
+        ListenAddr::Listen(addr) => {
             Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
                 format!(
                     "cannot listen on {addr} (--metrics-addr / KUBETUN_METRICS_ADDR; 0 disables it)"
                 )
+            })?)
+        }
+    };
+    let dns_sockets = match args.dns_addr {
+        ListenAddr::Disabled => None,
+        ListenAddr::Listen(addr) => {
+            Some(services::dns_server::bind(addr).await.with_context(|| {
+                format!("cannot serve DNS on {addr} (--dns-addr / KUBETUN_DNS_ADDR; 0 disables it)")
             })?)
         }
     };
@@ -330,6 +343,17 @@ async fn run_controller(args: Args) -> anyhow::Result<()> {
     let registry = Arc::new(RwLock::new(Registry::default()));
     let ha_metrics = HaMetrics::default();
     ha_metrics.register(&mut registry.write().unwrap_or_else(PoisonError::into_inner));
+    let dns_metrics = services::dns_server::DnsMetrics::default();
+    dns_metrics.register(&mut registry.write().unwrap_or_else(PoisonError::into_inner));
+    let dns_table = services::dns_server::SharedTable::default();
+    let dns = async {
+        match dns_sockets {
+            Some(sockets) => {
+                services::dns_server::serve(sockets, dns_table.clone(), dns_metrics).await
+            }
+            None => std::future::pending().await,
+        }
+    };
     let ctx_slot: Arc<OnceLock<Arc<Context>>> = Arc::default();
     let mut http = match metrics_listener {
         Some(listener) => tokio::spawn(serve_http(listener, registry.clone(), ctx_slot.clone())),
@@ -428,7 +452,7 @@ async fn run_controller(args: Args) -> anyhow::Result<()> {
     };
     let services = async {
         if services::sync::available(&ctx).await {
-            services::sync::run(ctx.clone()).await;
+            services::sync::run(ctx.clone(), dns_table.clone()).await;
         }
         std::future::pending().await
     };
@@ -436,6 +460,7 @@ async fn run_controller(args: Args) -> anyhow::Result<()> {
     tokio::select! {
         () = reconcile::run(ctx.clone()) => tracing::info!("controller stopped"),
         () = services => {}
+        () = dns => {}
         result = shortcuts => {
             result.context("the ShortcutConnection operator failed")?;
         }
@@ -461,9 +486,9 @@ fn flatten(lists: &[Cidrs]) -> Vec<IpNet> {
     lists.iter().flat_map(|l| l.0.iter().copied()).collect()
 }
 
-/// Where `/metrics` is served: kubebuilder's `--metrics-bind-address` convention.
+/// Where a server listens: kubebuilder's `--metrics-bind-address` convention.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum MetricsAddr {
+enum ListenAddr {
     /// `0`: not served.
     Disabled,
     /// An address to listen on.
@@ -471,16 +496,16 @@ enum MetricsAddr {
 }
 
 /// `0` (off), `:PORT` (every address) or `HOST:PORT`.
-fn parse_metrics_addr(text: &str) -> Result<MetricsAddr, String> {
+fn parse_listen_addr(text: &str) -> Result<ListenAddr, String> {
     let text = text.trim();
     if text == "0" {
-        return Ok(MetricsAddr::Disabled);
+        return Ok(ListenAddr::Disabled);
     }
     let full = match text.strip_prefix(':') {
         Some(port) => format!("0.0.0.0:{port}"),
         None => text.to_owned(),
     };
-    full.parse().map(MetricsAddr::Listen).map_err(|_| {
+    full.parse().map(ListenAddr::Listen).map_err(|_| {
         format!("{text:?} is not a listen address (0 disables; examples: :9587, 127.0.0.1:9587)")
     })
 }

@@ -5,9 +5,12 @@
 //! credential that may read nothing else and holds, per Service, a ServiceImport, a derived
 //! selector-less Service (its ClusterIP is the ClusterSetIP) and EndpointSlices in its own
 //! views of the exporters' addresses ([`desired`]), merged by KEP-1645's rules
-//! ([`merge`]). Pure core: [`offer`], [`merge`], [`desired`]; IO shell: [`sync`].
+//! ([`merge`]). It answers `clusterset.local` DNS from those imports ([`dns`]). Pure core:
+//! [`offer`], [`merge`], [`desired`], [`dns`]; IO shell: [`sync`], [`dns_server`].
 
 pub mod desired;
+pub mod dns;
+pub mod dns_server;
 pub mod merge;
 pub mod offer;
 pub mod sync;

@@ -30,9 +30,11 @@ use kubetun_crds::{ExportedService, ExportedServiceSpec, TunnelEndpoint};
 use tokio::sync::Notify;
 
 use super::desired::{
-    AddressViews, DERIVED_FOR_LABEL, DesiredImport, MANAGED_BY, MANAGED_BY_LABEL, Source,
-    derived_service_name, desired_imports,
+    AddressViews, DERIVED_FOR_LABEL, DesiredImport, MANAGED_BY, MANAGED_BY_LABEL,
+    SOURCE_CLUSTER_LABEL, Source, derived_service_name, desired_imports,
 };
+use super::dns::{DnsService, DnsTable, endpoint_hostname};
+use super::dns_server::SharedTable;
 use super::offer::{ExportRequest, offer};
 use crate::context::Context;
 use crate::runtime::{self, ApiHealth};
@@ -105,8 +107,8 @@ pub async fn available(ctx: &Context) -> bool {
     }
 }
 
-/// Runs until the process stops.
-pub async fn run(ctx: Arc<Context>) {
+/// Runs until the process stops, publishing what DNS answers into `dns`.
+pub async fn run(ctx: Arc<Context>, dns: SharedTable) {
     let changed = Arc::new(Notify::new());
     let client = &ctx.client;
     let ns = &ctx.namespace;
@@ -153,6 +155,8 @@ pub async fn run(ctx: Arc<Context>) {
         local,
         peers: HashMap::new(),
         written: HashMap::new(),
+        cluster_ips: HashMap::new(),
+        dns,
         changed: changed.clone(),
     };
     // The last failure logged: a failure repeating on every retry is logged once.
@@ -217,6 +221,10 @@ struct Pass {
     peers: HashMap<String, Peer>,
     /// Hash of what was last written per object, so a pass writes only what changed.
     written: HashMap<String, u64>,
+    /// The ClusterIPs of the derived Services, by import.
+    cluster_ips: HashMap<(String, String), Vec<String>>,
+    /// What the DNS server answers from.
+    dns: SharedTable,
     changed: Arc<Notify>,
 }
 
@@ -515,7 +523,73 @@ impl Pass {
             }
         }
         self.remove_stale(&imports).await?;
+        self.dns.store(Arc::new(self.dns_table(&imports)));
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// What DNS answers: every import with its ClusterSetIP and ready endpoints.
+    fn dns_table(&self, imports: &[&DesiredImport]) -> DnsTable {
+        imports
+            .iter()
+            .map(|import| {
+                let id = (import.namespace.clone(), import.name.clone());
+                let ips = match import.merged.type_ {
+                    ServiceImportType::ClusterSetIP => self
+                        .cluster_ips
+                        .get(&id)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|ip| ip.parse().ok())
+                        .collect(),
+                    ServiceImportType::Headless => Vec::new(),
+                };
+                let endpoints = import
+                    .slices
+                    .iter()
+                    .flat_map(|slice| {
+                        let cluster = slice
+                            .labels()
+                            .get(SOURCE_CLUSTER_LABEL)
+                            .cloned()
+                            .unwrap_or_default();
+                        slice
+                            .endpoints
+                            .iter()
+                            .flatten()
+                            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+                            .flat_map(move |e| {
+                                let cluster = cluster.clone();
+                                e.addresses.iter().filter_map(move |a| {
+                                    let address = a.parse().ok()?;
+                                    Some((
+                                        cluster.clone(),
+                                        endpoint_hostname(e.hostname.as_deref(), address),
+                                        address,
+                                    ))
+                                })
+                            })
+                    })
+                    .collect();
+                let service = DnsService {
+                    type_: import.merged.type_,
+                    ips,
+                    ports: import
+                        .merged
+                        .ports
+                        .iter()
+                        .filter_map(|p| {
+                            Some((
+                                p.name.clone(),
+                                p.protocol.clone(),
+                                u16::try_from(p.port).ok()?,
+                            ))
+                        })
+                        .collect(),
+                    endpoints,
+                };
+                (id, service)
+            })
+            .collect()
     }
 
     /// One import's ServiceImport, derived Service and EndpointSlices.
@@ -563,23 +637,33 @@ impl Pass {
                         .expect("a ServiceImport from the API has a uid")
                 }
             };
-            let services: Api<Service> = Api::namespaced(client.clone(), &import.namespace);
             let derived = derived_service(import, &derived_name, headless, &owner);
-            let applied = services
-                .patch(
-                    &derived_name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&derived),
-                )
-                .await?;
-            if !headless {
-                object.spec.ips = applied
+            let derived_key = key::<Service>(&import.namespace, &derived_name);
+            let digest = hash(&serde_json::to_string(&derived).unwrap_or_default());
+            let id = (import.namespace.clone(), import.name.clone());
+            if self.written.get(&derived_key) != Some(&digest)
+                || !self.cluster_ips.contains_key(&id)
+            {
+                let services: Api<Service> = Api::namespaced(client.clone(), &import.namespace);
+                let applied = services
+                    .patch(
+                        &derived_name,
+                        &PatchParams::apply(FIELD_MANAGER).force(),
+                        &Patch::Apply(&derived),
+                    )
+                    .await?;
+                let ips: Vec<String> = applied
                     .spec
                     .and_then(|s| s.cluster_ips.or(s.cluster_ip.map(|ip| vec![ip])))
                     .unwrap_or_default()
                     .into_iter()
                     .filter(|ip| ip != "None")
                     .collect();
+                self.cluster_ips.insert(id.clone(), ips);
+                self.written.insert(derived_key, digest);
+            }
+            if !headless {
+                object.spec.ips = self.cluster_ips.get(&id).cloned().unwrap_or_default();
             }
             self.apply(&api, &import.name, &object).await?;
             let status = ServiceImportStatus {
