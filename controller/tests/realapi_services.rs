@@ -303,8 +303,19 @@ async fn a_service_exported_in_milan_is_imported_in_romes_views() {
         ),
     )
     .await;
+    let milan_k = milan_cluster.kubeconfig_path();
+    let milan_k = milan_k.to_str().unwrap();
     let exported_at = Instant::now();
-    apply(&milan, Some(SHOP), export("web")).await;
+    cli_ok(&[
+        "service",
+        "export",
+        "web",
+        "-n",
+        SHOP,
+        "--kubeconfig",
+        milan_k,
+    ])
+    .await;
 
     let imports: Api<ServiceImport> = Api::namespaced(rome.clone(), SHOP);
     let (import, _) = until("Rome's ServiceImport", || async {
@@ -453,11 +464,59 @@ async fn a_service_exported_in_milan_is_imported_in_romes_views() {
     assert_eq!(invalid.1, "InvalidServiceType");
     assert!(imports.get_opt("ext").await.unwrap().is_none());
 
-    // Unexport: the import and its endpoints go from Rome.
-    exports
-        .delete("web", &DeleteParams::default())
-        .await
+    // What each cluster exports and imports, as a script reads it.
+    let rome_k = rome_cluster.kubeconfig_path();
+    let listed: serde_json::Value = serde_json::from_str(
+        &cli_ok(&[
+            "service",
+            "list",
+            "-o",
+            "json",
+            "--kubeconfig",
+            rome_k.to_str().unwrap(),
+        ])
+        .await,
+    )
+    .unwrap();
+    let web = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "web")
         .unwrap();
+    assert_eq!(web["importType"], "ClusterSetIP");
+    assert_eq!(web["clusters"], json!(["milan"]));
+    assert_eq!(web["readyEndpoints"], 3);
+    let milan_list = cli_ok(&["service", "list", "-n", SHOP, "--kubeconfig", milan_k]).await;
+    assert!(
+        milan_list.contains("Invalid: Service shop/ext is of type ExternalName"),
+        "{milan_list}"
+    );
+    // Bad input: a clear error and a non-zero exit.
+    let missing = realapi_support::kubetun(&[
+        "service",
+        "export",
+        "nope",
+        "-n",
+        SHOP,
+        "--kubeconfig",
+        milan_k,
+    ])
+    .await;
+    assert!(!missing.status.success());
+    assert!(realapi_support::text(&missing.stderr).contains("Service shop/nope does not exist"));
+
+    // Unexport: the import and its endpoints go from Rome.
+    cli_ok(&[
+        "service",
+        "unexport",
+        "web",
+        "-n",
+        SHOP,
+        "--kubeconfig",
+        milan_k,
+    ])
+    .await;
     until("unexported", || async {
         (imports.get_opt("web").await.unwrap().is_none()
             && imported_endpoints(&rome).await.is_empty())
@@ -504,6 +563,18 @@ async fn a_service_exported_in_milan_is_imported_in_romes_views() {
     rome_task.abort();
     milan_task.abort();
     dns_task.abort();
+}
+
+/// Runs the CLI, which must succeed; its stdout.
+async fn cli_ok(args: &[&str]) -> String {
+    let out = realapi_support::kubetun(args).await;
+    let stdout = realapi_support::text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "kubetun {args:?}: {stdout}{}",
+        realapi_support::text(&out.stderr)
+    );
+    stdout
 }
 
 fn query(name: &str) -> Message {

@@ -30,6 +30,8 @@ enum Command {
     /// Check every hop of a link (resources, gateway, handshake, remap tables, MTU, route
     /// agent) and name the first broken one.
     Diagnose(cli::diagnose::DiagnoseArgs),
+    /// Offer Services to the linked clusters (the MCS API): export, unexport, list.
+    Service(cli::service::ServiceArgs),
     /// Install kubetun into a cluster (or upgrade it): detect its ranges, apply deploy/.
     Install(cli::install::InstallArgs),
     /// Remove everything kubetun installed and created from a cluster.
@@ -57,6 +59,7 @@ async fn main() -> ExitCode {
         Command::Network(args) => cli::network::run(args).await.map_err(Into::into),
         Command::Shortcut(args) => cli::shortcut::run(args).await.map_err(Into::into),
         Command::Diagnose(args) => cli::diagnose::run(args).await.map_err(Into::into),
+        Command::Service(args) => cli::service::run(args).await.map_err(Into::into),
         Command::Install(args) => cli::install::run_install(args).await.map_err(Into::into),
         Command::Uninstall(args) => cli::install::run_uninstall(args).await.map_err(Into::into),
     };

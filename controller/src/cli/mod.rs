@@ -7,6 +7,7 @@ pub mod gateway;
 pub mod install;
 pub mod network;
 pub mod output;
+pub mod service;
 pub mod shortcut;
 
 use std::path::{Path, PathBuf};
@@ -165,6 +166,16 @@ impl KubeconfigSource {
         let server = crate::connector::ServerAccess::of(&config);
         let client = kube::Client::try_from(config).map_err(|e| fail(e.to_string()))?;
         Ok((client, server))
+    }
+}
+
+/// Maps an API error of the cluster a command works on (`local`) to [`Error::Api`].
+pub fn local_api_error(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let action = action.into();
+    move |error| Error::Api {
+        cluster: "local".into(),
+        action,
+        error: Box::new(error),
     }
 }
 

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use serde_json::Value;
 
-use super::{Error, KubeconfigSource, parse_duration};
+use super::{Error, KubeconfigSource, local_api_error as api_error, parse_duration};
 use crate::cluster_info::DEFAULT_NAMESPACE;
 use flags::{Cidrs, Settings, parse_cidrs};
 use manifests::{Components, DEFAULT_IMAGE};
@@ -116,15 +116,6 @@ fn source(kubeconfig: &Option<PathBuf>, context: &Option<String>) -> KubeconfigS
     KubeconfigSource {
         path: kubeconfig.clone(),
         context: context.clone(),
-    }
-}
-
-fn api_error(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
-    let action = action.into();
-    move |error| Error::Api {
-        cluster: "local".into(),
-        action,
-        error: Box::new(error),
     }
 }
 
