@@ -22,6 +22,7 @@ use kubetun_controller::context::{Context, ControllerConfig};
 use kubetun_controller::ipam::IpamConfig;
 use kubetun_controller::keys::GatewayKey;
 use kubetun_controller::services::dns_server::{self, SharedTable};
+use kubetun_controller::services::metrics::ServiceMetrics;
 use kubetun_controller::services::sync::{self, CREDENTIAL_KEY, CREDENTIAL_LABEL};
 use kubetun_crds::mcs::v1beta1::{ServiceExport, ServiceImport};
 use kubetun_crds::{CidrMapping, ClusterRef, ExportedService, TunnelEndpoint, TunnelEndpointSpec};
@@ -50,7 +51,14 @@ async fn install_services(cluster: &TestCluster) {
 
 /// The services loop of one cluster, in-process.
 async fn run_services(client: &Client, id: &str, pod: &str) -> tokio::task::JoinHandle<()> {
-    run_services_with_dns(client, id, pod, SharedTable::default()).await
+    run_services_with_dns(
+        client,
+        id,
+        pod,
+        SharedTable::default(),
+        ServiceMetrics::default(),
+    )
+    .await
 }
 
 async fn run_services_with_dns(
@@ -58,6 +66,7 @@ async fn run_services_with_dns(
     id: &str,
     pod: &str,
     dns: SharedTable,
+    metrics: ServiceMetrics,
 ) -> tokio::task::JoinHandle<()> {
     let key = GatewayKey::generate();
     let info = kubetun_controller::testing::cluster_info(id, pod, "192.168.250.0/24", &key);
@@ -75,7 +84,7 @@ async fn run_services_with_dns(
     .await
     .unwrap();
     assert!(sync::available(&ctx).await, "the MCS CRDs are installed");
-    tokio::spawn(sync::run(Arc::<Context>::clone(&ctx), dns))
+    tokio::spawn(sync::run(Arc::<Context>::clone(&ctx), dns, metrics))
 }
 
 async fn apply(client: &Client, namespace: Option<&str>, object: serde_json::Value) {
@@ -285,7 +294,15 @@ async fn a_service_exported_in_milan_is_imported_in_romes_views() {
             .0,
         ResponseCode::NXDomain
     );
-    let rome_task = run_services_with_dns(&rome, "rome", "10.60.0.0/16", rome_dns).await;
+    let rome_metrics = ServiceMetrics::default();
+    let rome_task = run_services_with_dns(
+        &rome,
+        "rome",
+        "10.60.0.0/16",
+        rome_dns,
+        rome_metrics.clone(),
+    )
+    .await;
     let milan_task = run_services(&milan, "milan", "10.70.0.0/16").await;
 
     // Milan exports web: two pods and an address outside its CIDRs.
@@ -362,6 +379,16 @@ async fn a_service_exported_in_milan_is_imported_in_romes_views() {
         Some(import.spec.ips[0].clone()),
         spec.cluster_ip,
         "the ClusterSetIP is its ClusterIP"
+    );
+
+    // The metrics say the same.
+    assert_eq!(rome_metrics.imports.get(), 1);
+    assert_eq!(rome_metrics.imported_endpoints.get(), 2);
+    assert_eq!(rome_metrics.peers.get(), 1);
+    assert_eq!(
+        rome_metrics.dropped_endpoints.get(),
+        1,
+        "192.0.2.9 is outside Milan's CIDRs"
     );
 
     // By name, over UDP and TCP: the ClusterSetIP.

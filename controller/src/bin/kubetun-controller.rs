@@ -346,6 +346,8 @@ async fn run_controller(args: Args) -> anyhow::Result<()> {
     let dns_metrics = services::dns_server::DnsMetrics::default();
     dns_metrics.register(&mut registry.write().unwrap_or_else(PoisonError::into_inner));
     let dns_table = services::dns_server::SharedTable::default();
+    let service_metrics = services::metrics::ServiceMetrics::default();
+    service_metrics.register(&mut registry.write().unwrap_or_else(PoisonError::into_inner));
     let dns = async {
         match dns_sockets {
             Some(sockets) => {
@@ -452,7 +454,7 @@ async fn run_controller(args: Args) -> anyhow::Result<()> {
     };
     let services = async {
         if services::sync::available(&ctx).await {
-            services::sync::run(ctx.clone(), dns_table.clone()).await;
+            services::sync::run(ctx.clone(), dns_table.clone(), service_metrics.clone()).await;
         }
         std::future::pending().await
     };

@@ -11,6 +11,8 @@
 pub mod desired;
 pub mod dns;
 pub mod dns_server;
+mod import;
 pub mod merge;
+pub mod metrics;
 pub mod offer;
 pub mod sync;

@@ -12,29 +12,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::{
-    Namespace, Secret, Service, ServicePort as KubePort, ServiceSpec,
-};
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Resource as _, ResourceExt as _};
-use kubetun_crds::mcs::v1beta1::{
-    ServiceExport, ServiceExportStatus, ServiceImport, ServiceImportSpec, ServiceImportStatus,
-};
-use kubetun_crds::mcs::{ClusterStatus, ServiceImportType};
+use kubetun_crds::mcs::v1beta1::{ServiceExport, ServiceExportStatus, ServiceImport};
 use kubetun_crds::{ExportedService, ExportedServiceSpec, TunnelEndpoint};
 use tokio::sync::Notify;
 
 use super::desired::{
-    AddressViews, DERIVED_FOR_LABEL, DesiredImport, MANAGED_BY, MANAGED_BY_LABEL,
-    SOURCE_CLUSTER_LABEL, Source, derived_service_name, desired_imports,
+    AddressViews, DesiredImport, MANAGED_BY, MANAGED_BY_LABEL, Source, desired_imports,
 };
-use super::dns::{DnsService, DnsTable, endpoint_hostname};
 use super::dns_server::SharedTable;
+use super::metrics::ServiceMetrics;
 use super::offer::{ExportRequest, offer};
 use crate::context::Context;
 use crate::runtime::{self, ApiHealth};
@@ -45,9 +39,9 @@ pub const CREDENTIAL_LABEL: &str = "net.kubetun.io/services-of";
 /// Key of the kubeconfig in a credential Secret.
 pub const CREDENTIAL_KEY: &str = "kubeconfig";
 /// Label of the ServiceImports kubetun manages.
-const MANAGED_LABEL: &str = "app.kubernetes.io/managed-by";
+pub(super) const MANAGED_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Field manager of every write.
-const FIELD_MANAGER: &str = "kubetun-services";
+pub(super) const FIELD_MANAGER: &str = "kubetun-services";
 /// Changes closer together than this make one pass.
 const DEBOUNCE: Duration = Duration::from_millis(50);
 /// How often every object is written again even without a change (the memory of what was
@@ -57,16 +51,16 @@ const RESYNC: Duration = Duration::from_secs(300);
 const RETRY: Duration = Duration::from_secs(1);
 
 /// What this cluster watches of itself.
-struct Local {
-    exports: Store<ServiceExport>,
-    services: Store<Service>,
-    slices: Store<EndpointSlice>,
-    offered: Store<ExportedService>,
-    imports: Store<ServiceImport>,
-    imported_slices: Store<EndpointSlice>,
-    credentials: Store<Secret>,
-    tunnels: Store<TunnelEndpoint>,
-    namespaces: Store<Namespace>,
+pub(super) struct Local {
+    pub(super) exports: Store<ServiceExport>,
+    pub(super) services: Store<Service>,
+    pub(super) slices: Store<EndpointSlice>,
+    pub(super) offered: Store<ExportedService>,
+    pub(super) imports: Store<ServiceImport>,
+    pub(super) imported_slices: Store<EndpointSlice>,
+    pub(super) credentials: Store<Secret>,
+    pub(super) tunnels: Store<TunnelEndpoint>,
+    pub(super) namespaces: Store<Namespace>,
 }
 
 /// A linked cluster's ExportedServices, watched with its credential.
@@ -108,7 +102,7 @@ pub async fn available(ctx: &Context) -> bool {
 }
 
 /// Runs until the process stops, publishing what DNS answers into `dns`.
-pub async fn run(ctx: Arc<Context>, dns: SharedTable) {
+pub async fn run(ctx: Arc<Context>, dns: SharedTable, metrics: ServiceMetrics) {
     let changed = Arc::new(Notify::new());
     let client = &ctx.client;
     let ns = &ctx.namespace;
@@ -151,6 +145,7 @@ pub async fn run(ctx: Arc<Context>, dns: SharedTable) {
         namespaces: watch(Api::all(client.clone()), all, &ctx.health, &changed),
     };
     let mut sync = Pass {
+        metrics: metrics.clone(),
         ctx: ctx.clone(),
         local,
         peers: HashMap::new(),
@@ -165,12 +160,15 @@ pub async fn run(ctx: Arc<Context>, dns: SharedTable) {
     loop {
         // A change, or the periodic resync that also rewrites what someone else changed.
         let _ = tokio::time::timeout(RESYNC, changed.notified()).await;
+        let woken = tokio::time::Instant::now();
         tokio::time::sleep(DEBOUNCE).await;
         if resynced.elapsed() >= RESYNC {
             sync.written.clear();
             resynced = tokio::time::Instant::now();
         }
-        match sync.pass().await {
+        let result = sync.pass().await;
+        metrics.pass_seconds.observe(woken.elapsed().as_secs_f64());
+        match result {
             Ok(()) => {
                 if failing.take().is_some() {
                     tracing::info!("services: in sync again");
@@ -182,6 +180,7 @@ pub async fn run(ctx: Arc<Context>, dns: SharedTable) {
                     tracing::warn!(error = %message, "services: a write failed; retrying every second until it succeeds");
                 }
                 failing = Some(message);
+                metrics.pass_failures.inc();
                 tokio::time::sleep(RETRY).await;
                 changed.notify_one();
             }
@@ -215,17 +214,18 @@ where
     reader
 }
 
-struct Pass {
-    ctx: Arc<Context>,
-    local: Local,
+pub(super) struct Pass {
+    pub(super) metrics: ServiceMetrics,
+    pub(super) ctx: Arc<Context>,
+    pub(super) local: Local,
     peers: HashMap<String, Peer>,
     /// Hash of what was last written per object, so a pass writes only what changed.
-    written: HashMap<String, u64>,
+    pub(super) written: HashMap<String, u64>,
     /// The ClusterIPs of the derived Services, by import.
-    cluster_ips: HashMap<(String, String), Vec<String>>,
+    pub(super) cluster_ips: HashMap<(String, String), Vec<String>>,
     /// What the DNS server answers from.
-    dns: SharedTable,
-    changed: Arc<Notify>,
+    pub(super) dns: SharedTable,
+    pub(super) changed: Arc<Notify>,
 }
 
 impl Pass {
@@ -270,6 +270,8 @@ impl Pass {
             }
         }
         let imports = desired_imports(&sources);
+        self.metrics.exports.set(offers.len() as i64);
+        self.metrics.peers.set(self.peers.len() as i64);
         self.conditions(&offers, &imports).await?;
         self.import(&imports).await
     }
@@ -401,14 +403,39 @@ impl Pass {
             return Ok(());
         }
         // Keep the transition time of a condition whose status did not change.
-        let old = self
+        let export = self
             .local
             .exports
             .state()
             .into_iter()
-            .find(|e| e.namespace().as_deref() == Some(namespace) && e.name_any() == name)
+            .find(|e| e.namespace().as_deref() == Some(namespace) && e.name_any() == name);
+        let old = export
+            .as_ref()
             .and_then(|e| e.status.clone())
             .unwrap_or_default();
+        // An Event when a problem appears or changes (not when the same one is written again,
+        // e.g. after a restart).
+        let problem = conditions.iter().find(|c| {
+            (c.type_ == "Conflict" && c.status == "True")
+                || (c.type_ == "Valid" && c.status == "False")
+        });
+        if let (Some(problem), Some(export)) = (problem, &export) {
+            let known = old.conditions.iter().any(|o| {
+                o.type_ == problem.type_
+                    && o.status == problem.status
+                    && o.message == problem.message
+            });
+            if !known {
+                crate::events::warn(
+                    &self.ctx.client,
+                    &export.object_ref(&()),
+                    &problem.reason,
+                    "Export",
+                    &problem.message,
+                )
+                .await;
+            }
+        }
         for c in &mut conditions {
             if let Some(before) = old
                 .conditions
@@ -499,253 +526,13 @@ impl Pass {
         }
     }
 
-    /// ServiceImports, derived Services and EndpointSlices as `imports` says; the rest of
-    /// kubetun's goes.
-    async fn import(&mut self, imports: &[DesiredImport]) -> Result<(), kube::Error> {
-        // Namespace sameness: a Service is imported where its namespace exists (created
-        // later, the namespace's watch event imports it).
-        let namespaces: Vec<String> = self
-            .local
-            .namespaces
-            .state()
-            .iter()
-            .map(|n| n.name_any())
-            .collect();
-        let imports: Vec<&DesiredImport> = imports
-            .iter()
-            .filter(|i| namespaces.contains(&i.namespace))
-            .collect();
-        // One failing import does not hold up the others.
-        let mut first_error = None;
-        for import in &imports {
-            if let Err(error) = self.import_one(import).await {
-                first_error.get_or_insert(error);
-            }
-        }
-        self.remove_stale(&imports).await?;
-        self.dns.store(Arc::new(self.dns_table(&imports)));
-        first_error.map_or(Ok(()), Err)
-    }
-
-    /// What DNS answers: every import with its ClusterSetIP and ready endpoints.
-    fn dns_table(&self, imports: &[&DesiredImport]) -> DnsTable {
-        imports
-            .iter()
-            .map(|import| {
-                let id = (import.namespace.clone(), import.name.clone());
-                let ips = match import.merged.type_ {
-                    ServiceImportType::ClusterSetIP => self
-                        .cluster_ips
-                        .get(&id)
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|ip| ip.parse().ok())
-                        .collect(),
-                    ServiceImportType::Headless => Vec::new(),
-                };
-                let endpoints = import
-                    .slices
-                    .iter()
-                    .flat_map(|slice| {
-                        let cluster = slice
-                            .labels()
-                            .get(SOURCE_CLUSTER_LABEL)
-                            .cloned()
-                            .unwrap_or_default();
-                        slice
-                            .endpoints
-                            .iter()
-                            .flatten()
-                            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
-                            .flat_map(move |e| {
-                                let cluster = cluster.clone();
-                                e.addresses.iter().filter_map(move |a| {
-                                    let address = a.parse().ok()?;
-                                    Some((
-                                        cluster.clone(),
-                                        endpoint_hostname(e.hostname.as_deref(), address),
-                                        address,
-                                    ))
-                                })
-                            })
-                    })
-                    .collect();
-                let service = DnsService {
-                    type_: import.merged.type_,
-                    ips,
-                    ports: import
-                        .merged
-                        .ports
-                        .iter()
-                        .filter_map(|p| {
-                            Some((
-                                p.name.clone(),
-                                p.protocol.clone(),
-                                u16::try_from(p.port).ok()?,
-                            ))
-                        })
-                        .collect(),
-                    endpoints,
-                };
-                (id, service)
-            })
-            .collect()
-    }
-
-    /// One import's ServiceImport, derived Service and EndpointSlices.
-    async fn import_one(&mut self, import: &DesiredImport) -> Result<(), kube::Error> {
-        let client = self.ctx.client.clone();
-        {
-            let api: Api<ServiceImport> = Api::namespaced(client.clone(), &import.namespace);
-            let derived_name = derived_service_name(&import.name);
-            let headless = import.merged.type_ == ServiceImportType::Headless;
-            let mut object = ServiceImport::new(
-                &import.name,
-                ServiceImportSpec {
-                    ports: import.merged.ports.clone(),
-                    ips: Vec::new(),
-                    type_: import.merged.type_,
-                    session_affinity: import.merged.session_affinity.clone(),
-                    session_affinity_config: import.merged.session_affinity_config.clone(),
-                    ip_families: import.merged.ip_families.clone(),
-                },
-            );
-            let mut labels = import.labels.clone();
-            labels.insert(MANAGED_LABEL.to_owned(), MANAGED_BY.to_owned());
-            object.metadata.labels = Some(labels);
-            object.metadata.annotations =
-                (!import.annotations.is_empty()).then(|| import.annotations.clone());
-            // The derived Service first: its ClusterIP is the ClusterSetIP.
-            let owner = match self.local.imports.state().iter().find(|i| {
-                i.namespace().as_deref() == Some(&import.namespace) && i.name_any() == import.name
-            }) {
-                Some(existing) => existing.controller_owner_ref(&()),
-                None => None,
-            };
-            let owner = match owner {
-                Some(owner) => owner,
-                None => {
-                    let created = api
-                        .patch(
-                            &import.name,
-                            &PatchParams::apply(FIELD_MANAGER).force(),
-                            &Patch::Apply(&object),
-                        )
-                        .await?;
-                    created
-                        .controller_owner_ref(&())
-                        .expect("a ServiceImport from the API has a uid")
-                }
-            };
-            let derived = derived_service(import, &derived_name, headless, &owner);
-            let derived_key = key::<Service>(&import.namespace, &derived_name);
-            let digest = hash(&serde_json::to_string(&derived).unwrap_or_default());
-            let id = (import.namespace.clone(), import.name.clone());
-            if self.written.get(&derived_key) != Some(&digest)
-                || !self.cluster_ips.contains_key(&id)
-            {
-                let services: Api<Service> = Api::namespaced(client.clone(), &import.namespace);
-                let applied = services
-                    .patch(
-                        &derived_name,
-                        &PatchParams::apply(FIELD_MANAGER).force(),
-                        &Patch::Apply(&derived),
-                    )
-                    .await?;
-                let ips: Vec<String> = applied
-                    .spec
-                    .and_then(|s| s.cluster_ips.or(s.cluster_ip.map(|ip| vec![ip])))
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|ip| ip != "None")
-                    .collect();
-                self.cluster_ips.insert(id.clone(), ips);
-                self.written.insert(derived_key, digest);
-            }
-            if !headless {
-                object.spec.ips = self.cluster_ips.get(&id).cloned().unwrap_or_default();
-            }
-            self.apply(&api, &import.name, &object).await?;
-            let status = ServiceImportStatus {
-                clusters: import
-                    .merged
-                    .clusters
-                    .iter()
-                    .map(|c| ClusterStatus { cluster: c.clone() })
-                    .collect(),
-                conditions: Vec::new(),
-            };
-            let status_key = format!("ServiceImport/status/{}/{}", import.namespace, import.name);
-            let digest = hash(&import.merged.clusters);
-            if self.written.get(&status_key) != Some(&digest) {
-                runtime::apply_status(&api, &import.name, FIELD_MANAGER, &status).await?;
-                self.written.insert(status_key, digest);
-            }
-            let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &import.namespace);
-            for slice in &import.slices {
-                let mut slice = slice.clone();
-                slice.metadata.owner_references = Some(vec![owner.clone()]);
-                let name = slice.name_any();
-                self.apply(&slices, &name, &slice).await?;
-            }
-            let dropped_key = format!("dropped/{}/{}", import.namespace, import.name);
-            let digest = hash(&import.dropped);
-            if self.written.insert(dropped_key, digest) != Some(digest) {
-                for (cluster, dropped) in &import.dropped {
-                    tracing::warn!(service = %format!("{}/{}", import.namespace, import.name), %cluster, dropped, "services: endpoint addresses outside the exporter's CIDRs were not imported");
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// What kubetun imported before and no longer should.
-    async fn remove_stale(&mut self, imports: &[&DesiredImport]) -> Result<(), kube::Error> {
-        let client = self.ctx.client.clone();
-        let wanted_slices: Vec<(String, String)> = imports
-            .iter()
-            .flat_map(|i| i.slices.iter().map(|s| (i.namespace.clone(), s.name_any())))
-            .collect();
-        for stale in self.local.imported_slices.state() {
-            let id = (stale.namespace().unwrap_or_default(), stale.name_any());
-            if !wanted_slices.contains(&id) {
-                delete(
-                    &Api::<EndpointSlice>::namespaced(client.clone(), &id.0),
-                    &id.1,
-                )
-                .await?;
-                self.written.remove(&key::<EndpointSlice>(&id.0, &id.1));
-            }
-        }
-        for stale in self.local.imports.state() {
-            let (namespace, name) = (stale.namespace().unwrap_or_default(), stale.name_any());
-            if !imports
-                .iter()
-                .any(|i| i.namespace == namespace && i.name == name)
-            {
-                // The garbage collector would remove the derived Service with its owner; done
-                // here too, so nothing waits for it.
-                delete(
-                    &Api::<ServiceImport>::namespaced(client.clone(), &namespace),
-                    &name,
-                )
-                .await?;
-                delete(
-                    &Api::<Service>::namespaced(client.clone(), &namespace),
-                    &derived_service_name(&name),
-                )
-                .await?;
-                self.written
-                    .retain(|k, _| !k.contains(&format!("/{namespace}/{name}")));
-                self.written
-                    .remove(&key::<ServiceImport>(&namespace, &name));
-            }
-        }
-        Ok(())
-    }
-
     /// Server-side applies `object` unless it is what was last written.
-    async fn apply<K>(&mut self, api: &Api<K>, name: &str, object: &K) -> Result<(), kube::Error>
+    pub(super) async fn apply<K>(
+        &mut self,
+        api: &Api<K>,
+        name: &str,
+        object: &K,
+    ) -> Result<(), kube::Error>
     where
         K: kube::Resource<DynamicType = ()>
             + Clone
@@ -773,48 +560,6 @@ impl Pass {
     }
 }
 
-/// The derived selector-less Service of an import, owned by its ServiceImport.
-fn derived_service(
-    import: &DesiredImport,
-    name: &str,
-    headless: bool,
-    owner: &OwnerReference,
-) -> Service {
-    Service {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some(import.namespace.clone()),
-            labels: Some(BTreeMap::from([
-                (DERIVED_FOR_LABEL.to_owned(), import.name.clone()),
-                (MANAGED_LABEL.to_owned(), MANAGED_BY.to_owned()),
-            ])),
-            owner_references: Some(vec![owner.clone()]),
-            ..ObjectMeta::default()
-        },
-        spec: Some(ServiceSpec {
-            type_: Some("ClusterIP".to_owned()),
-            cluster_ip: headless.then(|| "None".to_owned()),
-            ports: Some(
-                import
-                    .merged
-                    .ports
-                    .iter()
-                    .map(|p| KubePort {
-                        name: p.name.clone(),
-                        protocol: Some(p.protocol.clone()),
-                        app_protocol: p.app_protocol.clone(),
-                        port: p.port,
-                        ..KubePort::default()
-                    })
-                    .collect(),
-            ),
-            session_affinity: import.merged.session_affinity.clone(),
-            ..ServiceSpec::default()
-        }),
-        status: None,
-    }
-}
-
 async fn peer_client(kubeconfig: &[u8]) -> Result<kube::Client, String> {
     let text = std::str::from_utf8(kubeconfig).map_err(|_| "not UTF-8".to_owned())?;
     let kubeconfig = Kubeconfig::from_yaml(text).map_err(|_| "not a kubeconfig".to_owned())?;
@@ -829,7 +574,7 @@ fn first_line(text: &str) -> &str {
     text.lines().next().unwrap_or_default()
 }
 
-async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
+pub(super) async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
@@ -840,11 +585,11 @@ where
     }
 }
 
-fn key<K: kube::Resource<DynamicType = ()>>(namespace: &str, name: &str) -> String {
+pub(super) fn key<K: kube::Resource<DynamicType = ()>>(namespace: &str, name: &str) -> String {
     format!("{}/{namespace}/{name}", K::kind(&()))
 }
 
-fn hash(value: &impl std::hash::Hash) -> u64 {
+pub(super) fn hash(value: &impl std::hash::Hash) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     value.hash(&mut hasher);
     hasher.finish()

@@ -1,0 +1,318 @@
+//! The importing half of the services loop: ServiceImports, their derived Services and
+//! EndpointSlices written from the desired imports, what no longer should be removed, and the
+//! table the DNS server answers from.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Service, ServicePort as KubePort, ServiceSpec};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Resource as _, ResourceExt as _};
+use kubetun_crds::mcs::v1beta1::{ServiceImport, ServiceImportSpec, ServiceImportStatus};
+use kubetun_crds::mcs::{ClusterStatus, ServiceImportType};
+
+use super::desired::{
+    DERIVED_FOR_LABEL, DesiredImport, MANAGED_BY, SOURCE_CLUSTER_LABEL, derived_service_name,
+};
+use super::dns::{DnsService, DnsTable, endpoint_hostname};
+use super::sync::{FIELD_MANAGER, MANAGED_LABEL, Pass, delete, hash, key};
+use crate::runtime;
+
+impl Pass {
+    /// ServiceImports, derived Services and EndpointSlices as `imports` says; the rest of
+    /// kubetun's goes.
+    pub(super) async fn import(&mut self, imports: &[DesiredImport]) -> Result<(), kube::Error> {
+        // Namespace sameness: a Service is imported where its namespace exists (created
+        // later, the namespace's watch event imports it).
+        let namespaces: Vec<String> = self
+            .local
+            .namespaces
+            .state()
+            .iter()
+            .map(|n| n.name_any())
+            .collect();
+        let imports: Vec<&DesiredImport> = imports
+            .iter()
+            .filter(|i| namespaces.contains(&i.namespace))
+            .collect();
+        // One failing import does not hold up the others.
+        let mut first_error = None;
+        for import in &imports {
+            if let Err(error) = self.import_one(import).await {
+                first_error.get_or_insert(error);
+            }
+        }
+        self.remove_stale(&imports).await?;
+        self.dns.store(Arc::new(self.dns_table(&imports)));
+        self.metrics.imports.set(imports.len() as i64);
+        let endpoints: usize = imports
+            .iter()
+            .flat_map(|i| &i.slices)
+            .map(|s| s.endpoints.as_ref().map_or(0, Vec::len))
+            .sum();
+        self.metrics.imported_endpoints.set(endpoints as i64);
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// What DNS answers: every import with its ClusterSetIP and ready endpoints.
+    fn dns_table(&self, imports: &[&DesiredImport]) -> DnsTable {
+        imports
+            .iter()
+            .map(|import| {
+                let id = (import.namespace.clone(), import.name.clone());
+                let ips = match import.merged.type_ {
+                    ServiceImportType::ClusterSetIP => self
+                        .cluster_ips
+                        .get(&id)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|ip| ip.parse().ok())
+                        .collect(),
+                    ServiceImportType::Headless => Vec::new(),
+                };
+                let endpoints = import
+                    .slices
+                    .iter()
+                    .flat_map(|slice| {
+                        let cluster = slice
+                            .labels()
+                            .get(SOURCE_CLUSTER_LABEL)
+                            .cloned()
+                            .unwrap_or_default();
+                        slice
+                            .endpoints
+                            .iter()
+                            .flatten()
+                            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+                            .flat_map(move |e| {
+                                let cluster = cluster.clone();
+                                e.addresses.iter().filter_map(move |a| {
+                                    let address = a.parse().ok()?;
+                                    Some((
+                                        cluster.clone(),
+                                        endpoint_hostname(e.hostname.as_deref(), address),
+                                        address,
+                                    ))
+                                })
+                            })
+                    })
+                    .collect();
+                let service = DnsService {
+                    type_: import.merged.type_,
+                    ips,
+                    ports: import
+                        .merged
+                        .ports
+                        .iter()
+                        .filter_map(|p| {
+                            Some((
+                                p.name.clone(),
+                                p.protocol.clone(),
+                                u16::try_from(p.port).ok()?,
+                            ))
+                        })
+                        .collect(),
+                    endpoints,
+                };
+                (id, service)
+            })
+            .collect()
+    }
+
+    /// One import's ServiceImport, derived Service and EndpointSlices.
+    async fn import_one(&mut self, import: &DesiredImport) -> Result<(), kube::Error> {
+        let client = self.ctx.client.clone();
+        {
+            let api: Api<ServiceImport> = Api::namespaced(client.clone(), &import.namespace);
+            let derived_name = derived_service_name(&import.name);
+            let headless = import.merged.type_ == ServiceImportType::Headless;
+            let mut object = ServiceImport::new(
+                &import.name,
+                ServiceImportSpec {
+                    ports: import.merged.ports.clone(),
+                    ips: Vec::new(),
+                    type_: import.merged.type_,
+                    session_affinity: import.merged.session_affinity.clone(),
+                    session_affinity_config: import.merged.session_affinity_config.clone(),
+                    ip_families: import.merged.ip_families.clone(),
+                },
+            );
+            let mut labels = import.labels.clone();
+            labels.insert(MANAGED_LABEL.to_owned(), MANAGED_BY.to_owned());
+            object.metadata.labels = Some(labels);
+            object.metadata.annotations =
+                (!import.annotations.is_empty()).then(|| import.annotations.clone());
+            // The derived Service first: its ClusterIP is the ClusterSetIP.
+            let owner = match self.local.imports.state().iter().find(|i| {
+                i.namespace().as_deref() == Some(&import.namespace) && i.name_any() == import.name
+            }) {
+                Some(existing) => existing.controller_owner_ref(&()),
+                None => None,
+            };
+            let owner = match owner {
+                Some(owner) => owner,
+                None => {
+                    let created = api
+                        .patch(
+                            &import.name,
+                            &PatchParams::apply(FIELD_MANAGER).force(),
+                            &Patch::Apply(&object),
+                        )
+                        .await?;
+                    created
+                        .controller_owner_ref(&())
+                        .expect("a ServiceImport from the API has a uid")
+                }
+            };
+            let derived = derived_service(import, &derived_name, headless, &owner);
+            let derived_key = key::<Service>(&import.namespace, &derived_name);
+            let digest = hash(&serde_json::to_string(&derived).unwrap_or_default());
+            let id = (import.namespace.clone(), import.name.clone());
+            if self.written.get(&derived_key) != Some(&digest)
+                || !self.cluster_ips.contains_key(&id)
+            {
+                let services: Api<Service> = Api::namespaced(client.clone(), &import.namespace);
+                let applied = services
+                    .patch(
+                        &derived_name,
+                        &PatchParams::apply(FIELD_MANAGER).force(),
+                        &Patch::Apply(&derived),
+                    )
+                    .await?;
+                let ips: Vec<String> = applied
+                    .spec
+                    .and_then(|s| s.cluster_ips.or(s.cluster_ip.map(|ip| vec![ip])))
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|ip| ip != "None")
+                    .collect();
+                self.cluster_ips.insert(id.clone(), ips);
+                self.written.insert(derived_key, digest);
+            }
+            if !headless {
+                object.spec.ips = self.cluster_ips.get(&id).cloned().unwrap_or_default();
+            }
+            self.apply(&api, &import.name, &object).await?;
+            let status = ServiceImportStatus {
+                clusters: import
+                    .merged
+                    .clusters
+                    .iter()
+                    .map(|c| ClusterStatus { cluster: c.clone() })
+                    .collect(),
+                conditions: Vec::new(),
+            };
+            let status_key = format!("ServiceImport/status/{}/{}", import.namespace, import.name);
+            let digest = hash(&import.merged.clusters);
+            if self.written.get(&status_key) != Some(&digest) {
+                runtime::apply_status(&api, &import.name, FIELD_MANAGER, &status).await?;
+                self.written.insert(status_key, digest);
+            }
+            let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &import.namespace);
+            for slice in &import.slices {
+                let mut slice = slice.clone();
+                slice.metadata.owner_references = Some(vec![owner.clone()]);
+                let name = slice.name_any();
+                self.apply(&slices, &name, &slice).await?;
+            }
+            let dropped_key = format!("dropped/{}/{}", import.namespace, import.name);
+            let digest = hash(&import.dropped);
+            if self.written.insert(dropped_key, digest) != Some(digest) {
+                for (cluster, dropped) in &import.dropped {
+                    self.metrics.dropped_endpoints.inc_by(*dropped as u64);
+                    tracing::warn!(service = %format!("{}/{}", import.namespace, import.name), %cluster, dropped, "services: endpoint addresses outside the exporter's CIDRs were not imported");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// What kubetun imported before and no longer should.
+    async fn remove_stale(&mut self, imports: &[&DesiredImport]) -> Result<(), kube::Error> {
+        let client = self.ctx.client.clone();
+        let wanted_slices: Vec<(String, String)> = imports
+            .iter()
+            .flat_map(|i| i.slices.iter().map(|s| (i.namespace.clone(), s.name_any())))
+            .collect();
+        for stale in self.local.imported_slices.state() {
+            let id = (stale.namespace().unwrap_or_default(), stale.name_any());
+            if !wanted_slices.contains(&id) {
+                delete(
+                    &Api::<EndpointSlice>::namespaced(client.clone(), &id.0),
+                    &id.1,
+                )
+                .await?;
+                self.written.remove(&key::<EndpointSlice>(&id.0, &id.1));
+            }
+        }
+        for stale in self.local.imports.state() {
+            let (namespace, name) = (stale.namespace().unwrap_or_default(), stale.name_any());
+            if !imports
+                .iter()
+                .any(|i| i.namespace == namespace && i.name == name)
+            {
+                // The garbage collector would remove the derived Service with its owner; done
+                // here too, so nothing waits for it.
+                delete(
+                    &Api::<ServiceImport>::namespaced(client.clone(), &namespace),
+                    &name,
+                )
+                .await?;
+                delete(
+                    &Api::<Service>::namespaced(client.clone(), &namespace),
+                    &derived_service_name(&name),
+                )
+                .await?;
+                self.written
+                    .retain(|k, _| !k.contains(&format!("/{namespace}/{name}")));
+                self.written
+                    .remove(&key::<ServiceImport>(&namespace, &name));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The derived selector-less Service of an import, owned by its ServiceImport.
+fn derived_service(
+    import: &DesiredImport,
+    name: &str,
+    headless: bool,
+    owner: &OwnerReference,
+) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(import.namespace.clone()),
+            labels: Some(BTreeMap::from([
+                (DERIVED_FOR_LABEL.to_owned(), import.name.clone()),
+                (MANAGED_LABEL.to_owned(), MANAGED_BY.to_owned()),
+            ])),
+            owner_references: Some(vec![owner.clone()]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".to_owned()),
+            cluster_ip: headless.then(|| "None".to_owned()),
+            ports: Some(
+                import
+                    .merged
+                    .ports
+                    .iter()
+                    .map(|p| KubePort {
+                        name: p.name.clone(),
+                        protocol: Some(p.protocol.clone()),
+                        app_protocol: p.app_protocol.clone(),
+                        port: p.port,
+                        ..KubePort::default()
+                    })
+                    .collect(),
+            ),
+            session_affinity: import.merged.session_affinity.clone(),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    }
+}
