@@ -15,8 +15,8 @@ use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::ResourceExt as _;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kubetun_controller::services::dns_server::{self, SharedTable};
 use kubetun_controller::services::metrics::ServiceMetrics;
 use kubetun_controller::services::sync::{CREDENTIAL_KEY, CREDENTIAL_LABEL};
@@ -150,14 +150,14 @@ async fn a_service_exported_in_milan_is_imported_in_romes_views() {
     );
     let rome_metrics = ServiceMetrics::default();
     let rome_task = run_services_with_dns(
-        &rome,
+        &rome_cluster,
         "rome",
         "10.60.0.0/16",
         rome_dns,
         rome_metrics.clone(),
     )
     .await;
-    let milan_task = run_services(&milan, "milan", "10.70.0.0/16").await;
+    let milan_task = run_services(&milan_cluster, "milan", "10.70.0.0/16").await;
 
     // Milan exports web: two pods and an address outside its CIDRs.
     apply(&milan, Some(SHOP), web_service(80)).await;
@@ -515,8 +515,8 @@ async fn network_connect_grants_read_access_and_disconnect_revokes_it() {
     let rome = rome_cluster.client().await.unwrap();
     let milan = milan_cluster.client().await.unwrap();
     let tasks = [
-        run_services(&rome, "rome", "10.70.0.0/16").await,
-        run_services(&milan, "milan", "10.70.0.0/16").await,
+        run_services(&rome_cluster, "rome", "10.70.0.0/16").await,
+        run_services(&milan_cluster, "milan", "10.70.0.0/16").await,
     ];
     Api::<Namespace>::all(milan.clone())
         .create(

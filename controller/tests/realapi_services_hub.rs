@@ -43,8 +43,8 @@ async fn a_service_is_imported_across_a_hub_only_shortcut() {
     let rome = rome_cluster.client().await.unwrap();
     let milan = milan_cluster.client().await.unwrap();
     let tasks = [
-        run_services(&rome, "rome", "10.70.0.0/16").await,
-        run_services(&milan, "milan", "10.70.0.0/16").await,
+        run_services(&rome_cluster, "rome", "10.70.0.0/16").await,
+        run_services(&milan_cluster, "milan", "10.70.0.0/16").await,
     ];
     for client in [&rome, &milan] {
         Api::<Namespace>::all(client.clone())

@@ -41,10 +41,15 @@ pub async fn install_services(cluster: &TestCluster) {
     }
 }
 
-/// The services loop of one cluster, in-process.
-pub async fn run_services(client: &Client, id: &str, pod: &str) -> tokio::task::JoinHandle<()> {
+/// The services loop of one cluster, in-process, as the controller's ServiceAccount (so
+/// `deploy/rbac.yaml` is what it may do).
+pub async fn run_services(
+    cluster: &TestCluster,
+    id: &str,
+    pod: &str,
+) -> tokio::task::JoinHandle<()> {
     run_services_with_dns(
-        client,
+        cluster,
         id,
         pod,
         SharedTable::default(),
@@ -54,7 +59,7 @@ pub async fn run_services(client: &Client, id: &str, pod: &str) -> tokio::task::
 }
 
 pub async fn run_services_with_dns(
-    client: &Client,
+    cluster: &TestCluster,
     id: &str,
     pod: &str,
     dns: SharedTable,
@@ -63,8 +68,13 @@ pub async fn run_services_with_dns(
     let key = GatewayKey::generate();
     let info = kubetun_controller::testing::cluster_info(id, pod, "192.168.250.0/24", &key);
     let settings = kubetun_controller::testing::gateway_settings(&key, &info);
+    let kubeconfig = cluster
+        .service_account_kubeconfig(NAMESPACE, "kubetun-controller")
+        .await
+        .unwrap();
+    let client = kubetun_testenv::client_for(&kubeconfig).await.unwrap();
     let ctx = Context::new(
-        client.clone(),
+        client,
         ControllerConfig {
             namespace: NAMESPACE.into(),
             cluster: info,
