@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -21,7 +20,7 @@ use kubetun_controller::services::dns_server::{self, SharedTable};
 use kubetun_controller::services::metrics::ServiceMetrics;
 use kubetun_controller::services::sync::{CREDENTIAL_KEY, CREDENTIAL_LABEL};
 use kubetun_crds::mcs::v1beta1::{ServiceExport, ServiceImport};
-use kubetun_crds::{CidrMapping, ClusterRef, ExportedService, TunnelEndpoint, TunnelEndpointSpec};
+use kubetun_crds::{ExportedService, TunnelEndpoint};
 use realapi_support::{Leaf, NAMESPACE};
 use serde_json::json;
 use services_support::*;
@@ -49,25 +48,7 @@ async fn a_service_exported_in_milan_is_imported_in_romes_views() {
             .unwrap();
     }
 
-    // Milan's credential for Rome: it may read ExportedServices in kubetun's namespace only.
-    apply(&milan, Some(NAMESPACE), json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "rome-reader", "namespace": NAMESPACE}})).await;
-    apply(&milan, Some(NAMESPACE), json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-        "metadata": {"name": "rome-reader", "namespace": NAMESPACE},
-        "rules": [{"apiGroups": ["net.kubetun.io"], "resources": ["exportedservices"], "verbs": ["get", "list", "watch"]}]})).await;
-    apply(
-        &milan,
-        Some(NAMESPACE),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-        "metadata": {"name": "rome-reader", "namespace": NAMESPACE},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "rome-reader"},
-        "subjects": [{"kind": "ServiceAccount", "name": "rome-reader", "namespace": NAMESPACE}]}),
-    )
-    .await;
-    let reader_path = milan_cluster
-        .service_account_kubeconfig(NAMESPACE, "rome-reader")
-        .await
-        .unwrap();
-    let reader_kubeconfig = std::fs::read(&reader_path).unwrap();
+    let reader_path = link_by_hand(&rome, &milan_cluster).await;
     let reader = kubetun_testenv::client_for(&reader_path).await.unwrap();
     let forbidden =
         |r: Result<_, kube::Error>| matches!(r, Err(kube::Error::Api(s)) if s.code == 403);
@@ -89,45 +70,6 @@ async fn a_service_exported_in_milan_is_imported_in_romes_views() {
             .await
             .is_ok()
     );
-
-    let mut secret = Secret::default();
-    secret.metadata.name = Some("kubetun-services-milan".into());
-    secret.metadata.labels = Some(BTreeMap::from([(
-        CREDENTIAL_LABEL.to_owned(),
-        "milan".to_owned(),
-    )]));
-    secret.data = Some(BTreeMap::from([(
-        CREDENTIAL_KEY.to_owned(),
-        ByteString(reader_kubeconfig),
-    )]));
-    Api::<Secret>::namespaced(rome.clone(), NAMESPACE)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
-    // Rome's link to Milan: Milan's pods 10.70.0.0/16 are 10.71.0.0/16 here.
-    let te = TunnelEndpoint::new(
-        "milan",
-        TunnelEndpointSpec {
-            cluster: ClusterRef {
-                id: "milan".into(),
-                name: "Milan".into(),
-            },
-            remote_pod_cidrs: vec![CidrMapping {
-                real: "10.70.0.0/16".into(),
-                view: "10.71.0.0/16".into(),
-            }],
-            public_key: "x".repeat(43) + "=",
-            endpoint: kubetun_crds::Endpoint {
-                address: "192.0.2.1".into(),
-                port: 51820,
-            },
-            ..TunnelEndpointSpec::default()
-        },
-    );
-    Api::<TunnelEndpoint>::namespaced(rome.clone(), NAMESPACE)
-        .create(&PostParams::default(), &te)
-        .await
-        .unwrap();
 
     let rome_dns = SharedTable::default();
     let sockets = dns_server::bind("127.0.0.1:0".parse().unwrap())

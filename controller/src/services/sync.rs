@@ -11,7 +11,7 @@ use std::hash::Hasher as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt as _;
+use futures::{FutureExt as _, StreamExt as _};
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -47,6 +47,9 @@ const DEBOUNCE: Duration = Duration::from_millis(50);
 /// How often every object is written again even without a change (the memory of what was
 /// written does not see edits by others).
 const RESYNC: Duration = Duration::from_secs(300);
+/// How long a newly followed peer's first list may take before the peer counts as offering
+/// nothing (its imports go).
+const PEER_SYNC_WAIT: Duration = Duration::from_secs(30);
 /// The wait before a failed pass is retried.
 const RETRY: Duration = Duration::from_secs(1);
 
@@ -68,6 +71,20 @@ struct Peer {
     credential: u64,
     offers: Store<ExportedService>,
     task: tokio::task::JoinHandle<()>,
+    started: tokio::time::Instant,
+}
+
+impl Peer {
+    /// Whether its first list arrived; after [`PEER_SYNC_WAIT`] without one, the peer counts
+    /// as offering nothing.
+    fn settled(&self) -> bool {
+        ready(&self.offers) || self.started.elapsed() >= PEER_SYNC_WAIT
+    }
+}
+
+/// Whether `store` holds its first full list.
+fn ready<K: kube::Resource<DynamicType = ()> + Clone>(store: &Store<K>) -> bool {
+    store.wait_until_ready().now_or_never().is_some()
 }
 
 impl Drop for Peer {
@@ -144,6 +161,22 @@ pub async fn run(ctx: Arc<Context>, dns: SharedTable, metrics: ServiceMetrics) {
         ),
         namespaces: watch(Api::all(client.clone()), all, &ctx.health, &changed),
     };
+    // Nothing is written before this cluster's own state is known.
+    for ready in [
+        local.exports.wait_until_ready().boxed(),
+        local.services.wait_until_ready().boxed(),
+        local.slices.wait_until_ready().boxed(),
+        local.offered.wait_until_ready().boxed(),
+        local.imports.wait_until_ready().boxed(),
+        local.imported_slices.wait_until_ready().boxed(),
+        local.credentials.wait_until_ready().boxed(),
+        local.tunnels.wait_until_ready().boxed(),
+        local.namespaces.wait_until_ready().boxed(),
+    ] {
+        if ready.await.is_err() {
+            return;
+        }
+    }
     let mut sync = Pass {
         metrics: metrics.clone(),
         ctx: ctx.clone(),
@@ -232,6 +265,17 @@ impl Pass {
     async fn pass(&mut self) -> Result<(), kube::Error> {
         let offers = self.export().await?;
         self.follow_peers().await;
+        // Imports are computed from every peer's offers or not at all: a peer whose first list
+        // has not arrived (a restart, a slow API server) would otherwise look like a peer that
+        // exports nothing, and its imports would be deleted and made again.
+        if !self.peers.values().all(Peer::settled) {
+            let changed = self.changed.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(RETRY).await;
+                changed.notify_one();
+            });
+            return Ok(());
+        }
         let tunnels: HashMap<String, AddressViews> = self
             .local
             .tunnels
@@ -515,6 +559,7 @@ impl Pass {
                             credential: hash(kubeconfig),
                             offers: reader,
                             task,
+                            started: tokio::time::Instant::now(),
                         },
                     );
                 }

@@ -4,19 +4,23 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kubetun_controller::context::{Context, ControllerConfig};
 use kubetun_controller::ipam::IpamConfig;
 use kubetun_controller::keys::GatewayKey;
 use kubetun_controller::services::dns_server::SharedTable;
 use kubetun_controller::services::metrics::ServiceMetrics;
-use kubetun_controller::services::sync;
+use kubetun_controller::services::sync::{self, CREDENTIAL_KEY, CREDENTIAL_LABEL};
 use kubetun_crds::mcs::v1beta1::ServiceExport;
+use kubetun_crds::{CidrMapping, ClusterRef, TunnelEndpoint, TunnelEndpointSpec};
 use kubetun_testenv::TestCluster;
 use serde_json::json;
 
@@ -184,4 +188,70 @@ pub async fn cli_ok(args: &[&str]) -> String {
         realapi_support::text(&out.stderr)
     );
     stdout
+}
+
+/// Links Rome to Milan by hand, as `network connect` would (tested on its own): a reader of
+/// Milan's ExportedServices and its kubeconfig in Rome's credential Secret, and Rome's
+/// TunnelEndpoint of Milan (Milan's 10.70.0.0/16 seen as 10.71.0.0/16). Returns the reader's
+/// kubeconfig.
+pub async fn link_by_hand(rome: &Client, milan_cluster: &TestCluster) -> PathBuf {
+    let milan = milan_cluster.client().await.unwrap();
+    // Milan's credential for Rome: it may read ExportedServices in kubetun's namespace only.
+    apply(&milan, Some(NAMESPACE), json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "rome-reader", "namespace": NAMESPACE}})).await;
+    apply(&milan, Some(NAMESPACE), json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "rome-reader", "namespace": NAMESPACE},
+        "rules": [{"apiGroups": ["net.kubetun.io"], "resources": ["exportedservices"], "verbs": ["get", "list", "watch"]}]})).await;
+    apply(
+        &milan,
+        Some(NAMESPACE),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "rome-reader", "namespace": NAMESPACE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "rome-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "rome-reader", "namespace": NAMESPACE}]}),
+    )
+    .await;
+    let reader_path = milan_cluster
+        .service_account_kubeconfig(NAMESPACE, "rome-reader")
+        .await
+        .unwrap();
+    let reader_kubeconfig = std::fs::read(&reader_path).unwrap();
+    let mut secret = Secret::default();
+    secret.metadata.name = Some("kubetun-services-milan".into());
+    secret.metadata.labels = Some(BTreeMap::from([(
+        CREDENTIAL_LABEL.to_owned(),
+        "milan".to_owned(),
+    )]));
+    secret.data = Some(BTreeMap::from([(
+        CREDENTIAL_KEY.to_owned(),
+        ByteString(reader_kubeconfig),
+    )]));
+    Api::<Secret>::namespaced(rome.clone(), NAMESPACE)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    // Rome's link to Milan: Milan's pods 10.70.0.0/16 are 10.71.0.0/16 here.
+    let te = TunnelEndpoint::new(
+        "milan",
+        TunnelEndpointSpec {
+            cluster: ClusterRef {
+                id: "milan".into(),
+                name: "Milan".into(),
+            },
+            remote_pod_cidrs: vec![CidrMapping {
+                real: "10.70.0.0/16".into(),
+                view: "10.71.0.0/16".into(),
+            }],
+            public_key: "x".repeat(43) + "=",
+            endpoint: kubetun_crds::Endpoint {
+                address: "192.0.2.1".into(),
+                port: 51820,
+            },
+            ..TunnelEndpointSpec::default()
+        },
+    );
+    Api::<TunnelEndpoint>::namespaced(rome.clone(), NAMESPACE)
+        .create(&PostParams::default(), &te)
+        .await
+        .unwrap();
+    reader_path
 }
