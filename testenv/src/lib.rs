@@ -13,9 +13,14 @@
 //!
 //! What such a server lacks (no controller-manager: no garbage collection, no default
 //! ServiceAccount per namespace; etcd 3.4: no streaming lists) is the code's problem to cope
-//! with, not something this crate papers over.
+//! with, not something this crate papers over. A test that needs Deployments, pods and their
+//! EndpointSlices starts kube-controller-manager and `fake-kubelet` beside the API server
+//! ([`TestCluster::start_workloads`]).
 
 mod pki;
+mod workloads;
+
+pub use workloads::{Workloads, fake_kubelet};
 
 use std::fmt::Write as _;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
@@ -76,6 +81,8 @@ pub struct Assets {
     pub kube_apiserver: PathBuf,
     /// Optional: only tests that drive `kubectl` as a user would need it.
     pub kubectl: Option<PathBuf>,
+    /// Optional: only tests with workloads ([`TestCluster::start_workloads`]) need it.
+    pub kube_controller_manager: Option<PathBuf>,
 }
 
 /// envtest's default asset directory, used when `KUBEBUILDER_ASSETS` is not set.
@@ -103,6 +110,7 @@ impl Assets {
                 binary: "kube-apiserver",
             })?,
             kubectl: find("kubectl"),
+            kube_controller_manager: find("kube-controller-manager"),
         })
     }
 
@@ -292,6 +300,7 @@ impl TestCluster {
                 etcd: binary("etcd"),
                 kube_apiserver: binary("kubeApiserver"),
                 kubectl: layout["kubectl"].as_str().map(PathBuf::from),
+                kube_controller_manager: None,
             },
             etcd_port: port("etcdPort"),
             etcd_peer_port: port("etcdPeerPort"),
