@@ -287,7 +287,19 @@ async fn a_service_exported_in_milan_is_imported_in_romes_views() {
     assert_eq!(invalid.1, "InvalidServiceType");
     assert!(imports.get_opt("ext").await.unwrap().is_none());
 
-    // What each cluster exports and imports, as a script reads it.
+    // What each cluster exports and imports, as a script reads it (once Rome's own export,
+    // deleted above, has left the import).
+    until("Milan the only exporter", || async {
+        let import = imports.get("web").await.ok()?;
+        let clusters: Vec<String> = import
+            .status?
+            .clusters
+            .into_iter()
+            .map(|c| c.cluster)
+            .collect();
+        (clusters == ["milan"]).then_some(())
+    })
+    .await;
     let rome_k = rome_cluster.kubeconfig_path();
     let listed: serde_json::Value = serde_json::from_str(
         &cli_ok(&[

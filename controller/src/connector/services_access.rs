@@ -189,7 +189,7 @@ pub(super) async fn grant(
             service_account: format!("{}/{reader}", exporter.namespace),
         });
     };
-    let kubeconfig = kubeconfig(server, exporter_id, &token);
+    let kubeconfig = kubeconfig(server, exporter_id, &exporter.namespace, &token);
     let mut annotations = BTreeMap::from([(SERVER_ANNOTATION.to_owned(), server.url.clone())]);
     annotations.insert(EXPIRES_ANNOTATION.to_owned(), expires.0.to_string());
     let mut labels = BTreeMap::from([
@@ -300,8 +300,8 @@ where
     Ok(())
 }
 
-/// A kubeconfig for `server` with `token`.
-fn kubeconfig(server: &ServerAccess, exporter_id: &str, token: &str) -> String {
+/// A kubeconfig for `server` with `token`, in the exporter's kubetun `namespace`.
+fn kubeconfig(server: &ServerAccess, exporter_id: &str, namespace: &str, token: &str) -> String {
     let mut cluster = json!({ "server": server.url });
     if server.insecure {
         cluster["insecure-skip-tls-verify"] = true.into();
@@ -316,7 +316,9 @@ fn kubeconfig(server: &ServerAccess, exporter_id: &str, token: &str) -> String {
         "kind": "Config",
         "clusters": [{ "name": exporter_id, "cluster": cluster }],
         "users": [{ "name": "kubetun-services", "user": { "token": token } }],
-        "contexts": [{ "name": exporter_id, "context": { "cluster": exporter_id, "user": "kubetun-services" } }],
+        "contexts": [{ "name": exporter_id, "context": {
+            "cluster": exporter_id, "user": "kubetun-services", "namespace": namespace,
+        } }],
         "current-context": exporter_id,
     });
     serde_yaml::to_string(&config).unwrap_or_default()

@@ -540,7 +540,8 @@ impl Pass {
                     let (reader, writer) = reflector::store();
                     let changed = self.changed.clone();
                     let health = ApiHealth::new(client.clone());
-                    let api: Api<ExportedService> = Api::namespaced(client, &self.ctx.namespace);
+                    // The exporter's kubetun namespace is the credential's context namespace.
+                    let api: Api<ExportedService> = Api::default_namespaced(client);
                     let stream = runtime::watch(
                         api,
                         watcher::Config::default(),

@@ -214,7 +214,12 @@ pub async fn link_by_hand(rome: &Client, milan_cluster: &TestCluster) -> PathBuf
         .service_account_kubeconfig(NAMESPACE, "rome-reader")
         .await
         .unwrap();
-    let reader_kubeconfig = std::fs::read(&reader_path).unwrap();
+    // Its context namespace is Milan's kubetun namespace, where the exports are.
+    let mut config: serde_json::Value =
+        serde_yaml::from_slice(&std::fs::read(&reader_path).unwrap()).unwrap();
+    config["contexts"][0]["context"]["namespace"] = NAMESPACE.into();
+    let reader_kubeconfig = serde_yaml::to_string(&config).unwrap().into_bytes();
+    std::fs::write(&reader_path, &reader_kubeconfig).unwrap();
     let mut secret = Secret::default();
     secret.metadata.name = Some("kubetun-services-milan".into());
     secret.metadata.labels = Some(BTreeMap::from([(
