@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use kubetun_benches::scale::gateway::{self, GatewayScaleConfig};
 use kubetun_benches::scale::hub::{self, HubScaleConfig};
+use kubetun_benches::scale::services::{self, ServicesScaleConfig};
 use kubetun_integration::netns::{bin_path, require_root};
 
 #[tokio::test]
@@ -127,4 +128,43 @@ async fn a_hub_with_50_remotes_converges_and_reacts_within_budget() {
         report.change_to_gateway_ms
     );
     assert!(report.gateway_applies >= 1);
+}
+
+#[tokio::test]
+async fn a_hub_imports_100_services_of_10_clusters_within_budget() {
+    if kubetun_testenv::Assets::find().is_err() && !kubetun_testenv::required() {
+        eprintln!("skipping: this test needs etcd and kube-apiserver (KUBEBUILDER_ASSETS)");
+        return;
+    }
+    let config = ServicesScaleConfig {
+        clusters: 10,
+        services: 10,
+        endpoints: 3,
+        controller: bin_path("kubetun-controller"),
+        repo_root: PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("repository")
+            .to_owned(),
+        converge_timeout: Duration::from_secs(60),
+    };
+    let report = services::run(&config).await.expect("services scale run");
+    eprintln!("{report:#?}");
+    // Full size (1000 Services of 50 clusters, debug build): 35 s, 5.0 requests per Service.
+    assert!(
+        report.converged_s < 20.0,
+        "converged in {:.1} s",
+        report.converged_s
+    );
+    // A ServiceImport twice (created, then with its ClusterSetIP), its status, the derived
+    // Service and one EndpointSlice: five writes per Service, a little slack for retries.
+    assert!(
+        report.hub_requests_per_service <= 6.0,
+        "{:.1} API requests per Service",
+        report.hub_requests_per_service
+    );
+    assert!(
+        report.change_ms < 2000.0,
+        "a change took {:.0} ms",
+        report.change_ms
+    );
 }

@@ -7,6 +7,10 @@
 //!   with that many remote clusters linked (convergence time, RSS, API requests, latency of
 //!   one remote's change). Needs etcd and kube-apiserver (`KUBEBUILDER_ASSETS`).
 //!
+//! - `kubetun-scale services --clusters 50 --services 20`: one hub `kubetun-controller`
+//!   importing that many exported Services (convergence, RSS, API requests per Service, one
+//!   endpoint change). Needs etcd and kube-apiserver.
+//!
 //! Prints the figures with the budgets; `--json FILE` writes them as JSON too; the exit code
 //! is 1 when a budget is missed.
 
@@ -18,6 +22,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use kubetun_benches::scale::gateway::{self, GatewayScaleConfig, GatewayScaleReport};
 use kubetun_benches::scale::hub::{self, HubScaleConfig, HubScaleReport};
+use kubetun_benches::scale::services::{self, ServicesScaleConfig, ServicesScaleReport};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -77,6 +82,24 @@ enum Command {
         #[arg(long, default_value = "warn")]
         log_level: String,
     },
+    /// One hub controller importing the exported Services of many clusters.
+    Services {
+        /// Clusters linked to the hub.
+        #[arg(long, default_value_t = 50)]
+        clusters: usize,
+        /// Services each cluster exports.
+        #[arg(long, default_value_t = 20)]
+        services: usize,
+        /// Endpoints of each Service.
+        #[arg(long, default_value_t = 3)]
+        endpoints: usize,
+        /// The controller executable (default: next to this one).
+        #[arg(long)]
+        controller: Option<PathBuf>,
+        /// Give up on convergence after this many seconds.
+        #[arg(long, default_value_t = 300)]
+        timeout: u64,
+    },
 }
 
 /// The budgets of the full-size runs.
@@ -88,6 +111,9 @@ mod budget {
     pub const CONVERGE_S: f64 = 60.0;
     pub const CONTROLLER_RSS_KIB: u64 = 512 * 1024;
     pub const CHANGE_MS: f64 = 1000.0;
+    pub const SERVICES_CONVERGE_S: f64 = 60.0;
+    pub const SERVICES_RSS_KIB: u64 = 256 * 1024;
+    pub const SERVICE_CHANGE_MS: f64 = 2000.0;
 }
 
 fn sibling(name: &str) -> PathBuf {
@@ -222,6 +248,45 @@ fn print_hub(r: &HubScaleReport) -> bool {
     converge_ok && rss_ok && change_ok
 }
 
+fn print_services(r: &ServicesScaleReport) -> bool {
+    let converge_ok = r.converged_s <= budget::SERVICES_CONVERGE_S;
+    let rss_ok = r.controller_peak_kib <= budget::SERVICES_RSS_KIB;
+    let change_ok = r.change_ms <= budget::SERVICE_CHANGE_MS;
+    println!(
+        "| hub importing {} Services ({} endpoints each) of {} clusters | measured | budget |",
+        r.services, r.endpoints, r.clusters
+    );
+    println!("|---|---|---|");
+    println!("| links connected | {:.1} s | |", r.linked_s);
+    println!(
+        "| credentials written → every Service imported (ClusterSetIP, slices) | {:.1} s | ≤ {} s {} |",
+        r.converged_s,
+        budget::SERVICES_CONVERGE_S,
+        check(converge_ok)
+    );
+    println!(
+        "| controller RSS after / peak | {:.1} / {:.1} MiB | ≤ 256 MiB {} |",
+        r.controller_rss_kib as f64 / 1024.0,
+        r.controller_peak_kib as f64 / 1024.0,
+        check(rss_ok)
+    );
+    println!(
+        "| API requests on the hub (controller) | {} ({:.1} per Service) | |",
+        r.hub_requests, r.hub_requests_per_service
+    );
+    println!(
+        "| API requests on the exporters' server | {} | |",
+        r.exporter_requests
+    );
+    println!(
+        "| one exporter's endpoint change → the hub's slice | {:.0} ms | ≤ {} ms {} |",
+        r.change_ms,
+        budget::SERVICE_CHANGE_MS,
+        check(change_ok)
+    );
+    converge_ok && rss_ok && change_ok
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
     let args = Args::parse();
@@ -269,6 +334,28 @@ async fn main() -> anyhow::Result<ExitCode> {
             };
             let report = hub::run(&config).await.context("hub scale run")?;
             let met = print_hub(&report);
+            (serde_json::to_string_pretty(&report)?, met)
+        }
+        Command::Services {
+            clusters,
+            services,
+            endpoints,
+            controller,
+            timeout,
+        } => {
+            let config = ServicesScaleConfig {
+                clusters,
+                services,
+                endpoints,
+                controller: controller.unwrap_or_else(|| sibling("kubetun-controller")),
+                repo_root: PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                    .parent()
+                    .map(PathBuf::from)
+                    .unwrap_or_default(),
+                converge_timeout: Duration::from_secs(timeout),
+            };
+            let report = services::run(&config).await.context("services scale run")?;
+            let met = print_services(&report);
             (serde_json::to_string_pretty(&report)?, met)
         }
     };

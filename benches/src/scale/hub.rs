@@ -103,11 +103,11 @@ pub struct HubScaleReport {
 
 /// One simulated remote cluster.
 #[derive(Debug, Clone)]
-struct Remote {
-    info: ClusterInfo,
+pub(super) struct Remote {
+    pub(super) info: ClusterInfo,
 }
 
-fn remote(index: usize) -> Result<Remote, ScaleError> {
+pub(super) fn remote(index: usize) -> Result<Remote, ScaleError> {
     let index32 = u32::try_from(index)
         .ok()
         .filter(|i| *i < 4000)
@@ -146,7 +146,7 @@ fn remote(index: usize) -> Result<Remote, ScaleError> {
 }
 
 /// Writes one remote's objects on the hub as the connector does: three requests.
-async fn connect(
+pub(super) async fn connect(
     configs: &Api<NetworkConfig>,
     hub: &ClusterInfo,
     remote: &Remote,
@@ -160,7 +160,9 @@ async fn connect(
 }
 
 /// `apiserver_request_total` summed by `VERB resource[/subresource]`.
-async fn request_counts(client: &kube::Client) -> Result<BTreeMap<String, u64>, ScaleError> {
+pub(super) async fn request_counts(
+    client: &kube::Client,
+) -> Result<BTreeMap<String, u64>, ScaleError> {
     let request = http::Request::get("/metrics")
         .body(Vec::new())
         .map_err(|e| ScaleError::Setup(format!("metrics request: {e}")))?;
@@ -199,7 +201,7 @@ fn parse_request_counts(metrics: &str) -> BTreeMap<String, u64> {
     counts
 }
 
-fn difference(
+pub(super) fn difference(
     after: &BTreeMap<String, u64>,
     before: &BTreeMap<String, u64>,
 ) -> BTreeMap<String, u64> {
@@ -213,7 +215,7 @@ fn difference(
 }
 
 /// Applies the namespace and the CRDs and waits until the kubetun resources answer.
-async fn install(cluster: &TestCluster, repo_root: &Path) -> Result<(), ScaleError> {
+pub(super) async fn install(cluster: &TestCluster, repo_root: &Path) -> Result<(), ScaleError> {
     for file in ["deploy/namespace.yaml", "deploy/crds/kubetun.yaml"] {
         let path = repo_root.join(file);
         let path = path
@@ -245,7 +247,7 @@ async fn install(cluster: &TestCluster, repo_root: &Path) -> Result<(), ScaleErr
 }
 
 /// Whether a TunnelEndpoint's status says the gateway runs it and it is connected.
-fn connected(te: &TunnelEndpoint) -> bool {
+pub(super) fn connected(te: &TunnelEndpoint) -> bool {
     te.status
         .as_ref()
         .and_then(|s| s.connection.as_ref())

@@ -4,11 +4,14 @@
 //!   handshakes, memory, one busy peer's throughput among idle ones).
 //! - [`hub`]: one `kubetun-controller` on a real API server with many remote clusters linked
 //!   to it (convergence time, memory, API requests, reconcile latency of one change).
+//! - [`services`]: one hub `kubetun-controller` importing the exported Services of many
+//!   linked clusters (convergence time, memory, API requests per Service, one change).
 //!
 //! `kubetun-scale` runs them at full size; `benches/tests/scale.rs` at a reduced size.
 
 pub mod gateway;
 pub mod hub;
+pub mod services;
 
 use std::time::Duration;
 
