@@ -546,6 +546,11 @@ async fn network_connect_grants_read_access_and_disconnect_revokes_it() {
     // Namespace sameness: nothing is imported until Rome has the namespace.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(imports.get_opt("web").await.is_err() || imported_endpoints(&rome).await.is_empty());
+    // kubetun service diagnose names that hop.
+    assert_eq!(
+        diagnosed_broken_hop(milan_k, rome_k).await.as_deref(),
+        Some("namespace")
+    );
     Api::<Namespace>::all(rome.clone())
         .create(
             &PostParams::default(),
@@ -560,6 +565,11 @@ async fn network_connect_grants_read_access_and_disconnect_revokes_it() {
     })
     .await;
 
+    assert_eq!(
+        diagnosed_broken_hop(milan_k, rome_k).await,
+        None,
+        "every hop works"
+    );
     // A second connect changes nothing: the credential is current.
     let again = realapi_support::kubetun(&[
         "network",
@@ -615,6 +625,10 @@ async fn network_connect_grants_read_access_and_disconnect_revokes_it() {
                 .is_none()
         );
     }
+    assert_eq!(
+        diagnosed_broken_hop(milan_k, rome_k).await.as_deref(),
+        Some("link")
+    );
     // The token died with its ServiceAccount.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("old.kubeconfig");
@@ -636,4 +650,33 @@ async fn network_connect_grants_read_access_and_disconnect_revokes_it() {
     for task in tasks {
         task.abort();
     }
+}
+
+/// `kubetun service diagnose web -n shop` from Milan to Rome: the first broken hop, if any
+/// (the exit status says the same).
+async fn diagnosed_broken_hop(milan_k: &str, rome_k: &str) -> Option<String> {
+    let out = realapi_support::kubetun(&[
+        "service",
+        "diagnose",
+        "web",
+        "-n",
+        SHOP,
+        "--kubeconfig",
+        milan_k,
+        "--importer-kubeconfig",
+        rome_k,
+        "-o",
+        "json",
+    ])
+    .await;
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", realapi_support::text(&out.stderr)));
+    let broken = report["firstBroken"].as_u64().map(|i| {
+        report["checks"][i as usize]["hop"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    });
+    assert_eq!(out.status.success(), broken.is_none(), "{report}");
+    broken
 }

@@ -8,6 +8,7 @@ pub mod install;
 pub mod network;
 pub mod output;
 pub mod service;
+pub mod service_diagnose;
 pub mod shortcut;
 
 use std::path::{Path, PathBuf};

@@ -37,6 +37,8 @@ pub enum ServiceCommand {
     Unexport(TargetArgs),
     /// The ServiceExports and ServiceImports of a namespace (or all).
     List(ListArgs),
+    /// Why an exported Service is or is not visible in another cluster, hop by hop.
+    Diagnose(Box<super::service_diagnose::DiagnoseServiceArgs>),
 }
 
 /// Which cluster.
@@ -113,6 +115,7 @@ pub async fn run(args: ServiceArgs) -> Result<(), Error> {
     match args.command {
         ServiceCommand::Export(target) => export(&target).await,
         ServiceCommand::Unexport(target) => unexport(&target).await,
+        ServiceCommand::Diagnose(args) => super::service_diagnose::run(*args).await,
         ServiceCommand::List(list) => {
             let rows = rows(&list.cluster.client().await?, list.namespace.as_deref()).await?;
             match render(list.output.format, &rows)? {
