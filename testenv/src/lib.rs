@@ -195,6 +195,8 @@ pub struct TestCluster {
     etcd_port: u16,
     etcd_peer_port: u16,
     apiserver_port: u16,
+    /// `--service-cluster-ip-range`, kept across API-server restarts.
+    service_cidr: String,
     etcd: Option<Process>,
     apiserver: Option<Process>,
     watchdog: Option<Child>,
@@ -217,7 +219,8 @@ const LAYOUT_FILE: &str = "cluster.json";
 const START_TIMEOUT: Duration = Duration::from_secs(90);
 /// Admin identity of the generated kubeconfig (bypasses RBAC through `system:masters`).
 pub const ADMIN_USER: &str = "kubetun-admin";
-/// Service CIDR of every test cluster; `kubernetes.default` is its first address.
+/// Service CIDR of a test cluster unless [`TestCluster::start_in`] is given another;
+/// `kubernetes.default` is its first address.
 pub const SERVICE_CIDR: &str = "10.96.0.0/12";
 
 impl TestCluster {
@@ -229,17 +232,20 @@ impl TestCluster {
             unique_suffix()
         ));
         let guard = TempDirGuard(base.clone());
-        let mut cluster = Self::start_in(assets, name, &base, Lifetime::Owned).await?;
+        let mut cluster =
+            Self::start_in(assets, name, &base, Lifetime::Owned, SERVICE_CIDR).await?;
         cluster._tempdir = Some(guard);
         Ok(cluster)
     }
 
-    /// Starts a cluster whose files live in `dir` (created; its old contents are replaced).
+    /// Starts a cluster whose files live in `dir` (created; its old contents are replaced),
+    /// allocating ClusterIPs from `service_cidr` (e.g. [`SERVICE_CIDR`]).
     pub async fn start_in(
         assets: &Assets,
         name: &str,
         dir: &Path,
         lifetime: Lifetime,
+        service_cidr: &str,
     ) -> Result<Self, Error> {
         if dir.exists() {
             stop_dir(dir);
@@ -257,6 +263,7 @@ impl TestCluster {
             etcd_port: 0,
             etcd_peer_port: 0,
             apiserver_port: 0,
+            service_cidr: service_cidr.to_owned(),
             etcd: None,
             apiserver: None,
             watchdog: None,
@@ -305,6 +312,10 @@ impl TestCluster {
             etcd_port: port("etcdPort"),
             etcd_peer_port: port("etcdPeerPort"),
             apiserver_port: port("apiserverPort"),
+            service_cidr: layout["serviceCidr"]
+                .as_str()
+                .unwrap_or(SERVICE_CIDR)
+                .to_owned(),
             etcd: pid("etcdPid"),
             apiserver: pid("apiserverPid"),
             watchdog: None,
@@ -578,7 +589,7 @@ impl TestCluster {
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
             format!("--service-account-key-file={}", p("sa.pub")),
             format!("--service-account-signing-key-file={}", p("sa.key")),
-            format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+            format!("--service-cluster-ip-range={}", self.service_cidr),
             "--allow-privileged=true".to_owned(),
             "--profiling=false".to_owned(),
             // The lease reconciler would publish Endpoints 127.0.0.1 for `kubernetes`, which
@@ -637,6 +648,7 @@ impl TestCluster {
             "etcdPort": self.etcd_port,
             "etcdPeerPort": self.etcd_peer_port,
             "apiserverPort": self.apiserver_port,
+            "serviceCidr": self.service_cidr,
             "etcd": self.assets.etcd,
             "kubeApiserver": self.assets.kube_apiserver,
             "kubectl": self.assets.kubectl,

@@ -46,8 +46,9 @@ enum Command {
         /// Seconds of each iperf3 check (0 skips them).
         #[arg(long, default_value_t = 3)]
         iperf_seconds: u32,
-        /// Give every cluster a real control plane: a kube-apiserver (with etcd) and a
-        /// kubetun-controller, linked with the kubetun CLI; prints a kubeconfig per cluster.
+        /// Give every cluster a real control plane: a kube-apiserver (with etcd), kubetun
+        /// installed with `kubetun install` and a kubetun-controller, linked with the kubetun
+        /// CLI; prints a kubeconfig per cluster.
         /// Finds etcd and kube-apiserver like envtest (KUBEBUILDER_ASSETS,
         /// /usr/local/kubebuilder/bin, PATH).
         #[arg(long)]

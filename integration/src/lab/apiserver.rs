@@ -1,14 +1,22 @@
 //! Lab clusters with real control planes (`kubetun-lab up --apiserver`): per cluster a real
-//! kube-apiserver with etcd ([`kubetun_testenv`]), the committed manifests (namespace, CRDs,
-//! RBAC) applied, and a `kubetun-controller` process running as the `kubetun-controller`
-//! ServiceAccount (a TokenRequest token, so `deploy/rbac.yaml` is what it may do) against the
-//! cluster's gateway. Clusters are linked with the `kubetun` CLI as a user links them, the
-//! shortcuts through the hub's ShortcutConnection operator, and the TunnelEndpoints the
-//! controllers wrote are what the lab's checks read.
+//! kube-apiserver with etcd ([`kubetun_testenv`]; its service CIDR is kubeadm's
+//! 10.96.0.0/12 unless that overlaps the cluster's ranges, see
+//! [`super::install::service_cidr`]), the Node objects its kubelets would have registered
+//! (created by the lab, which runs no kubelet), kubetun installed with `kubetun install` as
+//! a user installs it (the pod CIDR and node subnets detected from those Nodes, the service
+//! CIDR from the API server; see [`super::install`]), and a `kubetun-controller` process
+//! configured from the ConfigMap install wrote, running as the `kubetun-controller`
+//! ServiceAccount (a TokenRequest token, so `deploy/rbac.yaml` as installed is what it may
+//! do) against the cluster's gateway. The gateway Deployment and route-agent DaemonSet that
+//! install applies never run (no kubelet); the lab runs the gateway and controller itself.
+//! Clusters are linked with the `kubetun` CLI as a user links them, the shortcuts through
+//! the hub's ShortcutConnection operator, and the TunnelEndpoints the controllers wrote are
+//! what the lab's checks read.
 //!
 //! The same pieces serve the end-to-end tests on real API servers, which add faults (kill
 //! -9 of a controller, an API-server restart) to a running lab.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -22,28 +30,15 @@ use kubetun_crds::{TunnelEndpoint, TunnelEndpointSpec};
 use kubetun_testenv::{Assets, Lifetime, TestCluster};
 use serde::{Deserialize, Serialize};
 
-use super::LabError;
 use super::state::ClusterState;
+use super::{LabError, install, say};
 
 /// Namespace of every kubetun object, as in `deploy/`.
 pub const NAMESPACE: &str = "kubetun-system";
 /// The controller's ServiceAccount in `deploy/rbac.yaml`.
 pub const SERVICE_ACCOUNT: &str = "kubetun-controller";
-/// Field manager of the manifests the lab applies (what `kubectl apply --server-side` uses).
+/// Field manager of the manifests [`apply_manifests`] applies.
 const FIELD_MANAGER: &str = "kubetun-lab";
-/// The manifests a user applies with `kubectl apply -k deploy/`, less the config and the
-/// gateway Deployment (the lab runs the gateway and the controller itself).
-const MANIFESTS: [(&str, &str); 3] = [
-    (
-        "namespace.yaml",
-        include_str!("../../../deploy/namespace.yaml"),
-    ),
-    (
-        "crds/kubetun.yaml",
-        include_str!("../../../deploy/crds/kubetun.yaml"),
-    ),
-    ("rbac.yaml", include_str!("../../../deploy/rbac.yaml")),
-];
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// How long a CLI step (connect, shortcut) may take.
@@ -64,52 +59,60 @@ pub struct ControlPlaneState {
     /// The controller's PID once started.
     #[serde(default)]
     pub controller_pid: Option<u32>,
-    /// The controller's arguments, so a test can restart it the same way.
+    /// The controller's arguments, so a test can restart it the same way: the installed
+    /// ConfigMap's settings as flags and the lab's own (`install::controller_args`).
     pub controller_args: Vec<String>,
 }
 
-/// Starts an API server per cluster (in parallel), installs the manifests and starts the
-/// controllers (`hubs` run the ShortcutConnection operator). `state` is saved by the caller after every cluster so `down` finds every PID.
+/// Starts an API server per cluster (in parallel), then per cluster registers its Nodes,
+/// installs kubetun with `kubetun install` and starts the controller with the installed
+/// settings (`hubs` are installed with `--hub`); install's output goes to `out`. `state` is
+/// saved by the caller after every cluster so `down` finds every PID.
 pub fn start(
     runtime: &tokio::runtime::Runtime,
     clusters: &mut [ClusterState],
     underlay: Ipv4Net,
     hubs: &[String],
     state_dir: &Path,
+    out: &mut dyn Write,
     mut save: impl FnMut(&[ClusterState]) -> Result<(), LabError>,
 ) -> Result<(), LabError> {
     let assets = Assets::find().map_err(|e| LabError::Host(e.to_string()))?;
-    let starts: Vec<_> = clusters
-        .iter()
-        .map(|cluster| {
-            let assets = assets.clone();
-            let id = cluster.id.clone();
-            let dir = state_dir.join("apiserver").join(&cluster.id);
-            runtime.spawn(async move {
-                let cluster = TestCluster::start_in(&assets, &id, &dir, Lifetime::Detached).await;
-                cluster.map(|c| {
-                    let kubeconfig = c.kubeconfig_path();
-                    c.detach();
-                    (dir, kubeconfig)
-                })
+    let mut starts = Vec::new();
+    for cluster in clusters.iter() {
+        let service_cidr = install::service_cidr(cluster, underlay).ok_or_else(|| {
+            LabError::Usage(format!(
+                "{}: no /12 of 10.0.0.0/8 nor 172.16.0.0/12 is free of its ranges for the API \
+                 server's service CIDR",
+                cluster.name
+            ))
+        })?;
+        let assets = assets.clone();
+        let id = cluster.id.clone();
+        let dir = state_dir.join("apiserver").join(&cluster.id);
+        starts.push(runtime.spawn(async move {
+            let service_cidr = service_cidr.to_string();
+            let cluster =
+                TestCluster::start_in(&assets, &id, &dir, Lifetime::Detached, &service_cidr).await;
+            cluster.map(|c| {
+                let kubeconfig = c.kubeconfig_path();
+                c.detach();
+                (dir, kubeconfig)
             })
-        })
-        .collect();
+        }));
+    }
     for (cluster, start) in clusters.iter_mut().zip(starts) {
         let (dir, kubeconfig) = runtime
             .block_on(start)
             .map_err(|e| LabError::Internal(e.to_string()))?
             .map_err(|e| LabError::Host(format!("API server of {}: {e}", cluster.name)))?;
         cluster.control_plane = Some(ControlPlaneState {
-            // Written by `install` once the ServiceAccount exists.
+            // Both written by `install`: the ServiceAccount exists and the ConfigMap holds
+            // the controller's settings once kubetun is installed.
             controller_kubeconfig: PathBuf::new(),
+            controller_args: Vec::new(),
             controller_log: state_dir.join(format!("{}-controller.log", cluster.id)),
             controller_pid: None,
-            controller_args: controller_args(
-                cluster,
-                underlay,
-                hubs.iter().any(|h| h.eq_ignore_ascii_case(&cluster.name)),
-            ),
             dir,
             kubeconfig,
         });
@@ -117,9 +120,11 @@ pub fn start(
     save(clusters)?;
     for index in 0..clusters.len() {
         let cluster = &clusters[index];
-        let plane = cluster.control_plane.clone().expect("set above");
-        let controller_kubeconfig = runtime.block_on(install(&plane, &cluster.name))?;
+        let hub = hubs.iter().any(|h| h.eq_ignore_ascii_case(&cluster.name));
+        let (args, controller_kubeconfig) =
+            install(runtime, cluster, underlay, hub, state_dir, out)?;
         let plane = clusters[index].control_plane.as_mut().expect("set above");
+        plane.controller_args = args;
         plane.controller_kubeconfig = controller_kubeconfig;
         plane.controller_pid = Some(start_controller(plane)?);
         save(clusters)?;
@@ -130,28 +135,72 @@ pub fn start(
     Ok(())
 }
 
-/// Applies the manifests, waits until the kubetun resources answer, and returns a
+/// Installs kubetun into a cluster as a user would: registers the Nodes its kubelets would
+/// have, runs `kubetun install` (its output into `<state dir>/<id>-install.log`, the
+/// detected facts and the time it took into `out`) and waits until the kubetun resources
+/// answer. Returns the controller's arguments, from the installed ConfigMap, and a
 /// kubeconfig acting as the controller's ServiceAccount (a TokenRequest token).
-async fn install(plane: &ControlPlaneState, name: &str) -> Result<PathBuf, LabError> {
+fn install(
+    runtime: &tokio::runtime::Runtime,
+    cluster: &ClusterState,
+    underlay: Ipv4Net,
+    hub: bool,
+    state_dir: &Path,
+    out: &mut dyn Write,
+) -> Result<(Vec<String>, PathBuf), LabError> {
+    let name = &cluster.name;
+    let plane = plane(cluster)?;
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         LabError::Host(format!("API server of {name}: {what}: {e}"))
     };
-    let client = kubetun_testenv::client_for(&plane.kubeconfig)
-        .await
+    let client = runtime
+        .block_on(kubetun_testenv::client_for(&plane.kubeconfig))
         .map_err(|e| fail("client", &e))?;
-    for (file, yaml) in MANIFESTS {
-        apply_manifests(&client, yaml)
-            .await
-            .map_err(|e| fail(&format!("applying deploy/{file}"), &e))?;
+    runtime
+        .block_on(install::register_nodes(&client, cluster))
+        .map_err(|e| fail("registering the Nodes", &e))?;
+    let installed = install::run_install(&install::install_args(
+        cluster,
+        &plane.kubeconfig,
+        hub,
+        underlay,
+    ))?;
+    let log = state_dir.join(format!("{}-install.log", cluster.id));
+    std::fs::write(&log, installed.output.join("\n") + "\n").map_err(|error| LabError::Io {
+        path: log.clone(),
+        error,
+    })?;
+    // The facts install detected and its summary; the applied objects are in the log.
+    for line in installed
+        .output
+        .iter()
+        .filter(|l| !l.starts_with("applied "))
+    {
+        say(out, &format!("    {name}: {line}"));
     }
-    wait_crds_served(&client)
-        .await
-        .map_err(|e| fail("CRDs", &e))?;
-    TestCluster::attach(&plane.dir)
-        .map_err(|e| fail("cluster", &e))?
-        .service_account_kubeconfig(NAMESPACE, SERVICE_ACCOUNT)
-        .await
-        .map_err(|e| fail("ServiceAccount token", &e))
+    say(
+        out,
+        &format!(
+            "  installed {name} with kubetun install in {:.1}s ({})",
+            installed.took.as_secs_f64(),
+            log.display()
+        ),
+    );
+    runtime.block_on(async {
+        wait_crds_served(&client)
+            .await
+            .map_err(|e| fail("CRDs", &e))?;
+        let config = install::installed_config(&client)
+            .await
+            .map_err(|e| fail("the installed ConfigMap", &e))?;
+        let args = install::controller_args(&config, cluster)?;
+        let kubeconfig = TestCluster::attach(&plane.dir)
+            .map_err(|e| fail("cluster", &e))?
+            .service_account_kubeconfig(NAMESPACE, SERVICE_ACCOUNT)
+            .await
+            .map_err(|e| fail("ServiceAccount token", &e))?;
+        Ok((args, kubeconfig))
+    })
 }
 
 /// Server-side applies every document of a multi-document YAML, like
@@ -182,14 +231,13 @@ pub async fn apply_manifests(client: &Client, yaml: &str) -> Result<(), BoxError
 }
 
 /// A CRD is Established well before its resource answers (a 404, then `429` while the
-/// storage initialises): wait until every kubetun resource can be listed.
+/// storage initialises): wait until every custom resource can be listed (kubetun's, and
+/// those of the Multi-Cluster Services API that `kubetun install` adds; the lab's API
+/// servers hold no others).
 pub async fn wait_crds_served(client: &Client) -> Result<(), kube::Error> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let deadline = Instant::now() + Duration::from_secs(30);
     for crd in crds.list(&ListParams::default()).await? {
-        if !crd.spec.group.ends_with("kubetun.io") {
-            continue;
-        }
         let version = crd.spec.versions.first().map(|v| v.name.clone());
         let gvk = kube::api::GroupVersionKind::gvk(
             &crd.spec.group,
@@ -211,31 +259,6 @@ pub async fn wait_crds_served(client: &Client) -> Result<(), kube::Error> {
         }
     }
     Ok(())
-}
-
-/// The controller's flags for a lab cluster: its CIDRs, the underlay reserved from IPAM, the
-/// gateway's endpoint and socket.
-fn controller_args(cluster: &ClusterState, underlay: Ipv4Net, hub: bool) -> Vec<String> {
-    let mut args = vec![
-        format!("--cluster-id={}", cluster.id),
-        format!("--cluster-name={}", cluster.name),
-        format!("--namespace={NAMESPACE}"),
-        format!("--pod-cidr={}", cluster.pod_cidr),
-        format!("--reserved={underlay}"),
-        format!("--endpoint-address={}", cluster.underlay_address),
-        format!("--endpoint-port={}", cluster.listen_port),
-        format!("--gateway-socket={}", cluster.grpc_socket.display()),
-        "--manage-routes".to_owned(),
-        format!("--persistent-keepalive={}", super::plan::KEEPALIVE_SECONDS),
-        format!("--mtu={}", cluster.mtu),
-    ];
-    if let Some(external) = cluster.external_cidr {
-        args.push(format!("--external-cidr={external}"));
-    }
-    if hub {
-        args.push("--hub".to_owned());
-    }
-    args
 }
 
 /// Starts the controller process of a cluster (detached from the lab's process group, so it

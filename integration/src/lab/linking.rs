@@ -162,13 +162,20 @@ impl RunningLab<'_> {
             .filter_map(|l| topology.hub_of(&l.0, &l.1))
             .collect();
         let state = &mut *self.state;
+        // Saved as each control plane comes up, so `down` finds its processes also when a
+        // later cluster fails to install.
+        let mut saved = state.clone();
         apiserver::start(
             self.runtime,
             &mut state.clusters,
             topology.underlay,
             &hubs,
             &state_dir,
-            |_| Ok(()),
+            out,
+            |clusters| {
+                saved.clusters = clusters.to_vec();
+                Ok(saved.save(&state_dir)?)
+            },
         )?;
         self.state.save(&state_dir)?;
         for cluster in &self.state.clusters {

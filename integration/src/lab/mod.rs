@@ -24,6 +24,7 @@
 pub mod apiserver;
 pub mod checks;
 pub mod fabric;
+pub mod install;
 pub mod named;
 pub mod naming;
 pub mod plan;
