@@ -604,3 +604,59 @@ async fn dry_run_equals_kustomize_and_overlaps_are_refused() {
             .is_err()
     );
 }
+
+#[tokio::test]
+async fn another_implementations_mcs_crds_are_used_as_they_are_and_kept() {
+    kubetun_controller::cli::install_tls_provider();
+    let Some([cluster]) = kubetun_testenv::clusters_or_skip(["mcs"]).await else {
+        return;
+    };
+    add_nodes(&cluster, &[("node-a", "10.244.0.0/24", "192.168.10.11")]).await;
+    // Another implementation (here: kubectl) installed the MCS API first.
+    let crds = realapi_support::repo_root().join("deploy/crds/multicluster.yaml");
+    cluster
+        .kubectl(&["apply", "-f", crds.to_str().unwrap()])
+        .unwrap();
+    let managers = || {
+        cluster
+            .kubectl(&[
+                "get",
+                "crd",
+                "serviceexports.multicluster.x-k8s.io",
+                "-o",
+                "jsonpath={.metadata.managedFields[*].manager}",
+            ])
+            .unwrap()
+    };
+    let before = managers();
+    let out = install(
+        &cluster,
+        &["--cluster-id", "oslo", "--endpoint-address", "203.0.113.9"],
+    )
+    .await;
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("using the Multi-Cluster Services API CRDs the cluster has"),
+        "{stdout}"
+    );
+    assert_eq!(
+        managers(),
+        before,
+        "kubetun install leaves them as they are"
+    );
+    let path = kubeconfig(&cluster);
+    let out = kubetun(&["uninstall", "--kubeconfig", &path, "--force"]).await;
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("kept CustomResourceDefinition"), "{stdout}");
+    for crd in [
+        "serviceexports.multicluster.x-k8s.io",
+        "serviceimports.multicluster.x-k8s.io",
+    ] {
+        assert!(
+            cluster.kubectl(&["get", "crd", crd]).is_ok(),
+            "{crd} was deleted"
+        );
+    }
+}

@@ -6,6 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{ApiCapabilities, ApiResource, Scope};
@@ -92,6 +93,40 @@ fn every_possible_object() -> Result<Vec<Value>, Error> {
     Ok(all)
 }
 
+/// The Multi-Cluster Services API's CRDs present in the cluster that `kubetun install` did
+/// not apply (another implementation's, or `kubectl apply`'s): kubetun uses them as they are
+/// and never replaces or deletes them.
+pub async fn foreign_mcs_crds(client: &kube::Client) -> Result<BTreeSet<String>, Error> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut foreign = BTreeSet::new();
+    for crd in kubetun_crds::mcs::mcs_crds() {
+        let name = crd.metadata.name.unwrap_or_default();
+        let Some(present) = crds
+            .get_opt(&name)
+            .await
+            .map_err(api_error(format!("read CustomResourceDefinition {name}")))?
+        else {
+            continue;
+        };
+        let ours = present
+            .metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .any(|m| m.manager.as_deref() == Some(FIELD_MANAGER));
+        if !ours {
+            foreign.insert(name);
+        }
+    }
+    Ok(foreign)
+}
+
+/// Whether `object` is one of `foreign` CRDs.
+pub fn is_foreign(object: &Value, foreign: &BTreeSet<String>) -> bool {
+    let (_, kind, _, name) = manifests::identity(object);
+    kind == "CustomResourceDefinition" && foreign.contains(&name)
+}
+
 /// Deletes the objects another set of components installed that this one has not.
 pub async fn prune(
     client: &kube::Client,
@@ -99,8 +134,12 @@ pub async fn prune(
     report: impl Fn(String),
 ) -> Result<(), Error> {
     let wanted: BTreeSet<_> = objects.iter().map(manifests::identity).collect();
+    let foreign = foreign_mcs_crds(client).await?;
     let mut resources = Resources::default();
-    for object in every_possible_object()? {
+    for object in every_possible_object()?
+        .into_iter()
+        .filter(|o| !is_foreign(o, &foreign))
+    {
         if wanted.contains(&manifests::identity(&object)) {
             continue;
         }
@@ -336,14 +375,23 @@ pub async fn uninstall(client: &kube::Client, force: bool, timeout: Duration) ->
             delete(client, &mut resources, &object).await?;
         }
     }
-    // The manifests' objects, the namespace and the CRDs last.
+    // The manifests' objects, the namespace and the CRDs last; MCS API CRDs kubetun install
+    // did not apply stay (other implementations may use them).
+    let foreign = foreign_mcs_crds(client).await?;
     for object in all.iter().rev() {
+        if is_foreign(object, &foreign) {
+            println!(
+                "kept {} (not installed by kubetun install)",
+                describe(object)
+            );
+            continue;
+        }
         delete(client, &mut resources, object).await?;
     }
     // Wait for them to be gone (a CRD goes once its objects are gone); a namespace is
     // removed by the namespace controller.
     let deadline = Instant::now() + timeout;
-    for object in &all {
+    for object in all.iter().filter(|o| !is_foreign(o, &foreign)) {
         let (_, kind, _, name) = manifests::identity(object);
         let api = resources.api(client, object).await?;
         loop {

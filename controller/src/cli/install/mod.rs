@@ -165,6 +165,15 @@ pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
         hub_forwarding: settings.hub_forwarding.unwrap_or(false),
     };
     let mut objects = manifests::render(components).map_err(|e| Error::Usage(e.to_string()))?;
+    // The MCS API's CRDs: kubetun's own, unless the cluster serves them already.
+    let foreign = apply::foreign_mcs_crds(&client).await?;
+    if !foreign.is_empty() {
+        say(format!(
+            "using the Multi-Cluster Services API CRDs the cluster has ({}); not replacing them",
+            foreign.iter().cloned().collect::<Vec<_>>().join(", ")
+        ));
+        objects.retain(|o| !apply::is_foreign(o, &foreign));
+    }
     let cidrs = |c: &Option<Cidrs>| c.as_ref().map(|c| c.0.clone()).unwrap_or_default();
 
     let detected = detect::detect(
