@@ -45,6 +45,11 @@ pub struct DiagnoseServiceArgs {
     pub output: OutputArgs,
 }
 
+/// A condition as read: `(type, status, reason, message)`.
+pub type ConditionFact = (String, String, String, String);
+/// An import as read: its ClusterSetIPs and exporting clusters.
+pub type ImportFact = (Vec<String>, Vec<String>);
+
 /// What the diagnosis read from both clusters (`Err`: why it could not be read).
 #[derive(Debug, Clone)]
 pub struct ServiceFacts {
@@ -57,7 +62,7 @@ pub struct ServiceFacts {
     /// The Service's type in the exporter (`None`: no such Service).
     pub service_type: Result<Option<String>, String>,
     /// The ServiceExport's conditions `(type, status, reason, message)` (`None`: none).
-    pub export: Result<Option<Vec<(String, String, String, String)>>, String>,
+    pub export: Result<Option<Vec<ConditionFact>>, String>,
     /// The offer's endpoint count (`None`: not offered).
     pub offered_endpoints: Result<Option<usize>, String>,
     /// Whether the importer has a TunnelEndpoint of the exporter.
@@ -69,7 +74,7 @@ pub struct ServiceFacts {
     /// Whether the namespace exists in the importer.
     pub namespace_exists: Result<bool, String>,
     /// The import's ClusterSetIPs and exporting clusters (`None`: no import).
-    pub import: Result<Option<(Vec<String>, Vec<String>)>, String>,
+    pub import: Result<Option<ImportFact>, String>,
     /// Endpoints from the exporter in the importer's slices: `(all, ready)`.
     pub imported_endpoints: Result<(usize, usize), String>,
 }
