@@ -2,8 +2,10 @@
 //! EndpointSlices written from the desired imports, what no longer should be removed, and the
 //! table the DNS server answers from.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+
+use futures::StreamExt as _;
 
 use k8s_openapi::api::core::v1::{Service, ServicePort as KubePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -19,6 +21,10 @@ use super::desired::{
 use super::dns::{DnsService, DnsTable, endpoint_hostname};
 use super::sync::{FIELD_MANAGER, MANAGED_LABEL, Pass, delete, hash, key};
 use crate::runtime;
+
+/// Imports written at once (their requests overlap; the API server orders nothing across
+/// them).
+const CONCURRENT_WRITES: usize = 16;
 
 impl Pass {
     /// ServiceImports, derived Services and EndpointSlices as `imports` says; the rest of
@@ -37,11 +43,52 @@ impl Pass {
             .iter()
             .filter(|i| namespaces.contains(&i.namespace))
             .collect();
-        // One failing import does not hold up the others.
+        // Written several at once; one failing import does not hold up the others.
+        let owners: HashMap<(String, String), OwnerReference> = self
+            .local
+            .imports
+            .state()
+            .iter()
+            .filter_map(|i| {
+                let id = (i.namespace().unwrap_or_default(), i.name_any());
+                Some((id, i.controller_owner_ref(&())?))
+            })
+            .collect();
+        let writer = Writer {
+            client: self.ctx.client.clone(),
+            written: &self.written,
+            cluster_ips: &self.cluster_ips,
+            owners: &owners,
+        };
+        // Collected first: a closure inside the stream's type would not be `Send` for every
+        // lifetime (the loop runs in a spawned task).
+        let writes: Vec<_> = imports.iter().map(|import| writer.import(import)).collect();
+        let results: Vec<Result<Written, kube::Error>> = futures::stream::iter(writes)
+            .buffer_unordered(CONCURRENT_WRITES)
+            .collect()
+            .await;
         let mut first_error = None;
+        for result in results {
+            match result {
+                Ok(out) => {
+                    self.written.extend(out.written);
+                    if let Some((id, ips)) = out.cluster_ips {
+                        self.cluster_ips.insert(id, ips);
+                    }
+                }
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
         for import in &imports {
-            if let Err(error) = self.import_one(import).await {
-                first_error.get_or_insert(error);
+            let dropped_key = format!("dropped/{}/{}", import.namespace, import.name);
+            let digest = hash(&import.dropped);
+            if self.written.insert(dropped_key, digest) != Some(digest) {
+                for (cluster, dropped) in &import.dropped {
+                    self.metrics.dropped_endpoints.inc_by(*dropped as u64);
+                    tracing::warn!(service = %format!("{}/{}", import.namespace, import.name), %cluster, dropped, "services: endpoint addresses outside the exporter's CIDRs were not imported");
+                }
             }
         }
         self.remove_stale(&imports).await?;
@@ -120,119 +167,158 @@ impl Pass {
             })
             .collect()
     }
+}
 
-    /// One import's ServiceImport, derived Service and EndpointSlices.
-    async fn import_one(&mut self, import: &DesiredImport) -> Result<(), kube::Error> {
-        let client = self.ctx.client.clone();
-        {
-            let api: Api<ServiceImport> = Api::namespaced(client.clone(), &import.namespace);
-            let derived_name = derived_service_name(&import.name);
-            let headless = import.merged.type_ == ServiceImportType::Headless;
-            let mut object = ServiceImport::new(
-                &import.name,
-                ServiceImportSpec {
-                    ports: import.merged.ports.clone(),
-                    ips: Vec::new(),
-                    type_: import.merged.type_,
-                    session_affinity: import.merged.session_affinity.clone(),
-                    session_affinity_config: import.merged.session_affinity_config.clone(),
-                    ip_families: import.merged.ip_families.clone(),
-                },
-            );
-            let mut labels = import.labels.clone();
-            labels.insert(MANAGED_LABEL.to_owned(), MANAGED_BY.to_owned());
-            object.metadata.labels = Some(labels);
-            object.metadata.annotations =
-                (!import.annotations.is_empty()).then(|| import.annotations.clone());
-            // The derived Service first: its ClusterIP is the ClusterSetIP.
-            let owner = match self.local.imports.state().iter().find(|i| {
-                i.namespace().as_deref() == Some(&import.namespace) && i.name_any() == import.name
-            }) {
-                Some(existing) => existing.controller_owner_ref(&()),
-                None => None,
-            };
-            let owner = match owner {
-                Some(owner) => owner,
-                None => {
-                    let created = api
-                        .patch(
-                            &import.name,
-                            &PatchParams::apply(FIELD_MANAGER).force(),
-                            &Patch::Apply(&object),
-                        )
-                        .await?;
-                    created
-                        .controller_owner_ref(&())
-                        .expect("a ServiceImport from the API has a uid")
-                }
-            };
-            let derived = derived_service(import, &derived_name, headless, &owner);
-            let derived_key = key::<Service>(&import.namespace, &derived_name);
-            let digest = hash(&serde_json::to_string(&derived).unwrap_or_default());
-            let id = (import.namespace.clone(), import.name.clone());
-            if self.written.get(&derived_key) != Some(&digest)
-                || !self.cluster_ips.contains_key(&id)
-            {
-                let services: Api<Service> = Api::namespaced(client.clone(), &import.namespace);
-                let applied = services
-                    .patch(
-                        &derived_name,
-                        &PatchParams::apply(FIELD_MANAGER).force(),
-                        &Patch::Apply(&derived),
-                    )
-                    .await?;
-                let ips: Vec<String> = applied
-                    .spec
-                    .and_then(|s| s.cluster_ips.or(s.cluster_ip.map(|ip| vec![ip])))
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|ip| ip != "None")
-                    .collect();
-                self.cluster_ips.insert(id.clone(), ips);
-                self.written.insert(derived_key, digest);
-            }
-            if !headless {
-                object.spec.ips = self.cluster_ips.get(&id).cloned().unwrap_or_default();
-            }
-            self.apply(&api, &import.name, &object).await?;
-            let status = ServiceImportStatus {
-                clusters: import
-                    .merged
-                    .clusters
-                    .iter()
-                    .map(|c| ClusterStatus { cluster: c.clone() })
-                    .collect(),
-                conditions: Vec::new(),
-            };
-            let status_key = format!("ServiceImport/status/{}/{}", import.namespace, import.name);
-            let digest = hash(&import.merged.clusters);
-            if self.written.get(&status_key) != Some(&digest) {
-                runtime::apply_status(&api, &import.name, FIELD_MANAGER, &status).await?;
-                self.written.insert(status_key, digest);
-            }
-            let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &import.namespace);
-            for slice in &import.slices {
-                let mut slice = slice.clone();
-                slice.metadata.owner_references = Some(vec![owner.clone()]);
-                let name = slice.name_any();
-                self.apply(&slices, &name, &slice).await?;
-            }
-            let dropped_key = format!("dropped/{}/{}", import.namespace, import.name);
-            let digest = hash(&import.dropped);
-            if self.written.insert(dropped_key, digest) != Some(digest) {
-                for (cluster, dropped) in &import.dropped {
-                    self.metrics.dropped_endpoints.inc_by(*dropped as u64);
-                    tracing::warn!(service = %format!("{}/{}", import.namespace, import.name), %cluster, dropped, "services: endpoint addresses outside the exporter's CIDRs were not imported");
-                }
-            }
+/// What one import's writes need to know, shared by the imports written concurrently.
+struct Writer<'a> {
+    client: kube::Client,
+    /// What was last written (see [`Pass::written`]).
+    written: &'a HashMap<String, u64>,
+    /// The derived Services' ClusterIPs known so far.
+    cluster_ips: &'a HashMap<(String, String), Vec<String>>,
+    /// Owner references of the ServiceImports that exist.
+    owners: &'a HashMap<(String, String), OwnerReference>,
+}
+
+/// What one import's writes changed, merged into the [`Pass`] afterwards.
+#[derive(Default)]
+struct Written {
+    written: Vec<(String, u64)>,
+    cluster_ips: Option<((String, String), Vec<String>)>,
+}
+
+impl Writer<'_> {
+    /// Server-side applies `object` unless it is what was last written; records the write.
+    async fn apply<K>(
+        &self,
+        api: &Api<K>,
+        name: &str,
+        object: &K,
+        out: &mut Written,
+    ) -> Result<(), kube::Error>
+    where
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + serde::Serialize
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let namespace = object.meta().namespace.clone().unwrap_or_default();
+        let key = key::<K>(&namespace, name);
+        let digest = hash(&serde_json::to_string(object).unwrap_or_default());
+        if self.written.get(&key) == Some(&digest) {
+            return Ok(());
         }
+        let mut value = serde_json::to_value(object).unwrap_or_default();
+        value["apiVersion"] = K::api_version(&()).into();
+        value["kind"] = K::kind(&()).into();
+        api.patch(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&value),
+        )
+        .await?;
+        out.written.push((key, digest));
         Ok(())
     }
 
+    /// One import's ServiceImport, derived Service and EndpointSlices.
+    async fn import(&self, import: &DesiredImport) -> Result<Written, kube::Error> {
+        let mut out = Written::default();
+        let client = &self.client;
+        let api: Api<ServiceImport> = Api::namespaced(client.clone(), &import.namespace);
+        let derived_name = derived_service_name(&import.name);
+        let headless = import.merged.type_ == ServiceImportType::Headless;
+        let mut object = ServiceImport::new(
+            &import.name,
+            ServiceImportSpec {
+                ports: import.merged.ports.clone(),
+                ips: Vec::new(),
+                type_: import.merged.type_,
+                session_affinity: import.merged.session_affinity.clone(),
+                session_affinity_config: import.merged.session_affinity_config.clone(),
+                ip_families: import.merged.ip_families.clone(),
+            },
+        );
+        let mut labels = import.labels.clone();
+        labels.insert(MANAGED_LABEL.to_owned(), MANAGED_BY.to_owned());
+        object.metadata.labels = Some(labels);
+        object.metadata.annotations =
+            (!import.annotations.is_empty()).then(|| import.annotations.clone());
+        let id = (import.namespace.clone(), import.name.clone());
+        // The derived Service first (its ClusterIP is the ClusterSetIP); it is owned by the
+        // ServiceImport, which is created first when new.
+        let owner = match self.owners.get(&id) {
+            Some(owner) => owner.clone(),
+            None => api
+                .patch(
+                    &import.name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&object),
+                )
+                .await?
+                .controller_owner_ref(&())
+                .expect("a ServiceImport from the API has a uid"),
+        };
+        let derived = derived_service(import, &derived_name, headless, &owner);
+        let derived_key = key::<Service>(&import.namespace, &derived_name);
+        let digest = hash(&serde_json::to_string(&derived).unwrap_or_default());
+        let mut ips = self.cluster_ips.get(&id).cloned();
+        if self.written.get(&derived_key) != Some(&digest) || ips.is_none() {
+            let services: Api<Service> = Api::namespaced(client.clone(), &import.namespace);
+            let applied = services
+                .patch(
+                    &derived_name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&derived),
+                )
+                .await?;
+            let assigned: Vec<String> = applied
+                .spec
+                .and_then(|s| s.cluster_ips.or(s.cluster_ip.map(|ip| vec![ip])))
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|ip| ip != "None")
+                .collect();
+            out.cluster_ips = Some((id.clone(), assigned.clone()));
+            out.written.push((derived_key, digest));
+            ips = Some(assigned);
+        }
+        if !headless {
+            object.spec.ips = ips.unwrap_or_default();
+        }
+        self.apply(&api, &import.name, &object, &mut out).await?;
+        let status = ServiceImportStatus {
+            clusters: import
+                .merged
+                .clusters
+                .iter()
+                .map(|c| ClusterStatus { cluster: c.clone() })
+                .collect(),
+            conditions: Vec::new(),
+        };
+        let status_key = format!("ServiceImport/status/{}/{}", import.namespace, import.name);
+        let digest = hash(&import.merged.clusters);
+        if self.written.get(&status_key) != Some(&digest) {
+            runtime::apply_status(&api, &import.name, FIELD_MANAGER, &status).await?;
+            out.written.push((status_key, digest));
+        }
+        let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), &import.namespace);
+        for slice in &import.slices {
+            let mut slice = slice.clone();
+            slice.metadata.owner_references = Some(vec![owner.clone()]);
+            let name = slice.name_any();
+            self.apply(&slices, &name, &slice, &mut out).await?;
+        }
+        Ok(out)
+    }
+}
+
+impl Pass {
     /// What kubetun imported before and no longer should.
     async fn remove_stale(&mut self, imports: &[&DesiredImport]) -> Result<(), kube::Error> {
         let client = self.ctx.client.clone();
-        let wanted_slices: Vec<(String, String)> = imports
+        let wanted_slices: HashSet<(String, String)> = imports
             .iter()
             .flat_map(|i| i.slices.iter().map(|s| (i.namespace.clone(), s.name_any())))
             .collect();
