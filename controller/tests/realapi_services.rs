@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::{Name, RecordType};
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{Secret, Service};
 use kube::ResourceExt as _;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use kubetun_controller::services::dns_server::{self, SharedTable};
 use kubetun_controller::services::metrics::ServiceMetrics;
 use kubetun_controller::services::sync::{CREDENTIAL_KEY, CREDENTIAL_LABEL};
@@ -31,22 +31,10 @@ async fn a_service_exported_in_milan_is_imported_in_romes_views() {
     else {
         return;
     };
-    futures::future::join(
-        install_services(&rome_cluster),
-        install_services(&milan_cluster),
-    )
-    .await;
+    install_services_on(&[&rome_cluster, &milan_cluster]).await;
     let rome = rome_cluster.client().await.unwrap();
     let milan = milan_cluster.client().await.unwrap();
-    for client in [&rome, &milan] {
-        Api::<Namespace>::all(client.clone())
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": SHOP}})).unwrap(),
-            )
-            .await
-            .unwrap();
-    }
+    create_shop(&[&rome, &milan]).await;
 
     let reader_path = link_by_hand(&rome, &milan_cluster).await;
     let reader = kubetun_testenv::client_for(&reader_path).await.unwrap();
@@ -458,11 +446,7 @@ async fn network_connect_grants_read_access_and_disconnect_revokes_it() {
     else {
         return;
     };
-    futures::future::join(
-        install_services(&rome_cluster),
-        install_services(&milan_cluster),
-    )
-    .await;
+    install_services_on(&[&rome_cluster, &milan_cluster]).await;
     // Both clusters' pods are 10.70.0.0/16: each sees the other's at a remapped view.
     let _rome_leaf = Leaf::start(&rome_cluster, "rome", "10.70.0.0/16", "10.90.0.0/16").await;
     let _milan_leaf = Leaf::start(&milan_cluster, "milan", "10.70.0.0/16", "10.91.0.0/16").await;
@@ -472,13 +456,7 @@ async fn network_connect_grants_read_access_and_disconnect_revokes_it() {
         run_services(&rome_cluster, "rome", "10.70.0.0/16").await,
         run_services(&milan_cluster, "milan", "10.70.0.0/16").await,
     ];
-    Api::<Namespace>::all(milan.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": SHOP}})).unwrap(),
-        )
-        .await
-        .unwrap();
+    create_shop(&[&milan]).await;
     apply(&milan, Some(SHOP), web_service(80)).await;
     apply(
         &milan,
@@ -551,13 +529,7 @@ async fn network_connect_grants_read_access_and_disconnect_revokes_it() {
         diagnosed_broken_hop(milan_k, rome_k).await.as_deref(),
         Some("namespace")
     );
-    Api::<Namespace>::all(rome.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": SHOP}})).unwrap(),
-        )
-        .await
-        .unwrap();
+    create_shop(&[&rome]).await;
     until("Rome's import through the connect credential", || async {
         let e = imported_endpoints(&rome).await;
         (e.get(&expected) == Some(&true) && imports.get_opt("web").await.ok()??.spec.ips.len() == 1)

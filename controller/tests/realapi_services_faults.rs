@@ -9,12 +9,11 @@ mod services_support;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt as _;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
 use kubetun_crds::mcs::v1beta1::ServiceImport;
-use serde_json::json;
 use services_support::*;
 
 /// The uids and resourceVersions of everything Rome imported for shop/web.
@@ -60,22 +59,10 @@ async fn imports_survive_a_controller_restart_and_the_exporters_api_server_going
     else {
         return;
     };
-    futures::future::join(
-        install_services(&rome_cluster),
-        install_services(&milan_cluster),
-    )
-    .await;
+    install_services_on(&[&rome_cluster, &milan_cluster]).await;
     let rome = rome_cluster.client().await.unwrap();
     let milan = milan_cluster.client().await.unwrap();
-    for client in [&rome, &milan] {
-        Api::<Namespace>::all(client.clone())
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": SHOP}})).unwrap(),
-            )
-            .await
-            .unwrap();
-    }
+    create_shop(&[&rome, &milan]).await;
     link_by_hand(&rome, &milan_cluster).await;
     let milan_task = run_services(&milan_cluster, "milan", "10.70.0.0/16").await;
     let mut rome_task = run_services(&rome_cluster, "rome", "10.60.0.0/16").await;

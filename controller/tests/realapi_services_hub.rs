@@ -8,13 +8,12 @@
 mod realapi_support;
 mod services_support;
 
-use k8s_openapi::api::core::v1::{Namespace, Secret};
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
 use kubetun_controller::shortcut;
 use kubetun_crds::TunnelEndpoint;
 use kubetun_crds::mcs::v1beta1::ServiceImport;
 use realapi_support::{Leaf, NAMESPACE};
-use serde_json::json;
 use services_support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -24,12 +23,7 @@ async fn a_service_is_imported_across_a_hub_only_shortcut() {
     else {
         return;
     };
-    futures::future::join3(
-        install_services(&hub),
-        install_services(&rome_cluster),
-        install_services(&milan_cluster),
-    )
-    .await;
+    install_services_on(&[&hub, &rome_cluster, &milan_cluster]).await;
     let _europe = Leaf::start(&hub, "europe", "10.200.0.0/16", "10.80.0.0/16").await;
     let _rome_leaf = Leaf::start(&rome_cluster, "rome", "10.70.0.0/16", "10.90.0.0/16").await;
     let _milan_leaf = Leaf::start(&milan_cluster, "milan", "10.70.0.0/16", "10.91.0.0/16").await;
@@ -46,15 +40,7 @@ async fn a_service_is_imported_across_a_hub_only_shortcut() {
         run_services(&rome_cluster, "rome", "10.70.0.0/16").await,
         run_services(&milan_cluster, "milan", "10.70.0.0/16").await,
     ];
-    for client in [&rome, &milan] {
-        Api::<Namespace>::all(client.clone())
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": SHOP}})).unwrap(),
-            )
-            .await
-            .unwrap();
-    }
+    create_shop(&[&rome, &milan]).await;
     apply(&milan, Some(SHOP), web_service(80)).await;
     apply(
         &milan,

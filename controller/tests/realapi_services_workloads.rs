@@ -11,9 +11,9 @@ mod services_support;
 
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt as _;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::json;
 use services_support::*;
 
@@ -56,22 +56,10 @@ async fn a_deployments_pods_in_milan_are_endpoints_in_rome() {
             return;
         }
     };
-    futures::future::join(
-        install_services(&rome_cluster),
-        install_services(&milan_cluster),
-    )
-    .await;
+    install_services_on(&[&rome_cluster, &milan_cluster]).await;
     let rome = rome_cluster.client().await.unwrap();
     let milan = milan_cluster.client().await.unwrap();
-    for client in [&rome, &milan] {
-        Api::<Namespace>::all(client.clone())
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": SHOP}})).unwrap(),
-            )
-            .await
-            .unwrap();
-    }
+    create_shop(&[&rome, &milan]).await;
     link_by_hand(&rome, &milan_cluster).await;
     let tasks = [
         run_services(&milan_cluster, "milan", "10.70.0.0/16").await,

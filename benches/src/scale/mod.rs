@@ -88,6 +88,16 @@ impl ScaleError {
     }
 }
 
+/// Prints the last lines of a controller's log (after a failed run).
+fn print_log_tail(path: &std::path::Path) {
+    let log = std::fs::read_to_string(path).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(20).collect();
+    eprintln!(
+        "controller log (last lines, newest first):\n{}",
+        tail.join("\n")
+    );
+}
+
 /// Resident memory of a process from `/proc/<pid>/status`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Memory {

@@ -214,12 +214,7 @@ pub async fn run(config: &ServicesScaleConfig) -> Result<ServicesScaleReport, Sc
     let _ = controller.start_kill();
     let _ = controller.wait().await;
     if result.is_err() {
-        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        let tail: Vec<&str> = log.lines().rev().take(20).collect();
-        eprintln!(
-            "controller log (last lines, newest first):\n{}",
-            tail.join("\n")
-        );
+        super::print_log_tail(&log_path);
     }
     drop(gateway);
     result

@@ -19,7 +19,7 @@ use super::desired::{
     DERIVED_FOR_LABEL, DesiredImport, MANAGED_BY, SOURCE_CLUSTER_LABEL, derived_service_name,
 };
 use super::dns::{DnsService, DnsTable, endpoint_hostname};
-use super::sync::{FIELD_MANAGER, MANAGED_LABEL, Pass, delete, hash, key};
+use super::sync::{FIELD_MANAGER, MANAGED_LABEL, Pass, apply_changed, delete, hash, key};
 use crate::runtime;
 
 /// Imports written at once (their requests overlap; the API server orders nothing across
@@ -203,22 +203,8 @@ impl Writer<'_> {
             + serde::de::DeserializeOwned
             + std::fmt::Debug,
     {
-        let namespace = object.meta().namespace.clone().unwrap_or_default();
-        let key = key::<K>(&namespace, name);
-        let digest = hash(&serde_json::to_string(object).unwrap_or_default());
-        if self.written.get(&key) == Some(&digest) {
-            return Ok(());
-        }
-        let mut value = serde_json::to_value(object).unwrap_or_default();
-        value["apiVersion"] = K::api_version(&()).into();
-        value["kind"] = K::kind(&()).into();
-        api.patch(
-            name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&value),
-        )
-        .await?;
-        out.written.push((key, digest));
+        out.written
+            .extend(apply_changed(api, name, object, self.written).await?);
         Ok(())
     }
 

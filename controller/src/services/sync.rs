@@ -573,12 +573,7 @@ impl Pass {
     }
 
     /// Server-side applies `object` unless it is what was last written.
-    pub(super) async fn apply<K>(
-        &mut self,
-        api: &Api<K>,
-        name: &str,
-        object: &K,
-    ) -> Result<(), kube::Error>
+    async fn apply<K>(&mut self, api: &Api<K>, name: &str, object: &K) -> Result<(), kube::Error>
     where
         K: kube::Resource<DynamicType = ()>
             + Clone
@@ -586,22 +581,9 @@ impl Pass {
             + serde::de::DeserializeOwned
             + std::fmt::Debug,
     {
-        let namespace = object.meta().namespace.clone().unwrap_or_default();
-        let key = key::<K>(&namespace, name);
-        let digest = hash(&serde_json::to_string(object).unwrap_or_default());
-        if self.written.get(&key) == Some(&digest) {
-            return Ok(());
+        if let Some((key, digest)) = apply_changed(api, name, object, &self.written).await? {
+            self.written.insert(key, digest);
         }
-        let mut value = serde_json::to_value(object).unwrap_or_default();
-        value["apiVersion"] = K::api_version(&()).into();
-        value["kind"] = K::kind(&()).into();
-        api.patch(
-            name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&value),
-        )
-        .await?;
-        self.written.insert(key, digest);
         Ok(())
     }
 }
@@ -618,6 +600,39 @@ async fn peer_client(kubeconfig: &[u8]) -> Result<kube::Client, String> {
 
 fn first_line(text: &str) -> &str {
     text.lines().next().unwrap_or_default()
+}
+
+/// Server-side applies `object` unless `written` holds its digest (it is what was last
+/// written); returns the key and digest to record when it wrote.
+pub(super) async fn apply_changed<K>(
+    api: &Api<K>,
+    name: &str,
+    object: &K,
+    written: &HashMap<String, u64>,
+) -> Result<Option<(String, u64)>, kube::Error>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let namespace = object.meta().namespace.clone().unwrap_or_default();
+    let key = key::<K>(&namespace, name);
+    let digest = hash(&serde_json::to_string(object).unwrap_or_default());
+    if written.get(&key) == Some(&digest) {
+        return Ok(None);
+    }
+    let mut value = serde_json::to_value(object).unwrap_or_default();
+    value["apiVersion"] = K::api_version(&()).into();
+    value["kind"] = K::kind(&()).into();
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&value),
+    )
+    .await?;
+    Ok(Some((key, digest)))
 }
 
 pub(super) async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>

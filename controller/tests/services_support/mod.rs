@@ -45,6 +45,23 @@ pub async fn install_services(cluster: &TestCluster) {
     }
 }
 
+/// [`install_services`] on every cluster at once.
+pub async fn install_services_on(clusters: &[&TestCluster]) {
+    futures::future::join_all(clusters.iter().map(|c| install_services(c))).await;
+}
+
+/// Creates the namespace of the test's Services in each cluster.
+pub async fn create_shop(clients: &[&Client]) {
+    for client in clients {
+        let namespace: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(json!({"metadata": {"name": SHOP}})).unwrap();
+        Api::<k8s_openapi::api::core::v1::Namespace>::all((*client).clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .unwrap();
+    }
+}
+
 /// The services loop of one cluster, in-process, as the controller's ServiceAccount (so
 /// `deploy/rbac.yaml` is what it may do).
 pub async fn run_services(
