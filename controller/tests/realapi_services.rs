@@ -8,6 +8,13 @@
 mod realapi_support;
 mod services_support;
 
+// Through a hub, under faults, with real workloads.
+mod realapi_services {
+    mod faults;
+    mod hub;
+    mod workloads;
+}
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 

@@ -4,18 +4,14 @@
 //! Scaling the Deployment and deleting a pod reach Rome's slices; the time each took is
 //! printed (it includes the EndpointSlice controller and fake-kubelet's 0.5 s polling).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod realapi_support;
-mod services_support;
-
 use std::time::Instant;
 
+use crate::realapi_support;
+use crate::services_support::*;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::json;
-use services_support::*;
 
 fn deployment(replicas: i32) -> serde_json::Value {
     json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": SHOP},

@@ -2,19 +2,15 @@
 //! and remake what it imported, and Milan's API server going away (SIGKILL) leaves Rome's
 //! imports as they were until it is back, when Milan's next endpoint change arrives.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod realapi_support;
-mod services_support;
-
 use std::time::{Duration, Instant};
 
+use crate::realapi_support;
+use crate::services_support::*;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams};
 use kubetun_crds::mcs::v1beta1::ServiceImport;
-use services_support::*;
 
 /// The uids and resourceVersions of everything Rome imported for shop/web.
 async fn imported_objects(rome: &kube::Client) -> Vec<(String, String, String)> {

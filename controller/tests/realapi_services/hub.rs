@@ -3,18 +3,13 @@
 //! the other's exports, Milan's Service is imported in Rome at Rome's view of Milan (the same
 //! view whichever path carries it), and deleting the shortcut removes import and credentials.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod realapi_support;
-mod services_support;
-
+use crate::realapi_support::{self, Leaf, NAMESPACE};
+use crate::services_support::*;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kubetun_controller::shortcut;
 use kubetun_crds::TunnelEndpoint;
 use kubetun_crds::mcs::v1beta1::ServiceImport;
-use realapi_support::{Leaf, NAMESPACE};
-use services_support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_is_imported_across_a_hub_only_shortcut() {
