@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ipnet::{IpNet, Ipv4Net};
-use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
 use kube::api::{Api, Patch, PatchParams};
 use kubetun_controller::cli::install::{detect, manifests};
 
@@ -56,8 +56,9 @@ pub fn lab_nodes(cluster: &ClusterState) -> Vec<LabNode> {
     }]
 }
 
-/// Creates (or updates) the cluster's Nodes through the admin client. The addresses are in
-/// the status subresource, patched separately.
+/// Creates (or updates) the cluster's Nodes through the admin client (the addresses are in
+/// the status subresource, patched separately), and waits up to 30 s for Service
+/// default/kubernetes.
 pub async fn register_nodes(
     client: &kube::Client,
     cluster: &ClusterState,
@@ -87,6 +88,13 @@ pub async fn register_nodes(
         nodes
             .patch_status(&node.name, &PatchParams::default(), &Patch::Merge(&status))
             .await?;
+    }
+    // The API server makes Service default/kubernetes shortly after it starts (a real
+    // cluster has it); install infers the service range from its ClusterIP.
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while services.get_opt("kubernetes").await?.is_none() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     Ok(())
 }
