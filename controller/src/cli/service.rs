@@ -2,6 +2,7 @@
 //! and what a cluster exports and imports (`-o json|yaml` for scripts), with the reason an
 //! export is not offered.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
@@ -210,62 +211,36 @@ async fn rows(client: &Client, namespace: Option<&str>) -> Result<Vec<ServiceRow
         .list(&ListParams::default().labels(SERVICE_NAME_LABEL))
         .await
         .map_err(api_error("list EndpointSlices"))?;
-    let mut rows: Vec<ServiceRow> = Vec::new();
-    let mut row = |namespace: String, name: String| -> usize {
-        match rows
-            .iter()
-            .position(|r| r.namespace == namespace && r.name == name)
-        {
-            Some(i) => i,
-            None => {
-                rows.push(ServiceRow {
-                    namespace,
-                    name,
-                    exported: false,
-                    export_state: String::new(),
-                    import_type: None,
-                    ips: Vec::new(),
-                    clusters: Vec::new(),
-                    ready_endpoints: 0,
-                });
-                rows.len() - 1
-            }
-        }
-    };
-    let mut updates = Vec::new();
+    // One row per Service, sorted by namespace and name.
+    let mut rows: BTreeMap<(String, String), ServiceRow> = BTreeMap::new();
     for export in &exports {
-        let i = row(export.namespace().unwrap_or_default(), export.name_any());
-        updates.push((i, Some(export_state(export)), None));
+        let r = row(
+            &mut rows,
+            export.namespace().unwrap_or_default(),
+            export.name_any(),
+        );
+        r.exported = true;
+        r.export_state = export_state(export);
     }
     for import in &imports {
-        let i = row(import.namespace().unwrap_or_default(), import.name_any());
-        updates.push((i, None, Some(import)));
-    }
-    for (i, state, import) in updates {
-        let r = &mut rows[i];
-        if let Some(state) = state {
-            r.exported = true;
-            r.export_state = state;
-        }
-        if let Some(import) = import {
-            r.import_type = Some(import.spec.type_.to_string());
-            r.ips = import.spec.ips.clone();
-            r.clusters = import
-                .status
-                .iter()
-                .flat_map(|s| s.clusters.iter().map(|c| c.cluster.clone()))
-                .collect();
-        }
+        let r = row(
+            &mut rows,
+            import.namespace().unwrap_or_default(),
+            import.name_any(),
+        );
+        r.import_type = Some(import.spec.type_.to_string());
+        r.ips = import.spec.ips.clone();
+        r.clusters = import
+            .status
+            .iter()
+            .flat_map(|s| s.clusters.iter().map(|c| c.cluster.clone()))
+            .collect();
     }
     for slice in &slices {
         let Some(name) = slice.labels().get(SERVICE_NAME_LABEL) else {
             continue;
         };
-        let namespace = slice.namespace().unwrap_or_default();
-        if let Some(r) = rows
-            .iter_mut()
-            .find(|r| r.namespace == namespace && &r.name == name)
-        {
+        if let Some(r) = rows.get_mut(&(slice.namespace().unwrap_or_default(), name.clone())) {
             r.ready_endpoints += slice
                 .endpoints
                 .iter()
@@ -274,8 +249,26 @@ async fn rows(client: &Client, namespace: Option<&str>) -> Result<Vec<ServiceRow
                 .count();
         }
     }
-    rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    Ok(rows)
+    Ok(rows.into_values().collect())
+}
+
+/// The row of `namespace/name`, empty until filled.
+fn row(
+    rows: &mut BTreeMap<(String, String), ServiceRow>,
+    namespace: String,
+    name: String,
+) -> &mut ServiceRow {
+    rows.entry((namespace.clone(), name.clone()))
+        .or_insert_with(|| ServiceRow {
+            namespace,
+            name,
+            exported: false,
+            export_state: String::new(),
+            import_type: None,
+            ips: Vec::new(),
+            clusters: Vec::new(),
+            ready_endpoints: 0,
+        })
 }
 
 /// `Exported`, `Conflict: …`, `Invalid: …` or `Pending` from the export's conditions.

@@ -8,7 +8,6 @@ use clap::Args;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kubetun_crds::mcs::v1beta1::{ServiceExport, ServiceImport};
 use kubetun_crds::{ExportedService, TunnelEndpoint};
 
@@ -506,12 +505,7 @@ async fn read_with(secret: &Secret, name: &str) -> Result<bool, String> {
         .as_ref()
         .and_then(|d| d.get(CREDENTIAL_KEY))
         .ok_or("the Secret has no kubeconfig")?;
-    let text = std::str::from_utf8(&bytes.0).map_err(|_| "the kubeconfig is not UTF-8")?;
-    let kubeconfig = Kubeconfig::from_yaml(text).map_err(|_| "not a kubeconfig")?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|_| "the kubeconfig has no usable context")?;
-    let client = kube::Client::try_from(config).map_err(|e| e.to_string())?;
+    let client = crate::services::sync::peer_client(&bytes.0).await?;
     Api::<ExportedService>::default_namespaced(client)
         .get_opt(name)
         .await

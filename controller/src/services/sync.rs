@@ -25,7 +25,8 @@ use kubetun_crds::{ExportedService, ExportedServiceSpec, TunnelEndpoint};
 use tokio::sync::Notify;
 
 use super::desired::{
-    AddressViews, DesiredImport, MANAGED_BY, MANAGED_BY_LABEL, Source, desired_imports,
+    AddressViews, DesiredImport, KUBE_SERVICE_NAME_LABEL, MANAGED_BY, MANAGED_BY_LABEL, Source,
+    desired_imports,
 };
 use super::dns_server::SharedTable;
 use super::metrics::ServiceMetrics;
@@ -324,8 +325,23 @@ impl Pass {
     /// rest; `Valid=False` conditions for the invalid ones. Returns the offers by name.
     async fn export(&mut self) -> Result<BTreeMap<String, ExportedServiceSpec>, kube::Error> {
         let cluster = self.ctx.cluster.cluster.clone();
-        let services = self.local.services.state();
-        let slices = self.local.slices.state();
+        // Indexed once per pass: the exports look their Service and slices up by name.
+        let services: HashMap<(String, String), Arc<Service>> = self
+            .local
+            .services
+            .state()
+            .into_iter()
+            .map(|s| ((s.namespace().unwrap_or_default(), s.name_any()), s))
+            .collect();
+        let mut slices: HashMap<(String, String), Vec<Arc<EndpointSlice>>> = HashMap::new();
+        for slice in self.local.slices.state() {
+            let labels = slice.labels();
+            let imported = labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY);
+            if let (false, Some(service)) = (imported, labels.get(KUBE_SERVICE_NAME_LABEL)) {
+                let key = (slice.namespace().unwrap_or_default(), service.clone());
+                slices.entry(key).or_default().push(slice);
+            }
+        }
         let mut offers = BTreeMap::new();
         for export in self.local.exports.state() {
             let namespace = export.namespace().unwrap_or_default();
@@ -333,16 +349,12 @@ impl Pass {
             if export.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            let service = services
-                .iter()
-                .find(|s| s.namespace().as_deref() == Some(&namespace) && s.name_any() == name);
+            let key = (namespace.clone(), name.clone());
+            let service = services.get(&key);
             let own_slices: Vec<&EndpointSlice> = slices
-                .iter()
-                .filter(|s| {
-                    s.namespace().as_deref() == Some(&namespace)
-                        && s.labels().get(super::desired::KUBE_SERVICE_NAME_LABEL) == Some(&name)
-                        && s.labels().get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY)
-                })
+                .get(&key)
+                .into_iter()
+                .flatten()
                 .map(AsRef::as_ref)
                 .collect();
             let request = ExportRequest {
@@ -588,7 +600,8 @@ impl Pass {
     }
 }
 
-async fn peer_client(kubeconfig: &[u8]) -> Result<kube::Client, String> {
+/// A client from a credential's kubeconfig; the error names what is wrong, never its contents.
+pub async fn peer_client(kubeconfig: &[u8]) -> Result<kube::Client, String> {
     let text = std::str::from_utf8(kubeconfig).map_err(|_| "not UTF-8".to_owned())?;
     let kubeconfig = Kubeconfig::from_yaml(text).map_err(|_| "not a kubeconfig".to_owned())?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
