@@ -7,12 +7,14 @@
 //! - [`table`]: the per-cluster remap table in the seed document's format.
 //! - [`iperf`]: bounded iperf3 runs between namespaces and their JSON reports.
 //! - [`multinode`]: a cluster with several nodes, the route agent run in-process on each.
+//! - [`service_demo`]: the Service a topology exports across its clusters.
 
 pub mod ha;
 pub mod iperf;
 pub mod lab;
 pub mod multinode;
 pub mod netns;
+pub mod service_demo;
 pub mod table;
 pub mod topology;
 

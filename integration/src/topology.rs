@@ -18,6 +18,8 @@ use std::net::Ipv4Addr;
 use ipnet::Ipv4Net;
 use serde::{Deserialize, Serialize};
 
+use crate::service_demo::ServiceDemo;
+
 /// The seed topology (Europe hub; Rome and Milan leaves; all with external CIDR 10.70.0.0/16).
 pub const SEED_YAML: &str = include_str!("../../examples/seed.yaml");
 /// Two multi-node clusters with identical pod and external CIDRs (`examples/multinode.yaml`).
@@ -96,6 +98,9 @@ pub enum TopologyError {
         /// What is wrong.
         message: String,
     },
+    /// The `service` section does not fit the topology.
+    #[error("service: {0}")]
+    Service(String),
     /// A link names a cluster that does not exist.
     #[error("{kind} {a} <-> {b}: unknown cluster {unknown:?}")]
     UnknownCluster {
@@ -175,6 +180,9 @@ pub struct Topology {
     /// ShortcutConnection with `hubOnly`), at the addresses a shortcut would give.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hub_only: Vec<LinkSpec>,
+    /// A Service exported across the clusters and fetched by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceDemo>,
 }
 
 fn default_mtu() -> u32 {
@@ -381,6 +389,9 @@ impl Topology {
                     b: link.1.clone(),
                 });
             }
+        }
+        if let Some(service) = &self.service {
+            service.validate(self).map_err(TopologyError::Service)?;
         }
         Ok(())
     }

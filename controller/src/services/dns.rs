@@ -22,6 +22,8 @@ use hickory_proto::rr::rdata::{A, AAAA, SRV};
 use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
 use kubetun_crds::mcs::ServiceImportType;
 
+use super::desired::{DesiredImport, SOURCE_CLUSTER_LABEL};
+
 /// The zone kubetun answers for.
 pub const ZONE: &str = "svc.clusterset.local.";
 /// TTL of every answer: short, so that endpoint churn shows quickly.
@@ -31,8 +33,9 @@ const MAX_UDP: usize = 1232;
 /// Without EDNS (RFC 1035).
 const CLASSIC_UDP: usize = 512;
 
-/// One imported Service as DNS sees it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// One imported Service as DNS sees it (serializable, so that a stand-in server can load a
+/// table computed elsewhere).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DnsService {
     /// ClusterSetIP or Headless.
     pub type_: ServiceImportType,
@@ -42,6 +45,61 @@ pub struct DnsService {
     pub ports: Vec<(Option<String>, String, u16)>,
     /// The ready endpoints: `(cluster, hostname, address)`.
     pub endpoints: Vec<(String, String, IpAddr)>,
+}
+
+impl DnsService {
+    /// How DNS sees `import`: its ClusterSetIPs `ips` (ignored for a headless import), its
+    /// ports and its ready endpoints, named by the cluster that serves them.
+    pub fn of_import(import: &DesiredImport, ips: Vec<IpAddr>) -> Self {
+        let ips = match import.merged.type_ {
+            ServiceImportType::ClusterSetIP => ips,
+            ServiceImportType::Headless => Vec::new(),
+        };
+        let endpoints = import
+            .slices
+            .iter()
+            .flat_map(|slice| {
+                let cluster = slice
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|labels| labels.get(SOURCE_CLUSTER_LABEL))
+                    .cloned()
+                    .unwrap_or_default();
+                slice
+                    .endpoints
+                    .iter()
+                    .flatten()
+                    .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+                    .flat_map(move |e| {
+                        let cluster = cluster.clone();
+                        e.addresses.iter().filter_map(move |a| {
+                            let address = a.parse().ok()?;
+                            let hostname = endpoint_hostname(e.hostname.as_deref(), address);
+                            Some((cluster.clone(), hostname, address))
+                        })
+                    })
+            })
+            .collect();
+        let ports = import
+            .merged
+            .ports
+            .iter()
+            .filter_map(|p| {
+                Some((
+                    p.name.clone(),
+                    p.protocol.clone(),
+                    u16::try_from(p.port).ok()?,
+                ))
+            })
+            .collect();
+        Self {
+            type_: import.merged.type_,
+            ips,
+            ports,
+            endpoints,
+        }
+    }
 }
 
 /// Every imported Service by `(namespace, name)`.

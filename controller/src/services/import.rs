@@ -15,10 +15,8 @@ use kube::{Resource as _, ResourceExt as _};
 use kubetun_crds::mcs::v1beta1::{ServiceImport, ServiceImportSpec, ServiceImportStatus};
 use kubetun_crds::mcs::{ClusterStatus, ServiceImportType};
 
-use super::desired::{
-    DERIVED_FOR_LABEL, DesiredImport, MANAGED_BY, SOURCE_CLUSTER_LABEL, derived_service_name,
-};
-use super::dns::{DnsService, DnsTable, endpoint_hostname};
+use super::desired::{DERIVED_FOR_LABEL, DesiredImport, MANAGED_BY, derived_service_name};
+use super::dns::{DnsService, DnsTable};
 use super::sync::{FIELD_MANAGER, MANAGED_LABEL, Pass, apply_changed, delete, hash, key};
 use crate::runtime;
 
@@ -109,61 +107,14 @@ impl Pass {
             .iter()
             .map(|import| {
                 let id = (import.namespace.clone(), import.name.clone());
-                let ips = match import.merged.type_ {
-                    ServiceImportType::ClusterSetIP => self
-                        .cluster_ips
-                        .get(&id)
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|ip| ip.parse().ok())
-                        .collect(),
-                    ServiceImportType::Headless => Vec::new(),
-                };
-                let endpoints = import
-                    .slices
-                    .iter()
-                    .flat_map(|slice| {
-                        let cluster = slice
-                            .labels()
-                            .get(SOURCE_CLUSTER_LABEL)
-                            .cloned()
-                            .unwrap_or_default();
-                        slice
-                            .endpoints
-                            .iter()
-                            .flatten()
-                            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
-                            .flat_map(move |e| {
-                                let cluster = cluster.clone();
-                                e.addresses.iter().filter_map(move |a| {
-                                    let address = a.parse().ok()?;
-                                    Some((
-                                        cluster.clone(),
-                                        endpoint_hostname(e.hostname.as_deref(), address),
-                                        address,
-                                    ))
-                                })
-                            })
-                    })
+                let ips = self
+                    .cluster_ips
+                    .get(&id)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|ip| ip.parse().ok())
                     .collect();
-                let service = DnsService {
-                    type_: import.merged.type_,
-                    ips,
-                    ports: import
-                        .merged
-                        .ports
-                        .iter()
-                        .filter_map(|p| {
-                            Some((
-                                p.name.clone(),
-                                p.protocol.clone(),
-                                u16::try_from(p.port).ok()?,
-                            ))
-                        })
-                        .collect(),
-                    endpoints,
-                };
-                (id, service)
+                (id, DnsService::of_import(import, ips))
             })
             .collect()
     }

@@ -4,6 +4,7 @@
 //! controller's own IPAM and planner over gRPC; `ha` runs replicated gateways on a real API
 //! server and fails their nodes. Needs root and /dev/net/tun.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -12,7 +13,7 @@ use clap::{Parser, Subcommand};
 use std::time::Duration;
 
 use kubetun_integration::ha::{self, HaLab};
-use kubetun_integration::lab::{self, DEFAULT_STATE_DIR, LabOptions};
+use kubetun_integration::lab::{self, DEFAULT_STATE_DIR, LabOptions, services};
 use kubetun_integration::topology::Topology;
 
 #[derive(Debug, Parser)]
@@ -104,6 +105,33 @@ enum Command {
     HealLink { a: String, b: String },
     /// Remove the lab (also after a crash).
     Down,
+    /// (Started by `up` in a lab namespace.) The services demo's backend: HTTP on LISTEN,
+    /// answering with LABEL and the client's address.
+    #[command(hide = true)]
+    HttpServe {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long)]
+        label: String,
+    },
+    /// (Started by `up` without API servers.) `clusterset.local` DNS on LISTEN from the table
+    /// file the lab rewrites.
+    #[command(hide = true)]
+    ServeDns {
+        #[arg(long)]
+        listen: SocketAddr,
+        #[arg(long)]
+        table: PathBuf,
+    },
+    /// (Started by `up --apiserver`.) The kube-proxy stand-in: programs the cluster's derived
+    /// Services into each NETNS.
+    #[command(hide = true)]
+    KubeProxy {
+        #[arg(long)]
+        kubeconfig: PathBuf,
+        #[arg(long, required = true)]
+        netns: Vec<String>,
+    },
 }
 
 /// How `kubetun-lab ha` fails a node.
@@ -282,6 +310,26 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
         Command::Down => {
             lab::down(&args.state_dir, &mut stdout)?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::HttpServe { listen, label } => {
+            services::standins::serve_http(listen, &label)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::ServeDns { listen, table } => {
+            services::standins::serve_dns(listen, &table)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::KubeProxy { kubeconfig, netns } => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(async {
+                let client = kubetun_testenv::client_for(&kubeconfig)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", kubeconfig.display()))?;
+                services::proxy::follow(client, &netns).await?;
+                anyhow::Ok(ExitCode::SUCCESS)
+            })
         }
     }
 }

@@ -62,17 +62,27 @@ pub struct ControlPlaneState {
     /// The controller's arguments, so a test can restart it the same way: the installed
     /// ConfigMap's settings as flags and the lab's own (`install::controller_args`).
     pub controller_args: Vec<String>,
+    /// Where the controller serves `clusterset.local` DNS (the cluster the lab's Service is
+    /// fetched from; the others serve none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns_addr: Option<std::net::SocketAddrV4>,
+    /// The PID of the cluster's `kubetun-lab kube-proxy`, once started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_pid: Option<u32>,
 }
 
 /// Starts an API server per cluster (in parallel), then per cluster registers its Nodes,
 /// installs kubetun with `kubetun install` and starts the controller with the installed
-/// settings (`hubs` are installed with `--hub`); install's output goes to `out`. `state` is
-/// saved by the caller after every cluster so `down` finds every PID.
+/// settings (`hubs` are installed with `--hub`; the controller of `dns_server` serves DNS on a
+/// veth to its gateway namespace); install's output goes to `out`. `state` is saved by the
+/// caller after every cluster so `down` finds every PID.
+#[allow(clippy::too_many_arguments)]
 pub fn start(
     runtime: &tokio::runtime::Runtime,
     clusters: &mut [ClusterState],
     underlay: Ipv4Net,
     hubs: &[String],
+    dns_server: Option<&str>,
     state_dir: &Path,
     out: &mut dyn Write,
     mut save: impl FnMut(&[ClusterState]) -> Result<(), LabError>,
@@ -113,6 +123,8 @@ pub fn start(
             controller_args: Vec::new(),
             controller_log: state_dir.join(format!("{}-controller.log", cluster.id)),
             controller_pid: None,
+            dns_addr: None,
+            proxy_pid: None,
             dir,
             kubeconfig,
         });
@@ -121,9 +133,19 @@ pub fn start(
     for index in 0..clusters.len() {
         let cluster = &clusters[index];
         let hub = hubs.iter().any(|h| h.eq_ignore_ascii_case(&cluster.name));
-        let (args, controller_kubeconfig) =
+        let (mut args, controller_kubeconfig) =
             install(runtime, cluster, underlay, hub, state_dir, out)?;
+        let dns_addr = if dns_server.is_some_and(|name| name.eq_ignore_ascii_case(&cluster.name)) {
+            let addr = super::services::attach_dns(cluster)?;
+            for arg in args.iter_mut().filter(|a| a.starts_with("--dns-addr=")) {
+                *arg = format!("--dns-addr={addr}");
+            }
+            Some(addr)
+        } else {
+            None
+        };
         let plane = clusters[index].control_plane.as_mut().expect("set above");
+        plane.dns_addr = dns_addr;
         plane.controller_args = args;
         plane.controller_kubeconfig = controller_kubeconfig;
         plane.controller_pid = Some(start_controller(plane)?);
@@ -311,6 +333,9 @@ pub fn stop(plane: &ControlPlaneState) {
     if let Some(pid) = plane.controller_pid {
         stop_controller(pid, nix::sys::signal::Signal::SIGTERM);
     }
+    if let Some(pid) = plane.proxy_pid {
+        super::services::stop_proxy(pid);
+    }
     kubetun_testenv::stop_dir(&plane.dir);
 }
 
@@ -440,7 +465,7 @@ pub fn shortcut(
     kubetun(&args)
 }
 
-fn plane(cluster: &ClusterState) -> Result<&ControlPlaneState, LabError> {
+pub(crate) fn plane(cluster: &ClusterState) -> Result<&ControlPlaneState, LabError> {
     cluster.control_plane.as_ref().ok_or_else(|| {
         LabError::Usage(format!(
             "{} has no API server (the lab was not started with --apiserver)",

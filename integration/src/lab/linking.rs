@@ -170,6 +170,7 @@ impl RunningLab<'_> {
             &mut state.clusters,
             topology.underlay,
             &hubs,
+            topology.service.as_ref().map(|s| s.client.as_str()),
             &state_dir,
             out,
             |clusters| {

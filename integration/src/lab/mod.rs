@@ -28,6 +28,7 @@ pub mod install;
 pub mod named;
 pub mod naming;
 pub mod plan;
+pub mod services;
 pub mod state;
 
 mod agents;

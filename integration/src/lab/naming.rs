@@ -4,8 +4,9 @@
 //! Without a prefix: namespaces `<cluster>-gw`, `<cluster>-pod<N>`, `<cluster>-ext<N>` and
 //! `kt-underlay`, TUN devices `kt-<cluster>`; multi-node clusters have `<cluster>-l2` (their
 //! L2), `<cluster>-node<I>` and `<cluster>-node<I>-pod<N>` instead of the gateway and pods. With prefix `t1`: `t1-<cluster>-gw`, …,
-//! `t1-kt-underlay`, `t1-kt-<cluster>`. Cluster names contain no `-`, so prefixed and
-//! unprefixed names never coincide.
+//! `t1-kt-underlay`, `t1-kt-<cluster>`. A lab with real control planes adds the host end of a
+//! veth per DNS-serving cluster, `kd-<cluster>` (see `ClusterState::dns_link`). Cluster names
+//! contain no `-`, so prefixed and unprefixed names never coincide.
 
 use crate::topology::MAX_CLUSTER_NAME;
 

@@ -155,6 +155,13 @@ impl ClusterState {
         }
     }
 
+    /// The host end of the veth that joins the host, where a lab controller runs, to the
+    /// gateway's namespace: the TUN device's name with `kd-` for `kt-` (as unique).
+    pub fn dns_link(&self) -> String {
+        let stem = self.interface.strip_suffix(&format!("kt-{}", self.id));
+        format!("{}kd-{}", stem.unwrap_or_default(), self.id)
+    }
+
     /// True when the cluster has node namespaces and a route agent on each.
     pub fn is_multi_node(&self) -> bool {
         !self.nodes.is_empty()

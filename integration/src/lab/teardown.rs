@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::state::LabState;
-use super::{LabError, apiserver, checks, fabric, say};
+use super::{LabError, apiserver, checks, fabric, say, services};
 use crate::netns;
 
 /// Runs [`down`] on `state_dir` when dropped, also during a panic: a lab that a failed test
@@ -54,6 +54,7 @@ pub fn down(state_dir: &Path, out: &mut dyn Write) -> Result<(), LabError> {
     let _ = std::fs::remove_dir(state_dir.join("apiserver"));
     for name in state.namespaces.iter().rev() {
         netns::delete_netns(name);
+        services::remove_resolver(name);
     }
     say(
         out,
@@ -71,6 +72,9 @@ pub fn down(state_dir: &Path, out: &mut dyn Write) -> Result<(), LabError> {
 fn remove_files(state_dir: &Path, state: &LabState) {
     for cluster in &state.clusters {
         let _ = std::fs::remove_file(&cluster.log);
+        for file in services::files_of(&cluster.id) {
+            let _ = std::fs::remove_file(state_dir.join(file));
+        }
         if !cluster.key_file.as_os_str().is_empty() {
             let _ = std::fs::remove_file(&cluster.key_file);
         }

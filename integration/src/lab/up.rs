@@ -35,10 +35,13 @@ pub fn preflight(options: &LabOptions) -> Result<(), LabError> {
     if options.iperf_seconds > 0 {
         tools.push("iperf3");
     }
+    if options.topology.service.is_some() {
+        tools.extend(["curl", "nft"]);
+    }
     for tool in tools {
         if !netns::command_exists(tool) {
             return Err(LabError::Host(format!(
-                "`{tool}` is not installed (needs iproute2, iputils-ping, procps, coreutils, iperf3)"
+                "`{tool}` is not installed (needs iproute2, iputils-ping, procps, coreutils, iperf3, curl, nftables)"
             )));
         }
     }
@@ -131,6 +134,7 @@ pub fn up(options: &LabOptions, out: &mut dyn Write) -> Result<UpReport, LabErro
     } else {
         lab.link_in_process(out)?;
     }
+    super::services::run(&mut lab, out)?;
     lab.check_connected(out);
 
     let tables: Vec<ClusterTable> = topology
