@@ -6,7 +6,8 @@
 //! the median stays within 1 s, and that afterwards no Secret of any cluster holds a replaced
 //! private key. Also the interrupted rotation: a direct peer whose kubeconfig is missing keeps
 //! its tunnel on the previous key, the command says what to do, and a rerun finishes the same
-//! rotation. Needs root (namespaces, TUN) and the API-server binaries (`.ci/setup`).
+//! rotation. The services credentials stay as they were, and an export is fetched by name
+//! afterwards. Needs root (namespaces, TUN) and the API-server binaries (`.ci/setup`).
 
 use std::io::{BufRead as _, BufReader};
 use std::process::{Child, Stdio};
@@ -183,6 +184,9 @@ async fn rotating_keys_keeps_traffic_and_leaves_no_old_key() {
         println!("baseline {name}: longest gap {gap:.3?} over {replies} replies (3 s)");
     }
 
+    let credentials_before = services_credentials(rome).await;
+    assert_eq!(credentials_before.len(), 3, "{credentials_before:?}");
+
     let mut replaced = Vec::new();
     let mut gaps: Vec<Vec<Duration>> = vec![Vec::new(); paths.len()];
     for round in 0..ROTATIONS {
@@ -354,4 +358,57 @@ async fn rotating_keys_keeps_traffic_and_leaves_no_old_key() {
             replaced.len()
         );
     }
+
+    // The services credentials are not the tunnel's keys: rotation leaves them as they were,
+    // and a Service Milan exports now is fetched by name from Rome's pod.
+    assert_eq!(services_credentials(rome).await, credentials_before);
+    apiserver::kubetun(&[
+        "service",
+        "export",
+        "web",
+        "-n",
+        "demo",
+        "--kubeconfig",
+        &kubeconfig(milan),
+    ])
+    .expect("export");
+    let pod = rome.pods[0].namespace.clone();
+    let answered = tokio::task::spawn_blocking(move || {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let out = command_in(&pod, "curl")
+                .args(["-sS", "--noproxy", "*", "--max-time", "2"])
+                .arg("http://web.demo.svc.clusterset.local/")
+                .output()
+                .expect("curl");
+            let body = String::from_utf8_lossy(&out.stdout).into_owned();
+            if out.status.success() || std::time::Instant::now() > deadline {
+                break body;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+    .await
+    .expect("fetch task");
+    assert!(answered.starts_with("web in Milan"), "{answered:?}");
+}
+
+/// Rome's credentials for reading its peers' exports: Secret name → resourceVersion.
+async fn services_credentials(rome: &ClusterState) -> Vec<(String, String)> {
+    let secrets: Api<Secret> = Api::namespaced(admin(rome).await, NAMESPACE);
+    let mut found: Vec<(String, String)> = secrets
+        .list(&ListParams::default().labels("net.kubetun.io/services-of"))
+        .await
+        .expect("Secrets")
+        .items
+        .into_iter()
+        .map(|s| {
+            (
+                s.metadata.name.unwrap_or_default(),
+                s.metadata.resource_version.unwrap_or_default(),
+            )
+        })
+        .collect();
+    found.sort();
+    found
 }

@@ -1,7 +1,8 @@
 //! The lab end to end: the seed topology (Europe hub, Rome, Milan and Paris leaves, all with
 //! external CIDR 10.70.0.0/16; Rome and Paris linked only through Europe) built as namespaces with real gateways, linked with the controller's
-//! IPAM and planner over gRPC, checked by ping and a 1 s iperf3, then removed — also after a
-//! gateway was killed, as after a crash. Needs root.
+//! IPAM and planner over gRPC, checked by ping and a 1 s iperf3, its Service fetched by name
+//! from a Rome pod, then removed — also after a gateway was killed, as after a crash. Needs
+//! root.
 
 use std::path::{Path, PathBuf};
 
@@ -53,6 +54,21 @@ fn seed_topology_links_remaps_and_tears_down() {
             .iter()
             .any(|c| c.description.starts_with("iperf3")),
         "an iperf3 check ran"
+    );
+
+    // The seed's Service: exported by Milan and Paris, fetched by name from a Rome pod, with
+    // every step of the demo checked.
+    let services: Vec<_> = report
+        .checks
+        .iter()
+        .filter(|c| c.phase == "services")
+        .collect();
+    assert_eq!(services.len(), 4, "{services:#?}");
+    assert!(
+        services.iter().any(|c| c
+            .description
+            .contains("answers from Milan (shortcut) and Paris (through Europe)")),
+        "{services:#?}"
     );
 
     // Rome and Paris reached each other through Europe only, with the quoted headers of ICMP
@@ -118,4 +134,8 @@ fn seed_topology_links_remaps_and_tears_down() {
         assert!(!runs_gateway(pid), "gateway {pid} stopped");
     }
     assert!(!dir.exists(), "the state directory is removed");
+    assert!(
+        !Path::new(&format!("/etc/netns/{PREFIX}-rome-pod1")).exists(),
+        "the pod's resolver files are removed"
+    );
 }

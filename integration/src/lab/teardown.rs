@@ -43,6 +43,10 @@ pub fn down(state_dir: &Path, out: &mut dyn Write) -> Result<(), LabError> {
         }
         if let Some(plane) = &cluster.control_plane {
             apiserver::stop(plane);
+            if plane.dns_addr.is_some() {
+                // It would go with its peer's namespace, but only once the kernel gets to it.
+                let _ = netns::ip(&["link", "del", &cluster.dns_link()]);
+            }
             let _ = std::fs::remove_dir_all(&plane.dir);
             let _ = std::fs::remove_file(&plane.controller_log);
             say(

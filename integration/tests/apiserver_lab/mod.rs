@@ -54,6 +54,12 @@ pub async fn up_seed_lab(prefix: &str, dir: &Path) -> LabState {
     let report = result.expect("lab up --apiserver");
     let failures: Vec<_> = report.failures().collect();
     assert!(failures.is_empty(), "failed checks: {failures:#?}");
+    let services = report
+        .checks
+        .iter()
+        .filter(|c| c.phase == "services")
+        .count();
+    assert_eq!(services, 4, "the Service demo ran through the API servers");
     state(dir)
 }
 

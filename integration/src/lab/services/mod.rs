@@ -530,7 +530,9 @@ fn write_resolver(ns: &str, nameserver: Ipv4Addr) -> Result<(), LabError> {
     for (file, text) in [
         (
             "resolv.conf",
-            format!("nameserver {nameserver}\noptions timeout:1 attempts:2\n"),
+            // One query at a time: A and AAAA sent together from one socket through a DNAT
+            // race in conntrack, and the loser waits for the timeout (the kube-dns race).
+            format!("nameserver {nameserver}\noptions timeout:1 attempts:2 single-request\n"),
         ),
         ("nsswitch.conf", "hosts: files dns\n".to_owned()),
     ] {
