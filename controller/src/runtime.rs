@@ -23,7 +23,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt as _, future};
 use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::Controller;
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector;
 use kube::runtime::utils::Backoff;
 use kube::runtime::{WatchStreamExt as _, watcher};
@@ -340,9 +340,89 @@ impl Default for ErrorBackoff {
     }
 }
 
+/// A failed reconcile, as every controller's `error_policy` reports it to [`requeue_failed`].
+#[derive(Debug)]
+pub struct Failure<'a> {
+    /// The kind reconciled (`networkconfig`, `shortcut`, …), the log field's name.
+    pub kind: &'static str,
+    /// The object (`namespace/name` or `name`), also its backoff key.
+    pub key: &'a str,
+    /// What failed.
+    pub error: &'a dyn std::error::Error,
+    /// The error is the API server's being away (a connection refused, a timeout, a 5xx).
+    pub transient: bool,
+}
+
+/// The one `error_policy` of every controller: back off per object and log the failure,
+/// at `warn` unless the API server is away or the error is transient, since [`ApiHealth`]
+/// says that once and each failed retry is no news. The error's causes are in the line.
+pub fn requeue_failed(
+    failure: &Failure<'_>,
+    backoff: &ErrorBackoff,
+    health: Option<&ApiHealth>,
+) -> Action {
+    let delay = backoff.failed(&format!("{}/{}", failure.kind, failure.key));
+    let error = error_chain(failure.error);
+    let (kind, key) = (failure.kind, failure.key);
+    if failure.transient || health.is_some_and(ApiHealth::is_down) {
+        tracing::debug!(kind, key, retry_in = ?delay, %error, "reconcile failed");
+    } else {
+        tracing::warn!(kind, key, retry_in = ?delay, %error, "reconcile failed");
+    }
+    Action::requeue(delay)
+}
+
+/// Forgets the failures of `kind` `key` after a successful reconcile.
+pub fn reconciled(backoff: &ErrorBackoff, kind: &str, key: &str) {
+    backoff.succeeded(&format!("{kind}/{key}"));
+}
+
+/// `error` and its causes on one line, each cause once (a cause whose text the line holds
+/// already is left out).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = cause.source();
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requeue_failed_backs_off_per_object_until_reconciled() {
+        let backoff = ErrorBackoff::new(Duration::from_secs(1), Duration::from_secs(4));
+        let error = std::io::Error::other("boom");
+        let failure = |key| Failure {
+            kind: "networkconfig",
+            key,
+            error: &error,
+            transient: false,
+        };
+        let requeues: Vec<Action> = (0..4)
+            .map(|_| requeue_failed(&failure("a"), &backoff, None))
+            .collect();
+        let expected = [1, 2, 4, 4].map(|s| Action::requeue(Duration::from_secs(s)));
+        assert_eq!(requeues, expected);
+        assert_eq!(
+            requeue_failed(&failure("b"), &backoff, None),
+            Action::requeue(Duration::from_secs(1)),
+            "objects back off independently"
+        );
+        reconciled(&backoff, "networkconfig", "a");
+        assert_eq!(
+            requeue_failed(&failure("a"), &backoff, None),
+            Action::requeue(Duration::from_secs(1))
+        );
+    }
 
     #[test]
     fn watch_backoff_doubles_to_one_second_with_jitter_and_resets() {

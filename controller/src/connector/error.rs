@@ -142,21 +142,7 @@ pub enum Error {
     },
 }
 
-/// `error` and its sources as one line, `: `-separated, skipping a source whose text the line
-/// already holds (many errors repeat their source in their own message).
-pub fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut line = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !line.contains(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-        source = cause.source();
-    }
-    line
-}
+pub use crate::runtime::error_chain;
 
 #[cfg(test)]
 mod tests {

@@ -74,6 +74,23 @@ pub enum Error {
 }
 
 impl Error {
+    /// The API server's being away (see [`crate::runtime::is_transient`]), also inside the
+    /// finalizer's wrapping.
+    pub fn is_transient(&self) -> bool {
+        use kube::runtime::finalizer::Error as Finalizer;
+        match self {
+            Self::Kube(e) => crate::runtime::is_transient(e),
+            Self::Finalizer(inner) => match inner.as_ref() {
+                Finalizer::ApplyFailed(e) | Finalizer::CleanupFailed(e) => e.is_transient(),
+                Finalizer::AddFinalizer(e) | Finalizer::RemoveFinalizer(e) => {
+                    crate::runtime::is_transient(e)
+                }
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
     /// A short label for metrics and logs.
     pub fn metric_label(&self) -> &'static str {
         match self {

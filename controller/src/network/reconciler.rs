@@ -31,7 +31,7 @@ use super::ids::{IdRange, parse_canonical};
 use super::peering::{NetworkKey, Peer, peering_statuses};
 use super::{Error, NetworkOptions};
 use crate::conditions;
-use crate::runtime::{ApiHealth, ErrorBackoff};
+use crate::runtime::{self, ApiHealth, ErrorBackoff};
 
 /// Finalizer on every Network: its ID is released before the Network goes away.
 pub const FINALIZER: &str = "net.kubetun.io/network-id";
@@ -199,7 +199,7 @@ pub async fn reconcile_network(network: Arc<Network>, ctx: Arc<Context>) -> Resu
     let namespace = network
         .namespace()
         .ok_or(Error::MissingMetadata("namespace"))?;
-    let key = backoff_key(&network);
+    let key = NetworkKey::of(&network).to_string();
     let api: Api<Network> = Api::namespaced(ctx.client.clone(), &namespace);
     let action = finalizer(&api, FINALIZER, network, |event| async {
         match event {
@@ -209,19 +209,19 @@ pub async fn reconcile_network(network: Arc<Network>, ctx: Arc<Context>) -> Resu
     })
     .await
     .map_err(|err| Error::Finalizer(Box::new(err)))?;
-    ctx.backoff.succeeded(&key);
+    runtime::reconciled(&ctx.backoff, "network", &key);
     Ok(action)
 }
 
-/// Requeue policy after a failed Network reconcile: per-object exponential backoff.
+/// Requeue policy after a failed Network reconcile: [`runtime::requeue_failed`].
 pub fn network_error_policy(network: Arc<Network>, err: &Error, ctx: Arc<Context>) -> Action {
-    let delay = ctx.backoff.failed(&backoff_key(&network));
-    if ctx.health.is_down() {
-        tracing::debug!(network = %NetworkKey::of(&network), error = %err, ?delay, "network reconcile failed");
-    } else {
-        tracing::warn!(network = %NetworkKey::of(&network), error = %err, kind = err.metric_label(), ?delay, "network reconcile failed");
-    }
-    Action::requeue(delay)
+    let failure = runtime::Failure {
+        kind: "network",
+        key: &NetworkKey::of(&network).to_string(),
+        error: err,
+        transient: err.is_transient(),
+    };
+    runtime::requeue_failed(&failure, &ctx.backoff, Some(&ctx.health))
 }
 
 /// Event action of the NetworkID garbage collection.
@@ -239,8 +239,7 @@ pub async fn reconcile_network_id(nid: Arc<NetworkId>, ctx: Arc<Context>) -> Res
         return Ok(Action::await_change());
     }
     let collected = gc::collect(&ctx.client, &nid, ctx.now(), ctx.gc_grace).await?;
-    ctx.backoff
-        .succeeded(&format!("NetworkId/{}", nid.name_any()));
+    runtime::reconciled(&ctx.backoff, "networkid", &nid.name_any());
     Ok(Action::requeue(match collected {
         gc::Collected::Kept => RESYNC,
         gc::Collected::Orphaned {
@@ -282,19 +281,15 @@ pub async fn reconcile_network_id(nid: Arc<NetworkId>, ctx: Arc<Context>) -> Res
     }))
 }
 
-/// Requeue policy after a failed NetworkId sweep.
+/// Requeue policy after a failed NetworkId sweep: [`runtime::requeue_failed`].
 pub fn network_id_error_policy(nid: Arc<NetworkId>, err: &Error, ctx: Arc<Context>) -> Action {
-    let delay = ctx.backoff.failed(&format!("NetworkId/{}", nid.name_any()));
-    if ctx.health.is_down() {
-        tracing::debug!(id = %nid.name_any(), error = %err, ?delay, "network ID sweep failed");
-    } else {
-        tracing::warn!(id = %nid.name_any(), error = %err, ?delay, "network ID sweep failed");
-    }
-    Action::requeue(delay)
-}
-
-fn backoff_key(network: &Network) -> String {
-    format!("Network/{}", NetworkKey::of(network))
+    let failure = runtime::Failure {
+        kind: "networkid",
+        key: &nid.name_any(),
+        error: err,
+        transient: err.is_transient(),
+    };
+    runtime::requeue_failed(&failure, &ctx.backoff, Some(&ctx.health))
 }
 
 /// The claimRef a Network's claims carry.

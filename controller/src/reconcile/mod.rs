@@ -163,20 +163,20 @@ pub async fn collect_garbage(ctx: &Context) -> Result<Vec<String>, Error> {
     Ok(gone)
 }
 
-/// `error_policy` of the NetworkConfig controller: count, then retry with per-object
-/// exponential backoff.
+/// `error_policy` of the NetworkConfig controller: count, then [`runtime::requeue_failed`].
 fn error_policy(nc: Arc<NetworkConfig>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.failed("networkconfig", error);
-    let delay = ctx.backoff.failed(&nc.name_any());
-    let transient = matches!(error, Error::Kube(e) if runtime::is_transient(e));
-    if ctx.health.is_down() || transient {
-        // An API server going away is said once by ApiHealth; each failed retry is not news.
-        tracing::debug!(networkconfig = %nc.name_any(), %error, retry_in = ?delay, "reconcile failed");
-    } else {
-        tracing::warn!(networkconfig = %nc.name_any(), %error, retry_in = ?delay, "reconcile failed");
-    }
-    Action::requeue(delay)
+    ctx.metrics.failed(KIND, error);
+    let failure = runtime::Failure {
+        kind: KIND,
+        key: &nc.name_any(),
+        error,
+        transient: matches!(error, Error::Kube(e) if runtime::is_transient(e)),
+    };
+    runtime::requeue_failed(&failure, &ctx.backoff, Some(&ctx.health))
 }
+
+/// The NetworkConfig controller's name in metrics, logs and backoff keys.
+const KIND: &str = "networkconfig";
 
 /// Runs the NetworkConfig controller (owning TunnelEndpoints, re-run on Network changes for
 /// the ACLs), the periodic garbage collector and, when a gateway is configured, the gateway
@@ -245,7 +245,7 @@ pub async fn run(ctx: Arc<Context>) {
                 let name = nc.name_any();
                 let result = network_config::reconcile(nc, ctx.clone()).await;
                 if result.is_ok() {
-                    ctx.backoff.succeeded(&name);
+                    runtime::reconciled(&ctx.backoff, KIND, &name);
                 }
                 result
             },

@@ -23,7 +23,7 @@
 //! [`Connector`]: crate::connector::Connector
 //! [`Connector::sync`]: crate::connector::Connector::sync
 
-mod backoff;
+mod intervals;
 mod leaf;
 mod not_hub;
 mod reconcile;
@@ -36,7 +36,7 @@ use kubetun_crds::ShortcutConnection;
 
 use crate::connector;
 
-pub use backoff::{Backoff, Intervals};
+pub use intervals::Intervals;
 pub use leaf::{LeafClients, LeafError, SecretKubeconfigs};
 pub use not_hub::{NotHubContext, explain as explain_not_hub, not_hub_message, run_not_hub};
 pub use reconcile::{Context, error_policy, reconcile, run};
@@ -124,6 +124,13 @@ pub enum Error {
     /// The object has no namespace (the CRD is namespaced; this is a bug elsewhere).
     #[error("ShortcutConnection {0} has no namespace")]
     NoNamespace(String),
+}
+
+impl Error {
+    /// The hub's API server being away (see [`crate::runtime::is_transient`]).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Hub { source, .. } if crate::runtime::is_transient(source))
+    }
 }
 
 impl Error {

@@ -13,11 +13,15 @@ use kube::runtime::watcher;
 use kube::{Resource as _, ResourceExt as _};
 use kubetun_crds::{ShortcutConnection, ShortcutPhase};
 
+use super::reconcile::KIND;
 use super::status::write_status;
-use super::{Backoff, Error, Intervals, READY, key_of, reason};
+use super::{Error, Intervals, READY, key_of, reason};
 use crate::conditions;
 use crate::events;
-use crate::runtime::{self, ApiHealth};
+use crate::runtime::{self, ApiHealth, ErrorBackoff};
+
+/// Longest retry after a failed status write (the message changes with nothing else).
+const NOT_HUB_RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// What [`explain`] needs.
 pub struct NotHubContext {
@@ -25,8 +29,7 @@ pub struct NotHubContext {
     pub client: kube::Client,
     /// This cluster's id, named in the message.
     pub cluster_id: String,
-    backoff: Backoff,
-    intervals: Intervals,
+    backoff: ErrorBackoff,
 }
 
 impl NotHubContext {
@@ -35,8 +38,7 @@ impl NotHubContext {
         Self {
             client,
             cluster_id: cluster_id.into(),
-            backoff: Backoff::default(),
-            intervals: Intervals::default(),
+            backoff: ErrorBackoff::new(Intervals::default().backoff_base, NOT_HUB_RETRY_MAX),
         }
     }
 }
@@ -101,7 +103,7 @@ pub async fn explain(
         )
         .await;
     }
-    ctx.backoff.reset(&key_of(&shortcut));
+    runtime::reconciled(&ctx.backoff, KIND, &key_of(&shortcut));
     Ok(Action::await_change())
 }
 
@@ -110,9 +112,13 @@ fn error_policy(
     error: &Error,
     ctx: Arc<NotHubContext>,
 ) -> Action {
-    let delay = ctx.backoff.next(&key_of(&shortcut), &ctx.intervals);
-    tracing::debug!(shortcut = %key_of(&shortcut), retry_in = ?delay, "{}", crate::connector::error_chain(error));
-    Action::requeue(delay.min(Duration::from_secs(60)))
+    let failure = runtime::Failure {
+        kind: KIND,
+        key: &key_of(&shortcut),
+        error,
+        transient: error.is_transient(),
+    };
+    runtime::requeue_failed(&failure, &ctx.backoff, None)
 }
 
 /// Runs [`explain`] on every ShortcutConnection of `namespace` until the process is

@@ -19,7 +19,7 @@ use kubetun_crds::{LeafCluster, ShortcutConnection, ShortcutPhase};
 
 use super::status::{record_error, status_from, write_status};
 use super::{
-    Backoff, Error, FINALIZER, Intervals, LeafClients, LeafWatches, READY, SHORTCUT_LABEL,
+    Error, FINALIZER, Intervals, LeafClients, LeafWatches, READY, SHORTCUT_LABEL,
     SecretKubeconfigs, key_of,
 };
 use crate::cluster_info::DEFAULT_NAMESPACE;
@@ -28,7 +28,7 @@ use crate::connector::{
     self, ClusterHandle, Connector, LinkOwner, TracingProgress, Transit, WaitOptions,
 };
 use crate::events;
-use crate::runtime::{self, ApiHealth};
+use crate::runtime::{self, ApiHealth, ErrorBackoff};
 
 /// What the reconciler needs.
 pub struct Context {
@@ -41,7 +41,7 @@ pub struct Context {
     /// Requeue and backoff intervals.
     pub intervals: Intervals,
     /// Consecutive failures per shortcut (`namespace/name`).
-    pub backoff: Backoff,
+    pub backoff: ErrorBackoff,
     /// Watches of the leaves that trigger reconciles.
     pub leaf_watches: LeafWatches,
     /// Events about ShortcutConnections (a direction switching path).
@@ -68,7 +68,7 @@ impl Context {
             hub_id: String::new(),
             leaves,
             intervals: Intervals::default(),
-            backoff: Backoff::default(),
+            backoff: Intervals::default().backoff(),
             leaf_watches: LeafWatches::default(),
             health: None,
         }
@@ -120,7 +120,7 @@ pub async fn reconcile(
         finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => inner,
         other => Error::Finalizer(Box::new(other)),
     })?;
-    ctx.backoff.reset(&key);
+    runtime::reconciled(&ctx.backoff, KIND, &key);
     Ok(action)
 }
 
@@ -159,19 +159,19 @@ async fn with_finalizer(
     Ok(Arc::new(updated))
 }
 
-/// Retry with exponential backoff per shortcut.
+/// [`runtime::requeue_failed`]; the hub's API server being away is transient.
 pub fn error_policy(shortcut: Arc<ShortcutConnection>, error: &Error, ctx: Arc<Context>) -> Action {
-    let delay = ctx.backoff.next(&key_of(&shortcut), &ctx.intervals);
-    let hub_away = ctx.health.as_ref().is_some_and(ApiHealth::is_down)
-        || matches!(error, Error::Hub { source, .. } if runtime::is_transient(source));
-    if hub_away {
-        // The hub's API server going away is said once by ApiHealth; each retry is not news.
-        tracing::debug!(shortcut = %key_of(&shortcut), retry_in = ?delay, "{}", connector::error_chain(error));
-    } else {
-        tracing::warn!(shortcut = %key_of(&shortcut), retry_in = ?delay, "{}", connector::error_chain(error));
-    }
-    Action::requeue(delay)
+    let failure = runtime::Failure {
+        kind: KIND,
+        key: &key_of(&shortcut),
+        error,
+        transient: error.is_transient(),
+    };
+    runtime::requeue_failed(&failure, &ctx.backoff, ctx.health.as_ref())
 }
+
+/// The operator's name in logs and backoff keys.
+pub(super) const KIND: &str = "shortcut";
 
 async fn connector_for(
     shortcut: &ShortcutConnection,
