@@ -43,8 +43,11 @@ pub const CREDENTIAL_KEY: &str = "kubeconfig";
 pub(super) const MANAGED_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Field manager of every write.
 pub(super) const FIELD_MANAGER: &str = "kubetun-services";
-/// Changes closer together than this make one pass.
+/// Under churn, passes start at most this often (changes meanwhile make one pass).
 const DEBOUNCE: Duration = Duration::from_millis(50);
+/// After a quiet spell a change is acted on this soon: long enough for the rest of its
+/// burst (one write seen by several watches) to arrive.
+const SETTLE: Duration = Duration::from_millis(5);
 /// How often every object is written again even without a change (the memory of what was
 /// written does not see edits by others).
 const RESYNC: Duration = Duration::from_secs(300);
@@ -191,11 +194,14 @@ pub async fn run(ctx: Arc<Context>, dns: SharedTable, metrics: ServiceMetrics) {
     // The last failure logged: a failure repeating on every retry is logged once.
     let mut failing: Option<String> = None;
     let mut resynced = tokio::time::Instant::now();
+    let mut last_pass: Option<tokio::time::Instant> = None;
     loop {
         // A change, or the periodic resync that also rewrites what someone else changed.
         let _ = tokio::time::timeout(RESYNC, changed.notified()).await;
         let woken = tokio::time::Instant::now();
-        tokio::time::sleep(DEBOUNCE).await;
+        let earliest = last_pass.map_or(woken, |last| last + DEBOUNCE);
+        tokio::time::sleep_until(earliest.max(woken + SETTLE)).await;
+        last_pass = Some(tokio::time::Instant::now());
         if resynced.elapsed() >= RESYNC {
             sync.written.clear();
             resynced = tokio::time::Instant::now();

@@ -131,6 +131,8 @@ enum Command {
         kubeconfig: PathBuf,
         #[arg(long, required = true)]
         netns: Vec<String>,
+        #[arg(long)]
+        service_cidr: ipnet::Ipv4Net,
     },
 }
 
@@ -319,7 +321,11 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             services::standins::serve_dns(listen, &table)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::KubeProxy { kubeconfig, netns } => {
+        Command::KubeProxy {
+            kubeconfig,
+            netns,
+            service_cidr,
+        } => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
@@ -327,7 +333,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
                 let client = kubetun_testenv::client_for(&kubeconfig)
                     .await
                     .map_err(|e| anyhow::anyhow!("{}: {e}", kubeconfig.display()))?;
-                services::proxy::follow(client, &netns).await?;
+                services::proxy::follow(client, service_cidr, &netns).await?;
                 anyhow::Ok(ExitCode::SUCCESS)
             })
         }

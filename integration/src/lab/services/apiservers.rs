@@ -11,6 +11,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use ipnet::Ipv4Net;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
@@ -199,7 +200,11 @@ pub async fn route_dns(client_cluster: &ClusterState) -> Result<Ipv4Addr, LabErr
 
 /// Starts `kubetun-lab kube-proxy` for `cluster` (detached, it outlives `up`; `down` stops
 /// it by PID); returns its PID.
-pub fn start_proxy(cluster: &ClusterState, state_dir: &Path) -> Result<u32, LabError> {
+pub fn start_proxy(
+    cluster: &ClusterState,
+    service_range: Ipv4Net,
+    state_dir: &Path,
+) -> Result<u32, LabError> {
     use std::os::unix::process::CommandExt as _;
     let plane = apiserver::plane(cluster)?;
     let binary = netns::sibling_binary("kubetun-lab");
@@ -209,6 +214,7 @@ pub fn start_proxy(cluster: &ClusterState, state_dir: &Path) -> Result<u32, LabE
         .args(["kube-proxy", "--kubeconfig"])
         .arg(&plane.kubeconfig)
         .args(["--netns", &cluster.namespace])
+        .args(["--service-cidr", &service_range.to_string()])
         .stdin(Stdio::null())
         .stdout(stdout)
         .stderr(stderr)

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
+use ipnet::Ipv4Net;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kubetun_controller::services::desired::{AddressViews, Source, desired_imports};
 use kubetun_controller::services::dns::{DnsService, DnsTable};
@@ -15,6 +16,9 @@ use kubetun_crds::mcs::ServiceImportType;
 use kubetun_crds::{ClusterRef, ExportedServiceSpec};
 
 use super::{objects, proxy, standins};
+
+/// Where the in-process imports' ClusterSetIPs start in the client's service range.
+const CLUSTER_IP_OFFSET: u32 = 100;
 use crate::lab::LabError;
 use crate::lab::state::ClusterState;
 use crate::service_demo::ServiceDemo;
@@ -23,17 +27,18 @@ use crate::service_demo::ServiceDemo;
 pub(super) struct InProcess {
     /// Offers by exporting cluster ID.
     offers: BTreeMap<String, ExportedServiceSpec>,
-    /// The first ClusterSetIP (in the client's service range); imports take the next ones.
-    first_cluster_ip: Ipv4Addr,
+    /// The client's service range; the imports' ClusterSetIPs are taken from
+    /// [`CLUSTER_IP_OFFSET`] on.
+    service_range: Ipv4Net,
     /// The DNS stand-in's table.
     pub(super) table_file: PathBuf,
 }
 
 impl InProcess {
-    pub(super) fn new(first_cluster_ip: Ipv4Addr, table_file: PathBuf) -> Self {
+    pub(super) fn new(service_range: Ipv4Net, table_file: PathBuf) -> Self {
         Self {
             offers: BTreeMap::new(),
-            first_cluster_ip,
+            service_range,
             table_file,
         }
     }
@@ -98,7 +103,8 @@ impl InProcess {
         let mut table = DnsTable::new();
         let mut ports = Vec::new();
         for (index, import) in desired_imports(&sources).iter().enumerate() {
-            let ip = Ipv4Addr::from(u32::from(self.first_cluster_ip) + index as u32);
+            let offset = CLUSTER_IP_OFFSET + index as u32;
+            let ip = Ipv4Addr::from(u32::from(self.service_range.network()) + offset);
             if import.merged.type_ == ServiceImportType::ClusterSetIP {
                 let specs: Vec<proxy::PortSpec> = import
                     .merged
@@ -117,6 +123,7 @@ impl InProcess {
             table.insert(id, DnsService::of_import(import, vec![IpAddr::V4(ip)]));
         }
         standins::write_dns_table(&self.table_file, &table)?;
-        proxy::apply(&client.namespace, &proxy::ruleset(&ports)).map_err(LabError::Host)
+        let rules = proxy::ruleset(&ports, self.service_range);
+        proxy::apply(&client.namespace, &rules).map_err(LabError::Host)
     }
 }

@@ -24,6 +24,8 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use ipnet::Ipv4Net;
+
 pub use apiservers::attach_dns;
 
 use super::checks::{Check, reach_address};
@@ -42,8 +44,9 @@ const CONVERGE: Duration = Duration::from_secs(20);
 const ROUNDS: usize = 5;
 /// Fetches that must all come from the remaining exporters once one lost its endpoints.
 const STEADY_FETCHES: usize = 8;
-/// The in-process lab's first ClusterSetIP, as an offset into the client's service range.
-const CLUSTER_IP_OFFSET: u32 = 100;
+/// The device the client's service range is routed to, and its veth peer.
+const SERVICE_LINK: &str = "svc0";
+const SERVICE_LINK_PEER: &str = "svc1";
 
 /// Who carries out exports and endpoint changes.
 enum Driver {
@@ -115,10 +118,14 @@ pub(super) fn run(lab: &mut RunningLab<'_>, out: &mut dyn Write) -> Result<(), L
             &state_dir.join(format!("{}-backend.log", cluster.id)),
         )?;
     }
+    let service_range =
+        install::service_cidr(&lab.state.clusters[client], lab.topology.underlay)
+            .ok_or_else(|| LabError::Usage(format!("{}: no free service range", demo.client)))?;
+    route_service_range(&lab.state.clusters[client].namespace, service_range)?;
     let (nameserver, driver) = if lab.options.apiserver {
-        through_apiservers(lab, &demo, client, &exporters)?
+        through_apiservers(lab, &demo, client, &exporters, service_range)?
     } else {
-        in_process(lab, client)?
+        in_process(lab, client, service_range)?
     };
     write_resolver(&lab.state.clusters[client].pods[0].namespace, nameserver)?;
     let mut steps = Steps {
@@ -140,6 +147,7 @@ fn through_apiservers(
     demo: &ServiceDemo,
     client: usize,
     exporters: &[usize],
+    service_range: Ipv4Net,
 ) -> Result<(Ipv4Addr, Driver), LabError> {
     let clusters = &lab.state.clusters;
     let involved: Vec<&ClusterState> = std::iter::once(client)
@@ -155,7 +163,7 @@ fn through_apiservers(
     let nameserver = lab
         .runtime
         .block_on(apiservers::route_dns(&clusters[client]))?;
-    let pid = apiservers::start_proxy(&clusters[client], &lab.options.state_dir)?;
+    let pid = apiservers::start_proxy(&clusters[client], service_range, &lab.options.state_dir)?;
     if let Some(plane) = lab.state.clusters[client].control_plane.as_mut() {
         plane.proxy_pid = Some(pid);
     }
@@ -164,18 +172,18 @@ fn through_apiservers(
 }
 
 /// The DNS stand-in in the client's gateway namespace, serving a table the lab writes.
-fn in_process(lab: &RunningLab<'_>, client: usize) -> Result<(Ipv4Addr, Driver), LabError> {
+fn in_process(
+    lab: &RunningLab<'_>,
+    client: usize,
+    service_range: Ipv4Net,
+) -> Result<(Ipv4Addr, Driver), LabError> {
     let cluster = &lab.state.clusters[client];
     let nameserver = lab.topology.clusters[client].gateway_pod_address();
-    let service_range = install::service_cidr(cluster, lab.topology.underlay).ok_or_else(|| {
-        LabError::Usage(format!("{}: no free range for ClusterSetIPs", cluster.name))
-    })?;
-    let first_ip = Ipv4Addr::from(u32::from(service_range.network()) + CLUSTER_IP_OFFSET);
     let table_file = lab
         .options
         .state_dir
         .join(format!("{}-dns.json", cluster.id));
-    let driver = InProcess::new(first_ip, table_file.clone());
+    let driver = InProcess::new(service_range, table_file.clone());
     driver.publish(cluster)?;
     let listen = SocketAddr::from((nameserver, 53)).to_string();
     let table = table_file.to_string_lossy();
@@ -456,6 +464,43 @@ impl Steps<'_, '_> {
             "direct link".to_owned()
         }
     }
+}
+
+/// Routes the client's service range into a device in its node namespace (a veth whose peer
+/// stays there too: the `dummy` module is not everywhere), as a node's
+/// default route would take it: what the kube-proxy stand-in does not DNAT then reaches its
+/// reject rules (without a route it would be dropped, or answered by a rate-limited ICMP
+/// error, and a racing client would wait for its connect timeout).
+fn route_service_range(ns: &str, range: Ipv4Net) -> Result<(), LabError> {
+    let _ = netns::exec_in(ns, &["ip", "link", "del", SERVICE_LINK]);
+    netns::exec_in(
+        ns,
+        &[
+            "ip",
+            "link",
+            "add",
+            SERVICE_LINK,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            SERVICE_LINK_PEER,
+        ],
+    )?;
+    netns::exec_in(ns, &["ip", "link", "set", SERVICE_LINK_PEER, "up"])?;
+    netns::exec_in(ns, &["ip", "link", "set", SERVICE_LINK, "up"])?;
+    netns::exec_in(
+        ns,
+        &[
+            "ip",
+            "route",
+            "add",
+            &range.to_string(),
+            "dev",
+            SERVICE_LINK,
+        ],
+    )?;
+    Ok(())
 }
 
 /// Median, minimum and maximum in milliseconds.

@@ -13,6 +13,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use futures::StreamExt as _;
+use ipnet::Ipv4Net;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
@@ -119,8 +120,11 @@ pub fn of_service(service: &Service, slices: &[&EndpointSlice]) -> Vec<ProxiedPo
     proxied(ip, &ports, slices)
 }
 
-/// The whole table, replacing the previous one in one transaction.
-pub fn ruleset(ports: &[ProxiedPort]) -> String {
+/// The whole table, replacing the previous one in one transaction. What reaches the service
+/// range without being DNATed (a port without endpoints, an address no Service has) is
+/// rejected at once, with a TCP reset for TCP: a client that raced the rules retries at
+/// once instead of waiting for its connect timeout (an ICMP error is rate-limited).
+pub fn ruleset(ports: &[ProxiedPort], service_range: Ipv4Net) -> String {
     let mut jumps = String::new();
     let mut rejects = String::new();
     let mut chains = String::new();
@@ -152,6 +156,10 @@ pub fn ruleset(ports: &[ProxiedPort]) -> String {
             );
         }
     }
+    let _ = writeln!(
+        rejects,
+        "\t\tip daddr {service_range} meta l4proto tcp reject with tcp reset\n\t\tip daddr {service_range} reject"
+    );
     let nat = |hook: &str| {
         format!(
             "\tchain {hook} {{\n\t\ttype nat hook {hook} priority -100; policy accept;\n{jumps}\t}}\n"
@@ -201,9 +209,14 @@ pub fn apply(ns: &str, ruleset: &str) -> Result<(), String> {
 
 /// `kubetun-lab kube-proxy`: follows the derived Services (labelled
 /// `net.kubetun.io/service-import`) and kubetun's EndpointSlices of the cluster `client`
-/// talks to, and keeps the rules of every namespace in `namespaces` in step. Runs until
-/// killed; a failed write is retried on the next change.
-pub async fn follow(client: kube::Client, namespaces: &[String]) -> Result<(), LabError> {
+/// talks to, and keeps the rules of every namespace in `namespaces` in step (the cluster's
+/// service range is `service_range`). Runs until killed; a failed write is retried on the
+/// next change.
+pub async fn follow(
+    client: kube::Client,
+    service_range: Ipv4Net,
+    namespaces: &[String],
+) -> Result<(), LabError> {
     let (services, services_writer) = reflector::store::<Service>();
     let (slices, slices_writer) = reflector::store::<EndpointSlice>();
     let service_events = reflector(
@@ -260,7 +273,7 @@ pub async fn follow(client: kube::Client, namespaces: &[String]) -> Result<(), L
             ports.extend(of_service(&service, &slices));
         }
         ports.sort();
-        let rules = ruleset(&ports);
+        let rules = ruleset(&ports, service_range);
         if applied.as_ref() == Some(&rules) {
             continue;
         }
@@ -311,6 +324,10 @@ mod tests {
         }
     }
 
+    fn range() -> Ipv4Net {
+        "10.96.0.0/12".parse().unwrap()
+    }
+
     fn http() -> Vec<PortSpec> {
         vec![PortSpec {
             name: Some("http".into()),
@@ -339,14 +356,15 @@ mod tests {
                 ],
             }]
         );
-        let rules = ruleset(&ports);
+        let rules = ruleset(&ports, range());
         assert!(
             rules.contains("ip daddr 10.96.0.100 tcp dport 80 jump svc0"),
             "{rules}"
         );
         assert!(rules.contains("numgen random mod 2 vmap { 0 : jump svc0ep0, 1 : jump svc0ep1 }"));
         assert!(rules.contains("dnat to 10.72.0.11:8081"));
-        assert!(!rules.contains("reject with"));
+        assert!(!rules.contains("tcp dport 80 reject"));
+        assert!(rules.contains("ip daddr 10.96.0.0/12 meta l4proto tcp reject with tcp reset"));
     }
 
     #[test]
@@ -359,7 +377,7 @@ mod tests {
         }];
         let ports = proxied(ip, &nameless, &[&slice(&[("10.71.0.11", true)], 8080)]);
         assert!(ports[0].endpoints.is_empty());
-        let rules = ruleset(&ports);
+        let rules = ruleset(&ports, range());
         assert!(rules.contains("ip daddr 10.96.0.100 tcp dport 80 reject with tcp reset"));
         assert!(!rules.contains("jump svc0"));
     }
@@ -375,7 +393,11 @@ mod tests {
             &http(),
             &[&slice(&[("10.71.0.11", true), ("10.72.0.11", true)], 8080)],
         );
-        for rules in [ruleset(&ports), ruleset(&ports), ruleset(&[])] {
+        for rules in [
+            ruleset(&ports, range()),
+            ruleset(&ports, range()),
+            ruleset(&[], range()),
+        ] {
             apply(ns.name(), &rules).expect("loads, also over itself");
         }
     }
