@@ -1,6 +1,7 @@
 //! Pure: what the exporting cluster offers of one exported Service (its [`ExportedServiceSpec`]),
 //! read from the ServiceExport, the Service and its EndpointSlices, or why it offers nothing
-//! (the `Valid=False` reason and message).
+//! (the `Valid=False` reason and message: no Service, ExternalName, or too many endpoints for
+//! one object).
 
 use std::collections::BTreeMap;
 
@@ -20,6 +21,12 @@ pub struct Invalid {
     /// In words.
     pub message: String,
 }
+
+/// The largest offer (its JSON): well inside etcd's 1.5 MiB per object, with room for the
+/// object's metadata.
+pub const MAX_OFFER_BYTES: usize = 1024 * 1024;
+/// The most slices an offer carries (the ExportedService schema's limit).
+pub const MAX_OFFER_SLICES: usize = 1000;
 
 /// The ServiceExport's facts the offer needs.
 #[derive(Debug, Clone, Default)]
@@ -95,7 +102,8 @@ pub fn offer(
             &b.endpoints[0].addresses,
         ))
     });
-    Ok(ExportedServiceSpec {
+    let endpoints: usize = exported_slices.iter().map(|s| s.endpoints.len()).sum();
+    let offered = ExportedServiceSpec {
         cluster: cluster.clone(),
         namespace: request.namespace.clone(),
         name: request.name.clone(),
@@ -112,7 +120,25 @@ pub fn offer(
         labels: request.labels.clone(),
         annotations: request.annotations.clone(),
         slices: exported_slices,
-    })
+    };
+    // The offer is one object: past etcd's object size it could not be written at all.
+    let size = serde_json::to_vec(&offered).map_or(usize::MAX, |json| json.len());
+    if size > MAX_OFFER_BYTES || offered.slices.len() > MAX_OFFER_SLICES {
+        return Err(Invalid {
+            reason: "TooManyEndpoints",
+            message: format!(
+                "Service {}/{} has {endpoints} endpoints in {} EndpointSlices, an offer of {} KiB; \
+                 kubetun exports at most {} KiB ({MAX_OFFER_SLICES} slices) per Service, several \
+                 thousand endpoints: split the Service, or export a smaller one in front of it",
+                request.namespace,
+                request.name,
+                offered.slices.len(),
+                size / 1024,
+                MAX_OFFER_BYTES / 1024
+            ),
+        });
+    }
+    Ok(offered)
 }
 
 /// One EndpointSlice as offered: addresses, conditions and hostnames only (no node names,
@@ -155,5 +181,103 @@ fn exported(slice: &EndpointSlice) -> ExportedSlice {
         address_type: slice.address_type.clone(),
         ports,
         endpoints,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{ServicePort as KubePort, ServiceSpec};
+    use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort};
+
+    use super::*;
+
+    fn service() -> Service {
+        Service {
+            spec: Some(ServiceSpec {
+                ports: Some(vec![KubePort {
+                    name: Some("http".into()),
+                    port: 80,
+                    ..KubePort::default()
+                }]),
+                ..ServiceSpec::default()
+            }),
+            ..Service::default()
+        }
+    }
+
+    /// A slice of `count` endpoints from `10.<first>.x.y` on, all but the first ready.
+    fn slice(first: u8, count: usize) -> EndpointSlice {
+        EndpointSlice {
+            address_type: "IPv4".into(),
+            ports: Some(vec![EndpointPort {
+                name: Some("http".into()),
+                port: Some(8080),
+                ..EndpointPort::default()
+            }]),
+            endpoints: Some(
+                (0..count)
+                    .map(|i| Endpoint {
+                        addresses: vec![format!("10.{first}.{}.{}", i / 250, i % 250 + 1)],
+                        conditions: Some(EndpointConditions {
+                            ready: Some(i != 0),
+                            ..EndpointConditions::default()
+                        }),
+                        hostname: Some(format!("pod-{first}-{i}")),
+                        ..Endpoint::default()
+                    })
+                    .collect(),
+            ),
+            ..EndpointSlice::default()
+        }
+    }
+
+    fn request() -> ExportRequest {
+        ExportRequest {
+            namespace: "shop".into(),
+            name: "web".into(),
+            ..ExportRequest::default()
+        }
+    }
+
+    fn cluster() -> ClusterRef {
+        ClusterRef {
+            id: "milan".into(),
+            name: "Milan".into(),
+        }
+    }
+
+    #[test]
+    fn an_offer_carries_ports_and_endpoints_without_pod_details() {
+        let slices = [slice(1, 3), slice(2, 0)];
+        let refs: Vec<&EndpointSlice> = slices.iter().collect();
+        let offered = offer(&cluster(), &request(), Some(&service()), &refs).expect("valid");
+        assert_eq!(offered.type_, ServiceImportType::ClusterSetIP);
+        assert_eq!(offered.ports[0].protocol, "TCP");
+        assert_eq!(offered.slices.len(), 1, "the empty slice is left out");
+        let endpoints = &offered.slices[0].endpoints;
+        assert_eq!(endpoints.len(), 3);
+        assert!(!endpoints[0].ready && !endpoints[0].serving);
+        assert!(endpoints[1].ready && endpoints[1].serving);
+        assert_eq!(offered.slices[0].ports[0].port, 8080);
+    }
+
+    #[test]
+    fn a_service_too_big_for_one_object_is_invalid_and_says_why() {
+        // 20 slices of 1000 endpoints (what the EndpointSlice controller makes of 20 000 pods
+        // at its largest slices).
+        let slices: Vec<EndpointSlice> = (0..20).map(|i| slice(i, 1000)).collect();
+        let refs: Vec<&EndpointSlice> = slices.iter().collect();
+        let invalid = offer(&cluster(), &request(), Some(&service()), &refs).unwrap_err();
+        assert_eq!(invalid.reason, "TooManyEndpoints");
+        assert!(
+            invalid
+                .message
+                .contains("shop/web has 20000 endpoints in 20"),
+            "{}",
+            invalid.message
+        );
+        // 4000 endpoints fit.
+        let refs: Vec<&EndpointSlice> = slices.iter().take(4).collect();
+        assert!(offer(&cluster(), &request(), Some(&service()), &refs).is_ok());
     }
 }
