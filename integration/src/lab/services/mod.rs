@@ -7,8 +7,8 @@
 //! still answer, and only they), and unexport (the name stops resolving).
 //!
 //! With real control planes everything goes through the API servers, the `kubetun` CLI and
-//! the controllers ([`apiservers`]); without, the lab computes what the controllers would,
-//! with their own pure services core ([`inprocess`]). Either way the ClusterSetIP is reached
+//! the controllers (`apiservers.rs`); without, the lab computes what the controllers would,
+//! with their own pure services core (`inprocess.rs`). Either way the ClusterSetIP is reached
 //! through the kube-proxy stand-in ([`proxy`]) and the name through `clusterset.local` DNS.
 
 pub mod proxy;
@@ -587,7 +587,7 @@ fn write_resolver(ns: &str, nameserver: Ipv4Addr) -> Result<(), LabError> {
     Ok(())
 }
 
-/// Removes what [`write_resolver`] wrote for namespace `ns` (absent is fine).
+/// Removes the resolver files the demo wrote for namespace `ns` (absent is fine).
 pub fn remove_resolver(ns: &str) {
     let dir = Path::new("/etc/netns").join(ns);
     for file in ["resolv.conf", "nsswitch.conf"] {
