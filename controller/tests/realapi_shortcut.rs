@@ -20,10 +20,12 @@ use kubetun_crds::{NetworkConfig, ShortcutConnection};
 use realapi_support::{Leaf, NAMESPACE, kubetun, text};
 
 /// The resourceVersion at which each object was first seen (its creation revision; etcd
-/// revisions are ordered across all objects of a cluster).
+/// revisions are ordered across all objects of a cluster). Counts `listed` up once its
+/// initial list is done: an object created before that would be seen at a later revision.
 async fn record_creations<K>(
     api: Api<K>,
     into: std::sync::Arc<std::sync::Mutex<Vec<(String, u64)>>>,
+    listed: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -35,6 +37,9 @@ async fn record_creations<K>(
     let events = watcher(api, watcher::Config::default());
     futures::pin_mut!(events);
     while let Some(event) = events.next().await {
+        if let Ok(watcher::Event::InitDone) = event {
+            listed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
         if let Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj)) = event {
             let kind = K::kind(&()).into_owned();
             let rv: u64 = obj.resource_version().unwrap().parse().unwrap();
@@ -63,16 +68,27 @@ async fn shortcut_is_event_driven_guarded_and_cleaned_up() {
     ));
 
     let creations = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let listed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let recorders = [
         tokio::spawn(record_creations::<Secret>(
             Api::namespaced(hub_client.clone(), NAMESPACE),
             creations.clone(),
+            listed.clone(),
         )),
         tokio::spawn(record_creations::<ShortcutConnection>(
             Api::namespaced(hub_client.clone(), NAMESPACE),
             creations.clone(),
+            listed.clone(),
         )),
     ];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while listed.load(std::sync::atomic::Ordering::SeqCst) < recorders.len() {
+        assert!(
+            Instant::now() < deadline,
+            "the recorders' watches did not list"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 
     let (hub_k, rome_k, milan_k) = (
         hub.kubeconfig_path(),
