@@ -35,6 +35,7 @@ pub mod gateway_client;
 pub mod ha;
 pub mod ipam;
 pub mod keys;
+pub mod kubeconfig;
 pub mod network;
 pub mod planner;
 pub mod reconcile;

@@ -193,7 +193,7 @@ pub enum AgentError {
     Source(#[from] SourceError),
     /// No client could be built from the kubeconfig or the in-cluster configuration.
     #[error(transparent)]
-    Client(#[from] crate::cli::Error),
+    Client(#[from] crate::kubeconfig::KubeconfigError),
     /// A Kubernetes API call failed.
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
@@ -270,7 +270,7 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
         );
         return Ok(());
     }
-    let client = crate::cli::KubeconfigSource {
+    let client = crate::kubeconfig::KubeconfigSource {
         path: args.kubeconfig.clone(),
         context: args.context.clone(),
     }

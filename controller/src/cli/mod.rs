@@ -11,29 +11,22 @@ pub mod service;
 pub mod service_diagnose;
 pub mod shortcut;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kubetun_crds::Endpoint;
 
 use crate::connector::{self, Progress};
+pub use crate::kubeconfig::{KubeconfigError, KubeconfigSource, install_tls_provider};
 
 /// A failure of a `kubetun` subcommand.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The kubeconfig cannot be read or has no usable context.
-    #[error("({cluster}) cannot load the kubeconfig {source_desc}: {reason}")]
-    Kubeconfig {
-        /// `local`, `remote`, `hub`, a leaf name.
-        cluster: String,
-        /// The file (or "from the environment").
-        source_desc: String,
-        /// Why.
-        reason: String,
-    },
+    #[error(transparent)]
+    Kubeconfig(#[from] KubeconfigError),
     /// The connector failed. Shown with its whole cause chain: this is the error the user
     /// reads, so it carries no separate source.
     #[error("{}", connector::error_chain(.0.as_ref()))]
@@ -85,89 +78,10 @@ impl From<connector::Error> for Error {
     }
 }
 
-/// Makes rustls use its `ring` provider process-wide, before any kube client is built. With
-/// more than one provider compiled in (feature unification across the workspace does that),
-/// rustls refuses to choose and the first TLS connection panics. Idempotent.
-pub fn install_tls_provider() {
-    // Err means a provider is already installed, which is all this needs.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 /// Whether to write colour (ANSI escapes) to `stream`: only to a terminal, and never with
 /// `NO_COLOR` set (<https://no-color.org>).
 pub fn colour(stream: &impl std::io::IsTerminal) -> bool {
     stream.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-}
-
-/// Where to find one cluster's kubeconfig.
-#[derive(Debug, Clone, Default)]
-pub struct KubeconfigSource {
-    /// Kubeconfig file; `None` uses `$KUBECONFIG` or `~/.kube/config`.
-    pub path: Option<PathBuf>,
-    /// Context in the file; `None` uses its current context.
-    pub context: Option<String>,
-}
-
-impl KubeconfigSource {
-    fn describe(&self) -> String {
-        let file = self.path.as_ref().map_or_else(
-            || "from $KUBECONFIG or ~/.kube/config".to_owned(),
-            |p| p.display().to_string(),
-        );
-        match &self.context {
-            Some(context) => format!("{file} (context {context})"),
-            None => file,
-        }
-    }
-
-    /// A client for a long-running process: the in-cluster configuration (else `$KUBECONFIG`
-    /// or `~/.kube/config`) when neither a file nor a context is given, else [`Self::client`].
-    pub async fn client_or_in_cluster(&self, cluster: &str) -> Result<kube::Client, Error> {
-        if self.path.is_none() && self.context.is_none() {
-            install_tls_provider();
-            return kube::Client::try_default()
-                .await
-                .map_err(|e| Error::Kubeconfig {
-                    cluster: cluster.to_owned(),
-                    source_desc: "(in-cluster, $KUBECONFIG or ~/.kube/config)".to_owned(),
-                    reason: e.to_string(),
-                });
-        }
-        self.client(cluster).await
-    }
-
-    /// Builds a client for `cluster` (a label used in errors).
-    pub async fn client(&self, cluster: &str) -> Result<kube::Client, Error> {
-        Ok(self.client_and_server(cluster).await?.0)
-    }
-
-    /// [`Self::client`], and how other clusters reach this API server.
-    pub async fn client_and_server(
-        &self,
-        cluster: &str,
-    ) -> Result<(kube::Client, crate::connector::ServerAccess), Error> {
-        let fail = |reason: String| Error::Kubeconfig {
-            cluster: cluster.to_owned(),
-            source_desc: self.describe(),
-            reason,
-        };
-        let kubeconfig = match &self.path {
-            Some(path) => Kubeconfig::read_from(path),
-            None => Kubeconfig::read(),
-        }
-        .map_err(|e| fail(e.to_string()))?;
-        install_tls_provider();
-        let options = KubeConfigOptions {
-            context: self.context.clone(),
-            ..KubeConfigOptions::default()
-        };
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
-            .await
-            .map_err(|e| fail(e.to_string()))?;
-        let server = crate::connector::ServerAccess::of(&config);
-        let client = kube::Client::try_from(config).map_err(|e| fail(e.to_string()))?;
-        Ok((client, server))
-    }
 }
 
 /// Maps an API error of the cluster a command works on (`local`) to [`Error::Api`].
@@ -597,7 +511,7 @@ users:
         );
         assert_eq!(doc["users"][0]["user"]["client-key-data"], "S0VZ");
         assert_eq!(doc["contexts"].as_sequence().unwrap().len(), 1);
-        assert!(Kubeconfig::from_yaml(&out).is_ok());
+        assert!(kube::config::Kubeconfig::from_yaml(&out).is_ok());
 
         let milan = minify_kubeconfig(KUBECONFIG, Some("milan"), Path::new("/"), &read).unwrap();
         let doc: serde_yaml::Value = serde_yaml::from_str(&milan).unwrap();

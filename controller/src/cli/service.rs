@@ -55,12 +55,11 @@ pub struct ClusterArgs {
 
 impl ClusterArgs {
     async fn client(&self) -> Result<Client, Error> {
-        KubeconfigSource {
+        let source = KubeconfigSource {
             path: self.kubeconfig.clone(),
             context: self.context.clone(),
-        }
-        .client("local")
-        .await
+        };
+        Ok(source.client("local").await?)
     }
 }
 

@@ -65,12 +65,11 @@ pub struct HubArgs {
 
 impl HubArgs {
     async fn client(&self) -> Result<kube::Client, Error> {
-        KubeconfigSource {
+        let source = KubeconfigSource {
             path: self.kubeconfig.clone(),
             context: self.context.clone(),
-        }
-        .client("hub")
-        .await
+        };
+        Ok(source.client("hub").await?)
     }
 }
 
@@ -205,10 +204,12 @@ fn hub_error(action: String) -> impl FnOnce(kube::Error) -> Error {
 
 /// Reads a leaf's kubeconfig file and makes it self-contained (one context, files inlined).
 fn read_kubeconfig(leaf: &str, file: &Path, context: Option<&str>) -> Result<String, Error> {
-    let fail = |reason: String| Error::Kubeconfig {
-        cluster: leaf.to_owned(),
-        source_desc: file.display().to_string(),
-        reason,
+    let fail = |reason: String| {
+        Error::Kubeconfig(super::KubeconfigError {
+            cluster: leaf.to_owned(),
+            source_desc: file.display().to_string(),
+            reason,
+        })
     };
     let yaml = std::fs::read_to_string(file).map_err(|e| fail(e.to_string()))?;
     let base_dir = file.parent().unwrap_or(Path::new("."));

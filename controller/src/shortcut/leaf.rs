@@ -131,7 +131,7 @@ impl SecretKubeconfigs {
         };
         let text = std::str::from_utf8(&bytes.0).map_err(|e| invalid(&e))?;
         let kubeconfig = Kubeconfig::from_yaml(text).map_err(|e| invalid(&e))?;
-        crate::cli::install_tls_provider();
+        crate::kubeconfig::install_tls_provider();
         let config =
             kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                 .await

@@ -112,7 +112,7 @@ pub async fn run(args: DiagnoseArgs) -> Result<(), Error> {
     }
 }
 
-fn unreachable_side(label: &str, error: &Error) -> Side {
+fn unreachable_side(label: &str, error: &dyn std::fmt::Display) -> Side {
     Side {
         label: label.to_owned(),
         info: Err(error.to_string()),
