@@ -22,6 +22,7 @@ use kubetun_controller::keys;
 use kubetun_crds::TunnelEndpoint;
 use kubetun_integration::lab;
 use kubetun_integration::lab::apiserver::{self, NAMESPACE};
+use kubetun_integration::lab::services::fetch_by_name;
 use kubetun_integration::lab::state::ClusterState;
 use kubetun_integration::netns::command_in;
 
@@ -376,11 +377,7 @@ async fn rotating_keys_keeps_traffic_and_leaves_no_old_key() {
     let answered = tokio::task::spawn_blocking(move || {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         loop {
-            let out = command_in(&pod, "curl")
-                .args(["-sS", "--noproxy", "*", "--max-time", "2"])
-                .arg("http://web.demo.svc.clusterset.local/")
-                .output()
-                .expect("curl");
+            let out = fetch_by_name(&pod, "web.demo.svc.clusterset.local").expect("curl");
             let body = String::from_utf8_lossy(&out.stdout).into_owned();
             if out.status.success() || std::time::Instant::now() > deadline {
                 break body;

@@ -307,9 +307,25 @@ pub fn start_controller(plane: &ControlPlaneState) -> Result<u32, LabError> {
 
 /// Stops a controller by PID (only if the PID still runs `kubetun-controller`).
 pub fn stop_controller(pid: u32, signal: nix::sys::signal::Signal) -> bool {
+    stop_program(pid, "kubetun-controller", None, signal)
+}
+
+/// Signals `pid` and waits up to 10 s for it to end, only if it still runs `program` (its
+/// argv[0] ends so) with `subcommand` as argv[1] when given: a PID from a state file may have
+/// been reused.
+pub fn stop_program(
+    pid: u32,
+    program: &str,
+    subcommand: Option<&str>,
+    signal: nix::sys::signal::Signal,
+) -> bool {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
-    if !String::from_utf8_lossy(argv0).ends_with("kubetun-controller") {
+    let mut argv = cmdline.split(|b| *b == 0);
+    let runs_it = argv
+        .next()
+        .is_some_and(|argv0| argv0.ends_with(program.as_bytes()))
+        && subcommand.is_none_or(|sub| argv.next() == Some(sub.as_bytes()));
+    if !runs_it {
         return false;
     }
     let Ok(raw) = i32::try_from(pid) else {

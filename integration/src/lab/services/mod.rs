@@ -31,7 +31,7 @@ pub use apiservers::attach_dns;
 use super::checks::{Check, reach_address};
 use super::linking::RunningLab;
 use super::state::ClusterState;
-use super::{LabError, install, report_check, say};
+use super::{LabError, apiserver, install, report_check, say};
 use crate::netns;
 use crate::service_demo::{ServiceDemo, TARGET_PORT};
 use inprocess::InProcess;
@@ -245,21 +245,7 @@ impl Steps<'_, '_> {
     /// `curl http://<name>/` in the client's pod.
     fn fetch(&self) -> Fetched {
         let ns = &self.cluster(self.client).pods[0].namespace;
-        let url = format!("http://{}/", self.demo.host());
-        let output = netns::command_in(ns, "curl")
-            .args([
-                "-sS",
-                "--noproxy",
-                "*",
-                "--connect-timeout",
-                "1",
-                "--max-time",
-                "2",
-                &url,
-            ])
-            .stdin(Stdio::null())
-            .output();
-        let output = match output {
+        let output = match fetch_by_name(ns, &self.demo.host()) {
             Ok(output) => output,
             Err(e) => return Fetched::Failed(format!("curl: {e}")),
         };
@@ -503,6 +489,24 @@ fn route_service_range(ns: &str, range: Ipv4Net) -> Result<(), LabError> {
     Ok(())
 }
 
+/// `curl http://<host>/` in namespace `ns` through its resolver, bounded (1 s to connect, 2 s
+/// in all), never through a proxy from the environment.
+pub fn fetch_by_name(ns: &str, host: &str) -> std::io::Result<std::process::Output> {
+    netns::command_in(ns, "curl")
+        .args([
+            "-sS",
+            "--noproxy",
+            "*",
+            "--connect-timeout",
+            "1",
+            "--max-time",
+            "2",
+        ])
+        .arg(format!("http://{host}/"))
+        .stdin(Stdio::null())
+        .output()
+}
+
 /// Median, minimum and maximum in milliseconds.
 fn summary(times: &mut [Duration]) -> String {
     times.sort();
@@ -598,22 +602,12 @@ pub fn remove_resolver(ns: &str) {
 
 /// Stops a `kubetun-lab kube-proxy` by PID (only if that PID still runs one).
 pub fn stop_proxy(pid: u32) {
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let mut args = cmdline.split(|b| *b == 0);
-    let is_proxy = args
-        .next()
-        .is_some_and(|argv0| argv0.ends_with(b"kubetun-lab"))
-        && args.next() == Some(b"kube-proxy".as_slice());
-    if let (true, Ok(raw)) = (is_proxy, i32::try_from(pid)) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(raw),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-        let _ = nix::sys::wait::waitpid(
-            nix::unistd::Pid::from_raw(raw),
-            Some(nix::sys::wait::WaitPidFlag::WNOHANG),
-        );
-    }
+    apiserver::stop_program(
+        pid,
+        "kubetun-lab",
+        Some("kube-proxy"),
+        nix::sys::signal::Signal::SIGKILL,
+    );
 }
 
 /// The files the demo may write into the state directory for cluster `id`: stand-in logs and
