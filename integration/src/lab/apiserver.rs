@@ -311,7 +311,7 @@ pub fn stop_controller(pid: u32, signal: nix::sys::signal::Signal) -> bool {
 }
 
 /// Signals `pid` and waits up to 10 s for it to end, only if it still runs `program` (its
-/// argv[0] ends so) with `subcommand` as argv[1] when given: a PID from a state file may have
+/// `argv[0]` ends so) with `subcommand` as `argv[1]` when given: a PID from a state file may have
 /// been reused.
 pub fn stop_program(
     pid: u32,
