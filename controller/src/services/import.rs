@@ -89,8 +89,10 @@ impl Pass {
                 }
             }
         }
-        self.remove_stale(&imports).await?;
+        // DNS first: a name stops answering before its objects go, and a failed delete keeps
+        // no stale name.
         self.dns.store(Arc::new(self.dns_table(&imports)));
+        self.remove_stale(&imports).await?;
         self.metrics.imports.set(imports.len() as i64);
         let endpoints: usize = imports
             .iter()
