@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use kubetun_controller::agent::plan::Attachment;
+use kubetun_agent::plan::Attachment;
 use kubetun_integration::iperf::{self, ClientSpec, Mode, Server};
 use kubetun_integration::multinode::{
     MultiNodeCluster, REMOTE_HOST, REMOTE_VIEW, remote_endpoints,

@@ -1,4 +1,7 @@
-//! kubetun controller library: everything between the Kubernetes API and the gateway.
+//! kubetun controller library: everything between the Kubernetes API and the gateway. The
+//! operator (`kubetun-controller`) runs it; the route agent (`kubetun-agent`, crate
+//! `controller/agent`) and the CLI (`kubetun`, crate `controller/cli`) build on its core (kube
+//! plumbing, IPAM, planner, connector), each linking only what its own program needs.
 //!
 //! Pure core (no IO, time passed in):
 //! - [`ipam`]: [`ipam::Ipam`] maps remote CIDRs to non-overlapping local views.
@@ -12,19 +15,18 @@
 //! - [`connector`] and [`shortcut`]: linking two clusters, from the CLI or the hub's operator.
 //! - [`rotation`]: rotating a cluster's gateway key across its links (`kubetun network
 //!   rotate-keys`); the controller's side is [`reconcile::keys`].
-//! - [`agent`]: the per-node route agent.
+//! - [`services`]: Services across clusters (the MCS API): offers, imports, DNS.
+//! - [`ha`]: leader election between gateway replicas, the standby's sync.
 //! - [`runtime`]: what the reconcilers share: watches with their own backoff, the API
 //!   server's reachability ([`runtime::ApiHealth`]), status patches, requeue backoff, shutdown.
-//! - [`cli`]: the `kubetun` subcommands; [`cluster_info`], [`keys`], [`conditions`],
-//!   [`context`], [`error`], [`events`], [`shutdown`] and [`socket_paths`] are shared plumbing.
+//! - [`cluster_info`], [`keys`], [`conditions`], [`context`], [`error`], [`events`],
+//!   [`logging`], [`shutdown`] and [`socket_paths`] are shared plumbing.
 
 // The gateway's control contract (`kubetun-gateway-api`): its gRPC types and client, its
 // socket paths, the log filter every program reads.
 pub use kubetun_gateway_api::proto as gateway_api;
 pub use kubetun_gateway_api::{log_filter, socket_paths};
 
-pub mod agent;
-pub mod cli;
 pub mod cluster_info;
 pub mod conditions;
 pub mod connector;
@@ -36,6 +38,7 @@ pub mod ha;
 pub mod ipam;
 pub mod keys;
 pub mod kubeconfig;
+pub mod logging;
 pub mod network;
 pub mod planner;
 pub mod reconcile;

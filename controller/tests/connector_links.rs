@@ -469,7 +469,7 @@ async fn status_lists_every_link_with_views_state_and_what_a_pending_one_waits_f
     );
     assert!(find(&rome_link.remote_cidrs, CidrKind::External).is_remapped());
 
-    let rendered = kubetun_controller::cli::network::render_link(rome_link);
+    let rendered = kubetun_cli::network::render_link(rome_link);
     assert!(rendered.starts_with("Peer rome (Rome)\n"), "{rendered}");
     assert!(rendered.contains("connection:     Connected"), "{rendered}");
 }

@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use connector_support::{Cluster, Controllers, Recorder, quick};
 use kube::api::DeleteParams;
-use kubetun_controller::cli::diagnose::{self, Outcome, Report};
+use kubetun_cli::diagnose::{self, Outcome, Report};
 use kubetun_controller::connector::Connector;
 
 fn now() -> i64 {

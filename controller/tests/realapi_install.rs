@@ -17,8 +17,8 @@ use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::Api;
 use kube::api::{DynamicObject, PostParams};
 use kube::discovery::ApiResource;
-use kubetun_controller::cli::install::flags::SETTINGS_ANNOTATION;
-use kubetun_controller::cli::install::manifests::{self, CONFIG_HASH_ANNOTATION, CONFIG_MAP};
+use kubetun_cli::install::flags::SETTINGS_ANNOTATION;
+use kubetun_cli::install::manifests::{self, CONFIG_HASH_ANNOTATION, CONFIG_MAP};
 use kubetun_testenv::TestCluster;
 use realapi_support::{kubetun, text};
 use serde_json::{Value, json};
@@ -85,7 +85,7 @@ fn nc_resource() -> ApiResource {
 
 #[tokio::test]
 async fn install_upgrade_and_uninstall() {
-    kubetun_controller::cli::install_tls_provider();
+    kubetun_cli::install_tls_provider();
     let Some([cluster]) = kubetun_testenv::clusters_or_skip(["install"]).await else {
         return;
     };
@@ -523,7 +523,7 @@ fn integral_numbers(value: &mut Value) {
 
 #[tokio::test]
 async fn dry_run_equals_kustomize_and_overlaps_are_refused() {
-    kubetun_controller::cli::install_tls_provider();
+    kubetun_cli::install_tls_provider();
     let Some([cluster]) = kubetun_testenv::clusters_or_skip(["dryrun"]).await else {
         return;
     };
@@ -607,7 +607,7 @@ async fn dry_run_equals_kustomize_and_overlaps_are_refused() {
 
 #[tokio::test]
 async fn another_implementations_mcs_crds_are_used_as_they_are_and_kept() {
-    kubetun_controller::cli::install_tls_provider();
+    kubetun_cli::install_tls_provider();
     let Some([cluster]) = kubetun_testenv::clusters_or_skip(["mcs"]).await else {
         return;
     };

@@ -11,10 +11,8 @@ use std::sync::atomic::Ordering;
 use connector_support::{NAMESPACE, Recorder, Switches, api_server};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, PostParams};
-use kubetun_controller::cli::Error;
-use kubetun_controller::cli::shortcut::{
-    LeafRequest, ShortcutRequest, apply_shortcut, secret_name,
-};
+use kubetun_cli::Error;
+use kubetun_cli::shortcut::{LeafRequest, ShortcutRequest, apply_shortcut, secret_name};
 use kubetun_controller::conditions;
 use kubetun_controller::shortcut::{
     self, Context, LEAF_REACHABLE, SHORTCUT_LABEL, SecretKubeconfigs, reason,

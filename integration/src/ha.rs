@@ -651,9 +651,8 @@ impl HaLab {
 
     fn start_agent(&mut self, index: usize) -> Result<(), HaError> {
         let node = self.nodes[index].clone();
-        let mut cmd = command_in(&node.ns, &bin_path("kubetun-controller").to_string_lossy());
-        cmd.arg("agent")
-            .arg("--kubeconfig")
+        let mut cmd = command_in(&node.ns, &bin_path("kubetun-agent").to_string_lossy());
+        cmd.arg("--kubeconfig")
             .arg(&self.agent_kubeconfig)
             .args(["--node-name", &node.name])
             .args(["--gateway-lease", DEFAULT_LEASE_NAME])

@@ -13,12 +13,10 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use ipnet::{IpNet, Ipv4Net};
 
-use kubetun_controller::agent::diff::{Change, ObservedState};
-use kubetun_controller::agent::netlink::{Kernel, NetlinkError};
-use kubetun_controller::agent::plan::{
-    AgentSettings, Attachment, Node, PlanError, PlanInput, plan,
-};
-use kubetun_controller::agent::{cleanup, converge};
+use kubetun_agent::diff::{Change, ObservedState};
+use kubetun_agent::netlink::{Kernel, NetlinkError};
+use kubetun_agent::plan::{AgentSettings, Attachment, Node, PlanError, PlanInput, plan};
+use kubetun_agent::{cleanup, converge};
 use kubetun_crds::{CidrMapping, ClusterRef, TunnelEndpointSpec};
 
 use crate::lab::named;

@@ -5,7 +5,6 @@
 //! plane, and `ip` is what an operator would type to reproduce a failure by hand.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -82,46 +81,7 @@ pub fn command_exists(program: &str) -> bool {
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
-/// A workspace binary (e.g. `kubetun-gateway`) in the target directory that holds the running
-/// executable (tests run from `target/<profile>/deps/`), else on `PATH`, else the bare name.
-pub fn sibling_binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from(name));
-    let mut dir = exe.parent().map(PathBuf::from).unwrap_or_default();
-    if dir.ends_with("deps") {
-        dir.pop();
-    }
-    let sibling = dir.join(name);
-    if sibling.is_file() {
-        return sibling;
-    }
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|dir| dir.join(name))
-                .find(|p| p.is_file())
-        })
-        .unwrap_or(sibling)
-}
-
-/// [`sibling_binary`], which must exist (tests).
-pub fn bin_path(name: &str) -> PathBuf {
-    let path = sibling_binary(name);
-    assert!(
-        path.is_file(),
-        "{} not found; build it first with `cargo build -p {}` (same profile as the tests)",
-        path.display(),
-        package_of(name)
-    );
-    path
-}
-
-fn package_of(bin: &str) -> &'static str {
-    match bin {
-        "kubetun-gateway" => "kubetun-gateway",
-        "kubetun" | "kubetun-controller" => "kubetun-controller",
-        _ => "kubetun-integration",
-    }
-}
+pub use kubetun_testenv::{bin_path, sibling_binary};
 
 /// Runs a command to completion; an unsuccessful exit is an error carrying its stderr.
 pub fn run(cmd: &mut Command) -> Result<Output> {

@@ -627,7 +627,7 @@ fn gateway_pods_from_the_manifest_tunnel_traffic_and_report_health() {
     let work = tempfile::tempdir().expect("temp dir");
     let mut made = Made::default();
 
-    let binaries: Vec<PathBuf> = ["kubetun-gateway", "kubetun-controller"]
+    let binaries: Vec<PathBuf> = ["kubetun-gateway", "kubetun-controller", "kubetun-agent"]
         .into_iter()
         .map(bin_path)
         .collect();

@@ -14,8 +14,8 @@
 use std::time::Duration;
 
 use ipnet::IpNet;
-use kubetun_controller::agent::diff::Change;
-use kubetun_controller::agent::plan::{Attachment, RuleSelector};
+use kubetun_agent::diff::Change;
+use kubetun_agent::plan::{Attachment, RuleSelector};
 use kubetun_integration::multinode::{
     MultiNodeCluster, REMOTE_HOST, REMOTE_VIEW, remote_endpoints,
 };

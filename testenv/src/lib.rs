@@ -8,6 +8,7 @@
 //!   killed and started again on the same port, certificates and data, as a real control
 //!   plane restarts. Dropping the cluster stops its processes; a watchdog stops them when the
 //!   owning process dies without dropping it (a panicking or killed test leaves nothing).
+//! - [`bin_path`]: the workspace's programs, built next to the running test.
 //! - [`cluster_or_skip`]: the entry point for tests: a started cluster, or `None` with the
 //!   reason printed; under `CI=true` a missing binary is a failure, never a skip.
 //!
@@ -17,9 +18,11 @@
 //! EndpointSlices starts kube-controller-manager and `fake-kubelet` beside the API server
 //! ([`TestCluster::start_workloads`]).
 
+mod binaries;
 mod pki;
 mod workloads;
 
+pub use binaries::{Assets, DEFAULT_ASSETS_DIR, bin_path, sibling_binary};
 pub use workloads::{Workloads, fake_kubelet};
 
 use std::fmt::Write as _;
@@ -72,59 +75,6 @@ pub enum Error {
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
     let what = what.into();
     move |source| Error::Io { what, source }
-}
-
-/// The binaries a test cluster runs.
-#[derive(Debug, Clone)]
-pub struct Assets {
-    pub etcd: PathBuf,
-    pub kube_apiserver: PathBuf,
-    /// Optional: only tests that drive `kubectl` as a user would need it.
-    pub kubectl: Option<PathBuf>,
-    /// Optional: only tests with workloads ([`TestCluster::start_workloads`]) need it.
-    pub kube_controller_manager: Option<PathBuf>,
-}
-
-/// envtest's default asset directory, used when `KUBEBUILDER_ASSETS` is not set.
-pub const DEFAULT_ASSETS_DIR: &str = "/usr/local/kubebuilder/bin";
-
-impl Assets {
-    /// Looks in `KUBEBUILDER_ASSETS`, then [`DEFAULT_ASSETS_DIR`], then `PATH`, per binary.
-    pub fn find() -> Result<Self, Error> {
-        let mut dirs: Vec<PathBuf> = Vec::new();
-        if let Some(assets) = std::env::var_os("KUBEBUILDER_ASSETS").filter(|v| !v.is_empty()) {
-            dirs.push(assets.into());
-        }
-        dirs.push(DEFAULT_ASSETS_DIR.into());
-        if let Some(path) = std::env::var_os("PATH") {
-            dirs.extend(std::env::split_paths(&path));
-        }
-        let find = |name: &str| {
-            dirs.iter()
-                .map(|dir| dir.join(name))
-                .find(|candidate| is_executable(candidate))
-        };
-        Ok(Self {
-            etcd: find("etcd").ok_or(Error::MissingBinary { binary: "etcd" })?,
-            kube_apiserver: find("kube-apiserver").ok_or(Error::MissingBinary {
-                binary: "kube-apiserver",
-            })?,
-            kubectl: find("kubectl"),
-            kube_controller_manager: find("kube-controller-manager"),
-        })
-    }
-
-    /// `kubectl`, or the reason it cannot be found.
-    pub fn kubectl(&self) -> Result<&Path, Error> {
-        self.kubectl
-            .as_deref()
-            .ok_or(Error::MissingBinary { binary: "kubectl" })
-    }
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// Whether tests must fail instead of skipping when they cannot run (`CI=true`).

@@ -1,7 +1,6 @@
 //! `kubetun-controller`: publishes this cluster's info, reconciles NetworkConfigs and
 //! TunnelEndpoints, keeps the local gateway on the desired state, and runs the Network
 //! controllers. Configured by flags or the matching `KUBETUN_*` environment variables.
-//! `kubetun-controller agent` runs the per-node route agent instead (see `--help` there).
 //! Only the hub (`--hub`) runs the ShortcutConnection operator.
 
 use std::net::{IpAddr, SocketAddr};
@@ -18,7 +17,6 @@ use kubetun_controller::gateway_client::{DEFAULT_INTERFACE, GatewayClient, grpc_
 use kubetun_controller::ha::{self, DEFAULT_LEASE_NAME, Election, Elector, HaMetrics, Timing};
 use kubetun_controller::ipam::{IpamConfig, rfc1918_pools};
 use kubetun_controller::keys::GatewayKeys;
-use kubetun_controller::log_filter;
 use kubetun_controller::network::{self, NetworkOptions};
 use kubetun_controller::planner::{self, GatewaySettings};
 use kubetun_controller::reconcile;
@@ -26,7 +24,6 @@ use kubetun_controller::services;
 use kubetun_controller::shortcut;
 use kubetun_crds::{ClusterRef, Endpoint};
 use prometheus_client::registry::Registry;
-use tracing_subscriber::filter::LevelFilter;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -179,39 +176,9 @@ impl ReplicaArgs {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    // The route agent is the same binary (one image): `kubetun-controller agent [flags]`.
-    if std::env::args_os().nth(1).is_some_and(|arg| arg == "agent") {
-        let args = kubetun_controller::agent::AgentArgs::parse_from(std::env::args_os().skip(1));
-        init_logging(false);
-        return kubetun_controller::agent::run(args)
-            .await
-            .context("route agent failed");
-    }
     let args = Args::parse();
-    init_logging(args.log_json);
+    kubetun_controller::logging::init_daemon(args.log_json);
     run_controller(args).await
-}
-
-/// Logs to stdout, as text (coloured on a terminal) or JSON lines. A bare level in
-/// RUST_LOG is kubetun's own; libraries log below WARN only when named
-/// (`RUST_LOG=debug,kube_client=debug`), see `log_filter`.
-fn init_logging(json: bool) {
-    let (filter, problem) = log_filter::from_env("RUST_LOG", LevelFilter::INFO);
-    if json {
-        tracing_subscriber::fmt()
-            .json()
-            .with_env_filter(filter)
-            .init();
-    } else {
-        let ansi = kubetun_controller::cli::colour(&std::io::stdout());
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_ansi(ansi)
-            .init();
-    }
-    if let Some(problem) = problem {
-        tracing::warn!("{problem}");
-    }
 }
 
 /// This cluster's info as the flags give it (its public key comes from the key Secret).
@@ -309,7 +276,7 @@ impl Standby<'_> {
 /// The controller: metrics, the standby wait of a replica, then every reconciler until one
 /// stops, the lease is lost or a signal comes.
 async fn run_controller(args: Args) -> anyhow::Result<()> {
-    let client = kubetun_controller::cli::KubeconfigSource {
+    let client = kubetun_controller::kubeconfig::KubeconfigSource {
         path: args.kubeconfig.clone(),
         context: args.context.clone(),
     }

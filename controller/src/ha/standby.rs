@@ -11,7 +11,6 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::Api;
 
-use crate::agent::source::tunnel_endpoint_specs;
 use crate::gateway_client::GatewayClient;
 use crate::keys::{self, GatewayKeys};
 use crate::planner::{self, GatewaySettings};
@@ -44,7 +43,7 @@ pub async fn sync(
         .await?;
     let keys = GatewayKeys::from_secret(&secret)?;
     settings.set_keys(&keys.current, keys.previous.as_ref());
-    let specs = tunnel_endpoint_specs(client, namespace).await?;
+    let specs = crate::reconcile::tunnel_endpoint::list_specs(client, namespace).await?;
     let desired = planner::desired_state(settings, &specs);
     if gateway.status().await?.version == desired.version {
         return Ok(false);

@@ -60,7 +60,7 @@ pub async fn install(cluster: &TestCluster) {
 
 /// Starts `names` as clusters with kubetun's CRDs and namespace, or `None` (skip).
 pub async fn clusters<const N: usize>(names: [&str; N]) -> Option<[TestCluster; N]> {
-    kubetun_controller::cli::install_tls_provider();
+    kubetun_controller::kubeconfig::install_tls_provider();
     let clusters = kubetun_testenv::clusters_or_skip(names).await?;
     futures::future::join_all(clusters.iter().map(install)).await;
     Some(clusters)
@@ -130,7 +130,7 @@ impl Drop for Leaf {
 /// Runs the `kubetun` CLI with `args`; colour is never forced (stdout/stderr are pipes).
 pub async fn kubetun(args: &[&str]) -> Output {
     let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_kubetun"))
+    tokio::process::Command::new(kubetun_testenv::bin_path("kubetun"))
         .args(&args)
         .env_remove("NO_COLOR")
         .env_remove("KUBETUN_LOG")

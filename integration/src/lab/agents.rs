@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use kubetun_controller::agent::plan::{Attachment, Node};
+use kubetun_agent::plan::{Attachment, Node};
 
 use super::LabError;
 use super::state::{ClusterState, NodeState};

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use ipnet::{IpNet, Ipv4Net};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
 use kube::api::{Api, Patch, PatchParams};
-use kubetun_controller::cli::install::{detect, manifests};
+use kubetun_cli::install::{detect, manifests};
 
 use super::LabError;
 use super::apiserver::{NAMESPACE, kubetun};

@@ -19,7 +19,7 @@
 //!
 //! In a multi-node cluster the route agent's logic (plan, then converge) runs in-process on
 //! every node after every apply and move, fed the cluster's TunnelEndpoints: what the
-//! `kubetun-controller agent` DaemonSet does on each watch event, without an API server.
+//! `kubetun-agent` DaemonSet does on each watch event, without an API server.
 
 pub mod apiserver;
 pub mod checks;

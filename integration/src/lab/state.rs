@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use ipnet::Ipv4Net;
-use kubetun_controller::agent::plan::AgentSettings;
+use kubetun_agent::plan::AgentSettings;
 use kubetun_crds::TunnelEndpointSpec;
 use serde::{Deserialize, Serialize};
 

@@ -1,0 +1,123 @@
+//! `kubetun diagnose`: walks every hop of a link between two clusters, in the order traffic
+//! and configuration depend on each other, and names the first broken one with what to do.
+//!
+//! Per cluster: the API and kubetun's cluster info; our NetworkConfig to the peer and whether
+//! the peer processed it; the peer's NetworkConfig and whether we processed it; the
+//! TunnelEndpoint; the gateway having applied it (`Applied`); the tunnel's state and the age
+//! of its last handshake; the ACL (`allowedPrefixes`) and the route agent. With both clusters:
+//! the peer's key and endpoint as we use them against what the peer announces, both ends'
+//! remap tables (what each side says the other sees must match), and the MTU. The checks are
+//! pure functions of what was read ([`Side`]), so tests break hops by editing objects.
+
+mod checks;
+mod link;
+mod report;
+mod side;
+#[cfg(test)]
+mod tests;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+
+use super::output::{self, OutputArgs};
+use super::{Error, KubeconfigSource};
+use kubetun_controller::cluster_info::DEFAULT_NAMESPACE;
+use kubetun_controller::connector::ClusterHandle;
+
+pub use checks::diagnose;
+pub use report::{Check, Outcome, Report, render};
+pub use side::{Side, collect};
+
+/// A handshake older than this means the session is gone: WireGuard re-handshakes every two
+/// minutes while packets flow, and the controller keeps a persistent keepalive.
+pub const STALE_HANDSHAKE_SECS: i64 = 180;
+
+/// The route agent's DaemonSet (`deploy/agent/`).
+pub const AGENT_DAEMONSET: &str = "kubetun-route-agent";
+
+/// `kubetun diagnose`.
+#[derive(Debug, Args)]
+pub struct DiagnoseArgs {
+    /// Kubeconfig of the local cluster [default: $KUBECONFIG or ~/.kube/config].
+    #[arg(long)]
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// Context in the local kubeconfig.
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Namespace kubetun runs in on the local cluster.
+    #[arg(long, default_value = DEFAULT_NAMESPACE)]
+    pub namespace: String,
+    /// Kubeconfig of the peer cluster; without it only the local side of every link is
+    /// checked.
+    #[arg(long)]
+    pub remote_kubeconfig: Option<std::path::PathBuf>,
+    /// Context in the remote kubeconfig.
+    #[arg(long)]
+    pub remote_context: Option<String>,
+    /// Namespace kubetun runs in on the remote cluster.
+    #[arg(long, default_value = DEFAULT_NAMESPACE)]
+    pub remote_namespace: String,
+    /// Only the link to this peer cluster id (without --remote-kubeconfig).
+    #[arg(long)]
+    pub peer: Option<String>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+fn now_unix() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// Runs `kubetun diagnose`; fails (exit status 1) when a hop is broken.
+pub async fn run(args: DiagnoseArgs) -> Result<(), Error> {
+    let local_source = KubeconfigSource {
+        path: args.kubeconfig.clone(),
+        context: args.context.clone(),
+    };
+    let local = match local_source.client("local").await {
+        Ok(client) => collect(&ClusterHandle::new("local", client, &args.namespace)).await,
+        Err(e) => unreachable_side("local", &e),
+    };
+    let remote = match &args.remote_kubeconfig {
+        None => None,
+        Some(path) => {
+            let source = KubeconfigSource {
+                path: Some(path.clone()),
+                context: args.remote_context.clone(),
+            };
+            Some(match source.client("remote").await {
+                Ok(client) => {
+                    collect(&ClusterHandle::new(
+                        "remote",
+                        client,
+                        &args.remote_namespace,
+                    ))
+                    .await
+                }
+                Err(e) => unreachable_side("remote", &e),
+            })
+        }
+    };
+    let report = diagnose(&local, remote.as_ref(), args.peer.as_deref(), now_unix());
+    match output::render(args.output.format, &report)? {
+        Some(text) => print!("{text}"),
+        None => print!("{}", render(&report)),
+    }
+    match report.broken() {
+        Some(check) => Err(Error::Broken(format!("({}) {}", check.cluster, check.hop))),
+        None => Ok(()),
+    }
+}
+
+fn unreachable_side(label: &str, error: &dyn std::fmt::Display) -> Side {
+    Side {
+        label: label.to_owned(),
+        info: Err(error.to_string()),
+        configs: Vec::new(),
+        tunnels: Vec::new(),
+        agent: None,
+    }
+}

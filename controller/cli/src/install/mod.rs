@@ -1,0 +1,346 @@
+//! `kubetun install` and `kubetun uninstall`: from a kubeconfig to a running kubetun and back.
+//! Install reads the cluster's ranges and endpoint (`detect`), fills them into the objects of
+//! `deploy/` (`manifests`, embedded in the binary, composed as kustomize does) and applies
+//! those by server-side apply, or prints them (`--dry-run`). Re-running it upgrades in place;
+//! it touches nothing but the manifests' objects (no key Secret, no link). Uninstall removes
+//! the manifests' objects and every kubetun object and Secret of the cluster (`apply`).
+
+mod apply;
+pub mod detect;
+pub mod flags;
+pub mod manifests;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use serde_json::Value;
+
+use super::{Error, KubeconfigSource, local_api_error as api_error, parse_duration};
+use flags::{Cidrs, Settings, parse_cidrs};
+use kubetun_controller::cluster_info::DEFAULT_NAMESPACE;
+use manifests::{Components, DEFAULT_IMAGE};
+
+/// Field manager of everything `kubetun install` applies.
+pub const FIELD_MANAGER: &str = "kubetun";
+
+/// `kubetun install`.
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    /// Kubeconfig of the cluster (default: $KUBECONFIG or ~/.kube/config).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Context of the kubeconfig.
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Stable unique id of this cluster (default: the installed one; required on a first
+    /// install).
+    #[arg(long)]
+    pub cluster_id: Option<String>,
+    /// Human readable name (default: the id).
+    #[arg(long)]
+    pub cluster_name: Option<String>,
+    /// This cluster is the hub: its controller runs the ShortcutConnection operator
+    /// (`--hub=false` turns it off).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub hub: Option<bool>,
+    /// Add deploy/hub (net.ipv4.ip_forward=1 in the gateway pod, for transit shortcuts; the
+    /// kubelets must allow that sysctl).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub hub_forwarding: Option<bool>,
+    /// Replicated gateways: add the components deploy/ha and deploy/agent/ha.
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub ha: Option<bool>,
+    /// Address peers reach the gateway at (default: the gateway Service's load balancer,
+    /// else its NodePort on a node).
+    #[arg(long)]
+    pub endpoint_address: Option<String>,
+    /// UDP port peers reach the gateway at (with --endpoint-address; default 51820).
+    #[arg(long)]
+    pub endpoint_port: Option<u16>,
+    /// Pod CIDRs, comma-separated (default: covering the Nodes' spec.podCIDRs).
+    #[arg(long, value_parser = parse_cidrs)]
+    pub pod_cidr: Option<Cidrs>,
+    /// Service CIDRs (default: the ServiceCIDR objects, else inferred from the kubernetes
+    /// Service).
+    #[arg(long, value_parser = parse_cidrs)]
+    pub service_cidr: Option<Cidrs>,
+    /// External CIDRs reachable through this cluster (default: none).
+    #[arg(long, value_parser = parse_cidrs)]
+    pub external_cidr: Option<Cidrs>,
+    /// Further ranges IPAM must never hand out, added to the detected node subnets.
+    #[arg(long, value_parser = parse_cidrs)]
+    pub reserved: Option<Cidrs>,
+    /// The image of the gateway, controller and route agent containers (default:
+    /// ghcr.io/kubetun/kubetun:latest).
+    #[arg(long)]
+    pub image: Option<String>,
+    /// Wait until the gateway Deployment and the route agent DaemonSet are Ready
+    /// (`--wait=false` does not).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", default_value = "false")]
+    pub wait: bool,
+    /// Upper bound of --wait (e.g. 90s, 5m).
+    #[arg(long, default_value = "300s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Print the manifests instead of applying them (GitOps). Flags not given are taken from
+    /// the last install, as on a real install.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Output format of --dry-run.
+    #[arg(long, short = 'o', value_parser = ["yaml"], default_value = "yaml")]
+    pub output: String,
+}
+
+/// `kubetun uninstall`.
+#[derive(Debug, Args)]
+pub struct UninstallArgs {
+    /// Kubeconfig of the cluster (default: $KUBECONFIG or ~/.kube/config).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Context of the kubeconfig.
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Uninstall even while links exist (their peers keep this cluster's NetworkConfigs
+    /// until they disconnect).
+    #[arg(long)]
+    pub force: bool,
+    /// How long to wait for the deleted objects to be gone.
+    #[arg(long, default_value = "120s", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+fn source(kubeconfig: &Option<PathBuf>, context: &Option<String>) -> KubeconfigSource {
+    KubeconfigSource {
+        path: kubeconfig.clone(),
+        context: context.clone(),
+    }
+}
+
+/// Runs `kubetun install`.
+pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
+    let started = Instant::now();
+    let client = source(&args.kubeconfig, &args.context)
+        .client("local")
+        .await?;
+    // Detection goes to stderr with --dry-run, so that stdout is the YAML alone.
+    let say = |line: String| {
+        if args.dry_run {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
+
+    // What is installed already: the cluster id stays, flags not given are the recorded ones.
+    let installed = Api::<ConfigMap>::namespaced(client.clone(), DEFAULT_NAMESPACE)
+        .get_opt(manifests::CONFIG_MAP)
+        .await
+        .map_err(api_error("read the installed configuration"))?
+        .unwrap_or_default();
+    let recorded = Settings::from_json(
+        installed
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(flags::SETTINGS_ANNOTATION)),
+    );
+    let (settings, kept) = args.given().or_recorded(&recorded);
+    if !kept.is_empty() {
+        say(format!(
+            "kept from the last install: {} (pass them to change them)",
+            kept.join(", ")
+        ));
+    }
+    let installed = installed.data.unwrap_or_default();
+    let ha = settings.ha.unwrap_or(false);
+    let image = settings
+        .image
+        .clone()
+        .unwrap_or_else(|| DEFAULT_IMAGE.to_owned());
+    let components = Components {
+        ha,
+        hub_forwarding: settings.hub_forwarding.unwrap_or(false),
+    };
+    let mut objects = manifests::render(components).map_err(|e| Error::Usage(e.to_string()))?;
+    // The MCS API's CRDs: kubetun's own, unless the cluster serves them already.
+    let foreign = apply::foreign_mcs_crds(&client).await?;
+    if !foreign.is_empty() {
+        say(format!(
+            "using the Multi-Cluster Services API CRDs the cluster has ({}); not replacing them",
+            foreign.iter().cloned().collect::<Vec<_>>().join(", ")
+        ));
+        objects.retain(|o| !apply::is_foreign(o, &foreign));
+    }
+    let cidrs = |c: &Option<Cidrs>| c.as_ref().map(|c| c.0.clone()).unwrap_or_default();
+
+    let detected = detect::detect(
+        &client,
+        &cidrs(&settings.pod_cidr),
+        &cidrs(&settings.service_cidr),
+    )
+    .await
+    .map_err(api_error("read the cluster's Nodes and Services"))?;
+    for fact in &detected.facts {
+        say(format!("detected {fact}"));
+    }
+    if detected.pod_cidrs.is_empty() {
+        return Err(Error::Usage(
+            "no pod CIDR: no Node has spec.podCIDRs; pass --pod-cidr".into(),
+        ));
+    }
+    if detected.service_cidrs.is_empty() {
+        return Err(Error::Usage(
+            "no service CIDR detected; pass --service-cidr".into(),
+        ));
+    }
+    detect::check_overlaps(&[
+        ("pod CIDR", &detected.pod_cidrs),
+        ("service CIDR", &detected.service_cidrs),
+        ("node subnet", &detected.node_subnets),
+    ])
+    .map_err(|e| Error::Usage(format!("cannot install: {e}")))?;
+
+    let cluster_id = match (&args.cluster_id, installed.get("KUBETUN_CLUSTER_ID")) {
+        (Some(id), Some(old)) if id != old => {
+            return Err(Error::Usage(format!(
+                "this cluster is installed with cluster id {old:?}; changing it to {id:?} would \
+                 break its links: uninstall first"
+            )));
+        }
+        (Some(id), _) => id.clone(),
+        (None, Some(old)) => {
+            say(format!("cluster id: {old} (the installed one)"));
+            old.clone()
+        }
+        (None, None) => {
+            return Err(Error::Usage(
+                "pass --cluster-id (a stable unique name for this cluster, e.g. rome)".into(),
+            ));
+        }
+    };
+
+    // The endpoint.
+    let endpoint = if ha {
+        say("endpoint: each replica's node address (status.hostIP, --ha)".into());
+        None
+    } else if let Some(address) = &settings.endpoint_address {
+        let port = settings.endpoint_port.unwrap_or(51820);
+        say(format!("endpoint: {address}:{port} (--endpoint-address)"));
+        Some((address.clone(), port))
+    } else {
+        let found = match detect::endpoint(&client, DEFAULT_NAMESPACE, manifests::GATEWAY)
+            .await
+            .map_err(api_error("read Service kubetun-gateway"))?
+        {
+            Some(found) => Some(found),
+            None if !args.dry_run => {
+                // A first install: the Service first, to read its address or NodePort.
+                let service: Vec<Value> = objects
+                    .iter()
+                    .filter(|o| {
+                        let (_, kind, _, name) = manifests::identity(o);
+                        kind == "Namespace" || (kind == "Service" && name == manifests::GATEWAY)
+                    })
+                    .cloned()
+                    .collect();
+                apply::apply_all(&client, &service, |_| {}).await?;
+                detect::endpoint(&client, DEFAULT_NAMESPACE, manifests::GATEWAY)
+                    .await
+                    .map_err(api_error("read Service kubetun-gateway"))?
+            }
+            None => None,
+        };
+        let Some((address, port, why)) = found else {
+            return Err(Error::Usage(
+                "no endpoint address: Service kubetun-gateway has no load balancer address and no \
+                 NodePort on a node with an address; pass --endpoint-address"
+                    .into(),
+            ));
+        };
+        say(format!("detected endpoint: {address}:{port} ({why})"));
+        Some((address, port))
+    };
+
+    let mut reserved = detected.node_subnets.clone();
+    reserved.extend(cidrs(&settings.reserved));
+    let mut data = BTreeMap::from([
+        ("KUBETUN_CLUSTER_ID".to_owned(), cluster_id.clone()),
+        (
+            "KUBETUN_CLUSTER_NAME".to_owned(),
+            settings
+                .cluster_name
+                .clone()
+                .unwrap_or_else(|| cluster_id.clone()),
+        ),
+        (
+            "KUBETUN_POD_CIDR".to_owned(),
+            detect::join(&detected.pod_cidrs),
+        ),
+        (
+            "KUBETUN_SERVICE_CIDR".to_owned(),
+            detect::join(&detected.service_cidrs),
+        ),
+        (
+            "KUBETUN_EXTERNAL_CIDR".to_owned(),
+            detect::join(&cidrs(&settings.external_cidr)),
+        ),
+        ("KUBETUN_RESERVED".to_owned(), detect::join(&reserved)),
+        (
+            "KUBETUN_HUB".to_owned(),
+            settings.hub.unwrap_or(false).to_string(),
+        ),
+    ]);
+    if let Some((address, port)) = endpoint {
+        data.insert("KUBETUN_ENDPOINT_ADDRESS".into(), address);
+        data.insert("KUBETUN_ENDPOINT_PORT".into(), port.to_string());
+    }
+    manifests::configure(&mut objects, &data, &image, &settings.to_json());
+
+    if args.dry_run {
+        let yaml = manifests::to_yaml(&objects).map_err(|e| Error::Usage(e.to_string()))?;
+        print!("{yaml}");
+        return Ok(());
+    }
+    apply::apply_all(&client, &objects, |line| println!("{line}")).await?;
+    apply::prune(&client, &objects, |line| println!("{line}")).await?;
+    println!(
+        "installed kubetun ({} objects, image {}) in {:.1}s",
+        objects.len(),
+        image,
+        started.elapsed().as_secs_f64()
+    );
+    if args.wait {
+        apply::wait_ready(&client, args.timeout).await?;
+    }
+    Ok(())
+}
+
+impl InstallArgs {
+    /// The settings flags given on this command line.
+    fn given(&self) -> Settings {
+        Settings {
+            cluster_name: self.cluster_name.clone(),
+            hub: self.hub,
+            hub_forwarding: self.hub_forwarding,
+            ha: self.ha,
+            endpoint_address: self.endpoint_address.clone(),
+            endpoint_port: self.endpoint_port,
+            pod_cidr: self.pod_cidr.clone(),
+            service_cidr: self.service_cidr.clone(),
+            external_cidr: self.external_cidr.clone(),
+            reserved: self.reserved.clone(),
+            image: self.image.clone(),
+        }
+    }
+}
+
+/// Runs `kubetun uninstall`.
+pub async fn run_uninstall(args: UninstallArgs) -> Result<(), Error> {
+    let client = source(&args.kubeconfig, &args.context)
+        .client("local")
+        .await?;
+    apply::uninstall(&client, args.force, args.timeout).await
+}
