@@ -58,10 +58,10 @@ impl Default for RotationOptions {
 
 /// A rotation failure. Messages name the cluster and what to do; none holds a private key.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub enum RotationError {
     /// The cluster info or a NetworkConfig could not be read or written.
     #[error(transparent)]
-    Connector(#[from] connector::Error),
+    Connector(#[from] connector::ConnectError),
     /// The key Secret could not be read or written.
     #[error("({cluster}) {source}")]
     Keys {
@@ -168,11 +168,11 @@ pub async fn rotate_keys(
     remotes: &[ClusterHandle],
     options: RotationOptions,
     progress: &dyn Progress,
-) -> Result<RotationReport, Error> {
+) -> Result<RotationReport, RotationError> {
     let deadline = Instant::now() + options.timeout;
     let info = local.load_info().await?;
     let own_id = info.cluster.id.clone();
-    let keys_error = |source| Error::Keys {
+    let keys_error = |source| RotationError::Keys {
         cluster: local.label.clone(),
         source,
     };
@@ -282,7 +282,7 @@ async fn wait_announced(
     deadline: Instant,
     options: RotationOptions,
     progress: &dyn Progress,
-) -> Result<(), Error> {
+) -> Result<(), RotationError> {
     let mut announced = local.load_info().await?.public_key;
     if announced == new_key {
         return Ok(());
@@ -290,7 +290,7 @@ async fn wait_announced(
     progress.waiting(&local.label, "waiting for the gateway to run the new key");
     while announced != new_key {
         if Instant::now() + options.poll_interval > deadline {
-            let error = Error::NotApplied {
+            let error = RotationError::NotApplied {
                 cluster: local.label.clone(),
                 cluster_id: own_id.to_owned(),
                 announced,
@@ -307,13 +307,13 @@ async fn wait_announced(
 }
 
 /// The peers the connector linked `local` with: its `to-<peer>` NetworkConfigs, sorted.
-async fn linked_peers(local: &ClusterHandle, own_id: &str) -> Result<Vec<String>, Error> {
+async fn linked_peers(local: &ClusterHandle, own_id: &str) -> Result<Vec<String>, RotationError> {
     let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_CONNECTOR},{ROLE_LABEL}={ROLE_LOCAL}");
     let configs: Api<NetworkConfig> = Api::namespaced(local.client.clone(), &local.namespace);
     let list = configs
         .list(&ListParams::default().labels(&selector))
         .await
-        .map_err(|source| Error::Api {
+        .map_err(|source| RotationError::Api {
             cluster: format!("{}, cluster {own_id}", local.label),
             action: format!("list NetworkConfigs -l {selector}"),
             source,
@@ -418,12 +418,12 @@ async fn set_public_key(
     name: &str,
     new_key: &str,
     progress: &dyn Progress,
-) -> Result<(), connector::Error> {
+) -> Result<(), connector::ConnectError> {
     let api: Api<NetworkConfig> = Api::namespaced(handle.client.clone(), &handle.namespace);
     let object = format!("NetworkConfig {}/{name}", handle.namespace);
     let api_error = |action: &'static str| {
         let object = object.clone();
-        move |source| connector::Error::Api {
+        move |source| connector::ConnectError::Api {
             cluster: handle.label.clone(),
             cluster_id: cluster_id.to_owned(),
             action,
@@ -443,7 +443,7 @@ async fn set_public_key(
         return Ok(());
     }
     if config.labels().get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY_CONNECTOR) {
-        return Err(connector::Error::NotManaged {
+        return Err(connector::ConnectError::NotManaged {
             cluster: handle.label.clone(),
             cluster_id: cluster_id.to_owned(),
             object,
@@ -467,18 +467,18 @@ async fn observe(
     own_id: &str,
     new_key: &str,
     report: &mut RotationReport,
-) -> Result<(), Error> {
+) -> Result<(), RotationError> {
     let cluster = format!("{}, cluster {own_id}", local.label);
     let secrets: Api<Secret> = Api::namespaced(local.client.clone(), &local.namespace);
     let secret = secrets
         .get(keys::SECRET_NAME)
         .await
-        .map_err(|source| Error::Api {
+        .map_err(|source| RotationError::Api {
             cluster: cluster.clone(),
             action: format!("read Secret {}", keys::SECRET_NAME),
             source,
         })?;
-    let keys = GatewayKeys::from_secret(&secret).map_err(|source| Error::Keys {
+    let keys = GatewayKeys::from_secret(&secret).map_err(|source| RotationError::Keys {
         cluster: cluster.clone(),
         source,
     })?;
@@ -486,7 +486,7 @@ async fn observe(
     let tunnels: BTreeMap<String, TunnelEndpoint> = tunnels
         .list(&ListParams::default())
         .await
-        .map_err(|source| Error::Api {
+        .map_err(|source| RotationError::Api {
             cluster,
             action: "list TunnelEndpoints".to_owned(),
             source,

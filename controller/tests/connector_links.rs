@@ -12,7 +12,7 @@ use std::time::Duration;
 use connector_support::{Cluster, Controllers, NAMESPACE, Recorder, quick, settle};
 use kube::api::{ObjectMeta, PostParams};
 use kubetun_controller::connector::{
-    self, CidrKind, Connector, Error, MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL,
+    self, CidrKind, ConnectError, Connector, MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL,
 };
 use kubetun_controller::planner::PEER_LABEL;
 use kubetun_crds::{ConnectionState, Endpoint, NetworkConfig};
@@ -251,7 +251,7 @@ async fn a_foreign_object_in_the_way_is_reported_and_left_alone() {
         .sync(&Recorder::default())
         .await
         .unwrap_err();
-    assert!(matches!(error, Error::NotManaged { .. }), "{error}");
+    assert!(matches!(error, ConnectError::NotManaged { .. }), "{error}");
     let message = connector::error_chain(&error);
     assert!(message.contains("(local, cluster europe)"), "{message}");
     assert!(
@@ -372,7 +372,7 @@ async fn waiting_without_a_controller_times_out_naming_the_cluster() {
         .connect(options, &progress)
         .await
         .unwrap_err();
-    assert!(matches!(error, Error::Timeout { .. }), "{error}");
+    assert!(matches!(error, ConnectError::Timeout { .. }), "{error}");
     let message = connector::error_chain(&error);
     assert!(
         message.starts_with("(remote, cluster rome) timed out"),
@@ -402,7 +402,7 @@ async fn a_rejected_network_config_fails_fast_with_the_reason() {
         .await
         .unwrap_err();
     let message = connector::error_chain(&error);
-    assert!(matches!(error, Error::Rejected { .. }), "{message}");
+    assert!(matches!(error, ConnectError::Rejected { .. }), "{message}");
     assert!(
         message
             .starts_with("(local, cluster europe) rejected NetworkConfig kubetun-system/from-rome"),

@@ -500,13 +500,13 @@ async fn ids_known_taken_from_the_cache_cost_no_request() {
 
 #[tokio::test]
 async fn an_unusable_range_is_refused_up_front() {
-    use kubetun_controller::network::Error;
+    use kubetun_controller::network::NetworkError;
     let client = fake_api(vec![], vec![]).await;
     for (min, max) in [(0, 10), (300, 200), (1, 1 << 24)] {
         let err = kubetun_controller::network::Context::new(client.clone(), &options(min, max))
             .unwrap_err();
         assert!(
-            matches!(err, Error::InvalidRange(_)),
+            matches!(err, NetworkError::InvalidRange(_)),
             "{min}..={max}: {err}"
         );
     }

@@ -15,7 +15,7 @@ use ipnet::{IpNet, Ipv4Net};
 
 use kubetun_agent::diff::{Change, ObservedState};
 use kubetun_agent::netlink::{Kernel, NetlinkError};
-use kubetun_agent::plan::{AgentSettings, Attachment, Node, PlanError, PlanInput, plan};
+use kubetun_agent::plan::{AgentSettings, Attachment, Node, PlanInput, RoutePlanError, plan};
 use kubetun_agent::{cleanup, converge};
 use kubetun_crds::{CidrMapping, ClusterRef, TunnelEndpointSpec};
 
@@ -43,7 +43,7 @@ pub enum MultiNodeError {
     Netlink(#[from] NetlinkError),
     /// The agent could not plan.
     #[error(transparent)]
-    Plan(#[from] PlanError),
+    Plan(#[from] RoutePlanError),
 }
 
 /// One node: its namespace, its facts as the agent sees them, and the pod behind it.

@@ -26,7 +26,7 @@ use kubetun_crds::TunnelEndpoint;
 use super::diff::Change;
 use super::netlink::{Kernel, NetlinkError, Underlay};
 use super::plan::{
-    AgentSettings, Attachment, DesiredState, OverlaySettings, PlanError, PlanInput, plan,
+    AgentSettings, Attachment, DesiredState, OverlaySettings, PlanInput, RoutePlanError, plan,
 };
 use super::source::{
     ClusterView, GatewayLocator, SourceError, lease_fingerprint, node_fingerprint, read_cluster,
@@ -202,7 +202,7 @@ pub enum AgentError {
     Netlink(#[from] NetlinkError),
     /// No plan can be made for this node.
     #[error(transparent)]
-    Plan(#[from] PlanError),
+    Plan(#[from] RoutePlanError),
     /// The configured node is not among the Nodes and has no configured IP.
     #[error("node {0} is not in the cluster and no --node-ip was given")]
     UnknownNode(String),

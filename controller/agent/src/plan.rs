@@ -243,7 +243,7 @@ pub struct DesiredState {
 
 /// Why no plan can be made at all.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PlanError {
+pub enum RoutePlanError {
     /// The VXLAN overlay is built over IPv4 underlay addresses.
     #[error("the overlay needs IPv4 node addresses; {node} has {ip}")]
     OverlayNeedsIpv4 {
@@ -306,7 +306,7 @@ fn parse_cidr(text: &str) -> Result<IpNet, String> {
 }
 
 /// The desired state of one node.
-pub fn plan(input: &PlanInput<'_>) -> Result<DesiredState, PlanError> {
+pub fn plan(input: &PlanInput<'_>) -> Result<DesiredState, RoutePlanError> {
     let (views, mut skipped) = remote_views(input.endpoints);
     let mut state = DesiredState::default();
 
@@ -368,7 +368,7 @@ pub fn plan(input: &PlanInput<'_>) -> Result<DesiredState, PlanError> {
         let via = next_hop(input, "gateway node", input.gateway_ip, overlay)?;
         if overlay {
             let IpAddr::V4(remote) = input.gateway_ip else {
-                return Err(PlanError::OverlayNeedsIpv4 {
+                return Err(RoutePlanError::OverlayNeedsIpv4 {
                     node: "gateway node".to_owned(),
                     ip: input.gateway_ip,
                 });
@@ -416,16 +416,16 @@ fn next_hop(
     node: &str,
     node_ip: IpAddr,
     overlay: bool,
-) -> Result<IpAddr, PlanError> {
+) -> Result<IpAddr, RoutePlanError> {
     match (overlay, node_ip) {
         (false, ip) => Ok(ip),
         (true, IpAddr::V4(ip)) => input.settings.overlay.address_of(ip).map(IpAddr::V4).ok_or(
-            PlanError::NoOverlayAddress {
+            RoutePlanError::NoOverlayAddress {
                 ip,
                 network: input.settings.overlay.network,
             },
         ),
-        (true, ip @ IpAddr::V6(_)) => Err(PlanError::OverlayNeedsIpv4 {
+        (true, ip @ IpAddr::V6(_)) => Err(RoutePlanError::OverlayNeedsIpv4 {
             node: node.to_owned(),
             ip,
         }),
@@ -436,17 +436,17 @@ fn overlay_link(
     input: &PlanInput<'_>,
     remote: Option<Ipv4Addr>,
     flood_to: BTreeSet<Ipv4Addr>,
-) -> Result<OverlayLink, PlanError> {
+) -> Result<OverlayLink, RoutePlanError> {
     let settings = &input.settings.overlay;
     let IpAddr::V4(local) = input.local.ip else {
-        return Err(PlanError::OverlayNeedsIpv4 {
+        return Err(RoutePlanError::OverlayNeedsIpv4 {
             node: input.local.name.clone(),
             ip: input.local.ip,
         });
     };
     let address = settings
         .address_of(local)
-        .ok_or(PlanError::NoOverlayAddress {
+        .ok_or(RoutePlanError::NoOverlayAddress {
             ip: local,
             network: settings.network,
         })?;
@@ -454,7 +454,7 @@ fn overlay_link(
         .underlay_mtu
         .checked_sub(VXLAN_OVERHEAD)
         .filter(|mtu| *mtu >= 1280)
-        .ok_or(PlanError::UnderlayMtuTooSmall {
+        .ok_or(RoutePlanError::UnderlayMtuTooSmall {
             mtu: input.underlay_mtu,
         })?;
     Ok(OverlayLink {

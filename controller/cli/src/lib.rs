@@ -34,7 +34,7 @@ pub enum Error {
     /// The connector failed. Shown with its whole cause chain: this is the error the user
     /// reads, so it carries no separate source.
     #[error("{}", connector::error_chain(.0.as_ref()))]
-    Connector(Box<connector::Error>),
+    Connector(Box<connector::ConnectError>),
     /// An API call of the CLI itself failed (shown with the API error's cause chain).
     #[error("({cluster}) cannot {action}: {}", connector::error_chain(.error.as_ref()))]
     Api {
@@ -59,7 +59,7 @@ pub enum Error {
     Incomplete(String),
     /// A key rotation failed.
     #[error("{}", connector::error_chain(.0.as_ref()))]
-    Rotation(Box<kubetun_controller::rotation::Error>),
+    Rotation(Box<kubetun_controller::rotation::RotationError>),
     /// A wait ran out of time.
     #[error("timed out after {timeout:?} waiting for {what}")]
     Timeout {
@@ -70,14 +70,14 @@ pub enum Error {
     },
 }
 
-impl From<kubetun_controller::rotation::Error> for Error {
-    fn from(error: kubetun_controller::rotation::Error) -> Self {
+impl From<kubetun_controller::rotation::RotationError> for Error {
+    fn from(error: kubetun_controller::rotation::RotationError) -> Self {
         Self::Rotation(Box::new(error))
     }
 }
 
-impl From<connector::Error> for Error {
-    fn from(error: connector::Error) -> Self {
+impl From<connector::ConnectError> for Error {
+    fn from(error: connector::ConnectError) -> Self {
         Self::Connector(Box::new(error))
     }
 }

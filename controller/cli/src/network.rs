@@ -499,7 +499,7 @@ async fn refuse_owned_link(
     peer_id: &str,
 ) -> Result<(), Error> {
     match connector::link_owner(handle, cluster_id, peer_id).await {
-        Ok(Some(owner)) => Err(connector::Error::OwnedByShortcut {
+        Ok(Some(owner)) => Err(connector::ConnectError::OwnedByShortcut {
             cluster: handle.label.clone(),
             cluster_id: cluster_id.to_owned(),
             peer_id: peer_id.to_owned(),

@@ -7,7 +7,7 @@ use kube::Resource;
 use kube::api::Api;
 use kubetun_crds::{Endpoint, NetworkConfig, TunnelEndpoint};
 
-use super::Error;
+use super::ConnectError;
 use super::services_access::ServerAccess;
 use crate::cluster_info::ClusterInfo;
 
@@ -61,10 +61,10 @@ impl ClusterHandle {
     }
 
     /// Reads the cluster info and applies the endpoint override.
-    pub async fn load_info(&self) -> Result<ClusterInfo, Error> {
+    pub async fn load_info(&self) -> Result<ClusterInfo, ConnectError> {
         let mut info = ClusterInfo::load(&self.client, &self.namespace)
             .await
-            .map_err(|source| Error::ClusterInfo {
+            .map_err(|source| ConnectError::ClusterInfo {
                 cluster: self.label.clone(),
                 namespace: self.namespace.clone(),
                 source,
@@ -92,11 +92,11 @@ impl ClusterHandle {
         cluster_id: &str,
         action: &'static str,
         name: &str,
-    ) -> impl FnOnce(kube::Error) -> Error {
+    ) -> impl FnOnce(kube::Error) -> ConnectError {
         let cluster = self.label.clone();
         let cluster_id = cluster_id.to_owned();
         let object = self.object::<K>(name);
-        move |source| Error::Api {
+        move |source| ConnectError::Api {
             cluster,
             cluster_id,
             action,

@@ -1,4 +1,4 @@
-//! The connector's [`Error`], whose messages name the cluster, the object and what to do,
+//! The connector's [`ConnectError`], whose messages name the cluster, the object and what to do,
 //! and [`error_chain`], which prints an error and its sources on one line.
 
 use std::time::Duration;
@@ -9,7 +9,7 @@ use crate::cluster_info::ClusterInfoError;
 /// A connector failure. Every message names the cluster (its role and, once known, its id),
 /// the object involved and what to do about it.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub enum ConnectError {
     /// The cluster info ConfigMap cannot be read.
     #[error("({cluster}) cannot read kubetun's cluster info in namespace {namespace}")]
     ClusterInfo {

@@ -7,8 +7,8 @@ use tokio::time::Instant;
 use super::publish::{ConfigTarget, apply_config, mirror_status};
 use super::state::{current_processed_status, current_rejection};
 use super::{
-    ClusterHandle, Connector, Direction, Error, LinkState, Progress, WaitOptions, describe_views,
-    error_chain,
+    ClusterHandle, ConnectError, Connector, Direction, LinkState, Progress, WaitOptions,
+    describe_views, error_chain,
 };
 use crate::cluster_info::ClusterInfo;
 use crate::planner::{ROLE_LOCAL, ROLE_REMOTE, local_config_name, remote_config_name};
@@ -17,7 +17,7 @@ impl Connector {
     /// One pass: applies the four NetworkConfigs, mirrors processed statuses and reads both
     /// TunnelEndpoints. Writes only what differs from the desired state and reports only
     /// writes.
-    pub async fn sync(&self, progress: &dyn Progress) -> Result<LinkState, Error> {
+    pub async fn sync(&self, progress: &dyn Progress) -> Result<LinkState, ConnectError> {
         self.pass(progress, false).await
     }
 
@@ -26,7 +26,7 @@ impl Connector {
         &self,
         progress: &dyn Progress,
         report_unchanged: bool,
-    ) -> Result<LinkState, Error> {
+    ) -> Result<LinkState, ConnectError> {
         let (local, remote) = self.load_infos().await?;
         let mut writes = 0;
         // With a transit hub, each side's NetworkConfig says how the hub sees that side.
@@ -117,7 +117,7 @@ impl Connector {
         viewed_info: &ClusterInfo,
         progress: &dyn Progress,
         writes: &mut usize,
-    ) -> Result<Direction, Error> {
+    ) -> Result<Direction, ConnectError> {
         let viewer_id = &viewer_info.cluster.id;
         let viewed_id = &viewed_info.cluster.id;
         let incoming_name = remote_config_name(viewed_id);
@@ -187,7 +187,7 @@ impl Connector {
         &self,
         options: WaitOptions,
         progress: &dyn Progress,
-    ) -> Result<LinkState, Error> {
+    ) -> Result<LinkState, ConnectError> {
         let deadline = Instant::now() + options.timeout;
         let mut state = self.pass(progress, true).await?;
         let directions = [
@@ -201,7 +201,7 @@ impl Connector {
             loop {
                 let direction = side.viewing(&state);
                 if let Some(rejection) = &direction.rejection {
-                    let error = Error::Rejected {
+                    let error = ConnectError::Rejected {
                         cluster: handle.label.clone(),
                         cluster_id: direction.from.id.clone(),
                         object: handle
@@ -260,10 +260,10 @@ impl Connector {
         deadline: Instant,
         options: WaitOptions,
         progress: &dyn Progress,
-    ) -> Result<LinkState, Error> {
+    ) -> Result<LinkState, ConnectError> {
         if Instant::now() + options.poll_interval > deadline {
             let direction = side.viewing(state);
-            let error = Error::Timeout {
+            let error = ConnectError::Timeout {
                 cluster: self.handle(side).label.clone(),
                 cluster_id: direction.from.id.clone(),
                 what: what.trim_start_matches("waiting ").to_owned(),

@@ -32,7 +32,7 @@ pub mod transit;
 use std::time::Duration;
 
 pub use cluster::ClusterHandle;
-pub use error::{Error, error_chain};
+pub use error::{ConnectError, error_chain};
 pub use progress::{Progress, TracingProgress};
 pub use publish::{link_owner, network_config};
 pub use services_access::{ServerAccess, credential_name, reader_name};
@@ -152,11 +152,11 @@ impl Connector {
     }
 
     /// Reads both cluster infos (overrides applied) and checks they differ.
-    pub async fn load_infos(&self) -> Result<(ClusterInfo, ClusterInfo), Error> {
+    pub async fn load_infos(&self) -> Result<(ClusterInfo, ClusterInfo), ConnectError> {
         let (local, remote) = tokio::join!(self.local.load_info(), self.remote.load_info());
         let (mut local, mut remote) = (local?, remote?);
         if local.cluster.id == remote.cluster.id {
-            return Err(Error::SameCluster {
+            return Err(ConnectError::SameCluster {
                 local: self.local.label.clone(),
                 remote: self.remote.label.clone(),
                 id: local.cluster.id,

@@ -8,7 +8,7 @@ use kube::api::{ListParams, ObjectMeta, Patch, PatchParams};
 use kubetun_crds::{NetworkConfig, NetworkConfigSpec, NetworkConfigStatus};
 
 use super::{
-    ClusterHandle, Error, FIELD_MANAGER, HUB_ANNOTATION, LinkOwner, MANAGED_BY_CONNECTOR,
+    ClusterHandle, ConnectError, FIELD_MANAGER, HUB_ANNOTATION, LinkOwner, MANAGED_BY_CONNECTOR,
     MANAGED_BY_LABEL, Progress, SHORTCUT_ANNOTATION,
 };
 use crate::planner::{PEER_LABEL, ROLE_LABEL};
@@ -48,7 +48,7 @@ pub async fn link_owner(
     handle: &ClusterHandle,
     cluster_id: &str,
     peer_id: &str,
-) -> Result<Option<LinkOwner>, Error> {
+) -> Result<Option<LinkOwner>, ConnectError> {
     let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_CONNECTOR},{PEER_LABEL}={peer_id}");
     let configs = handle
         .configs()
@@ -97,7 +97,7 @@ pub(super) async fn apply_config(
     spec: &NetworkConfigSpec,
     progress: &dyn Progress,
     report_unchanged: bool,
-) -> Result<usize, Error> {
+) -> Result<usize, ConnectError> {
     let ConfigTarget {
         owner,
         handle,
@@ -117,7 +117,7 @@ pub(super) async fn apply_config(
     if let Some(existing) = &existing {
         if existing.labels().get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY_CONNECTOR)
         {
-            return Err(Error::NotManaged {
+            return Err(ConnectError::NotManaged {
                 cluster: handle.label.clone(),
                 cluster_id: cluster_id.to_owned(),
                 object,
@@ -163,7 +163,7 @@ pub(super) async fn mirror_status(
     name: &str,
     processed: &NetworkConfigStatus,
     progress: &dyn Progress,
-) -> Result<usize, Error> {
+) -> Result<usize, ConnectError> {
     let api = handle.configs();
     let Some(own) = api
         .get_opt(name)

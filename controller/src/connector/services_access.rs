@@ -25,7 +25,7 @@ use serde_json::json;
 
 use super::teardown::{Removed, delete_ignoring_missing};
 use super::{
-    ClusterHandle, Error, FIELD_MANAGER, MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL, Progress,
+    ClusterHandle, ConnectError, FIELD_MANAGER, MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL, Progress,
 };
 use crate::planner::PEER_LABEL;
 use crate::services::sync::{CREDENTIAL_KEY, CREDENTIAL_LABEL};
@@ -92,7 +92,7 @@ pub(super) async fn grant(
     importer: &ClusterHandle,
     importer_id: &str,
     progress: &dyn Progress,
-) -> Result<usize, Error> {
+) -> Result<usize, ConnectError> {
     let Some(server) = &exporter.server else {
         return Ok(0);
     };
@@ -184,7 +184,7 @@ pub(super) async fn grant(
         .status
         .unwrap_or_default();
     let (Some(token), Some(expires)) = (issued.token, issued.expiration_timestamp) else {
-        return Err(Error::NoToken {
+        return Err(ConnectError::NoToken {
             cluster: exporter.label.clone(),
             service_account: format!("{}/{reader}", exporter.namespace),
         });
@@ -230,7 +230,7 @@ pub(super) async fn revoke(
     peer_id: &str,
     removed: &mut Removed,
     progress: &dyn Progress,
-) -> Result<(), Error> {
+) -> Result<(), ConnectError> {
     let credential = credential_name(peer_id);
     let reader = reader_name(peer_id);
     remove::<Secret>(handle, cluster_id, &credential, peer_id, removed, progress).await?;
@@ -247,7 +247,7 @@ async fn remove<K>(
     peer_id: &str,
     removed: &mut Removed,
     progress: &dyn Progress,
-) -> Result<(), Error>
+) -> Result<(), ConnectError>
 where
     K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
         + Clone
@@ -277,7 +277,7 @@ where
     Ok(())
 }
 
-async fn apply<K>(handle: &ClusterHandle, cluster_id: &str, object: &K) -> Result<(), Error>
+async fn apply<K>(handle: &ClusterHandle, cluster_id: &str, object: &K) -> Result<(), ConnectError>
 where
     K: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
         + Clone

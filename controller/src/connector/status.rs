@@ -11,7 +11,7 @@ use kubetun_crds::{
 };
 
 use super::state::current_processed_status;
-use super::{ClusterHandle, Error};
+use super::{ClusterHandle, ConnectError};
 use crate::planner::{ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE};
 
 /// One link of a cluster as `kubetun network status` shows it.
@@ -55,7 +55,7 @@ fn tagged(pods: &[CidrMapping], externals: &[CidrMapping]) -> Vec<(CidrKind, Cid
 
 /// Every link of the cluster behind `handle`: one per TunnelEndpoint, plus one per peer
 /// that has NetworkConfigs but no TunnelEndpoint yet. Sorted by peer id.
-pub async fn link_statuses(handle: &ClusterHandle) -> Result<Vec<LinkStatus>, Error> {
+pub async fn link_statuses(handle: &ClusterHandle) -> Result<Vec<LinkStatus>, ConnectError> {
     let own_id = handle.load_info().await?.cluster.id;
     let tunnels = handle
         .tunnels()

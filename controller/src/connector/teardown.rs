@@ -9,8 +9,8 @@ use kubetun_crds::{NetworkConfig, TunnelEndpoint};
 use tokio::time::Instant;
 
 use super::{
-    ClusterHandle, Connector, Error, MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL, Progress, WaitOptions,
-    error_chain,
+    ClusterHandle, ConnectError, Connector, MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL, Progress,
+    WaitOptions, error_chain,
 };
 use crate::planner::PEER_LABEL;
 
@@ -31,7 +31,7 @@ impl Connector {
         &self,
         options: WaitOptions,
         progress: &dyn Progress,
-    ) -> Result<[Removed; 2], Error> {
+    ) -> Result<[Removed; 2], ConnectError> {
         let (local, remote) = self.load_infos().await?;
         let removed_local =
             remove_link(&self.local, &local.cluster.id, &remote.cluster.id, progress).await?;
@@ -68,7 +68,7 @@ impl Connector {
                         break;
                     }
                     if Instant::now() + options.poll_interval > deadline {
-                        let error = Error::Timeout {
+                        let error = ConnectError::Timeout {
                             cluster: handle.label.clone(),
                             cluster_id: own.cluster.id.clone(),
                             what: format!("TunnelEndpoint {peer_id} to be removed"),
@@ -94,7 +94,7 @@ pub async fn forget(
     cluster_id: &str,
     peer_id: &str,
     progress: &dyn Progress,
-) -> Result<Removed, Error> {
+) -> Result<Removed, ConnectError> {
     let mut removed = remove_link(handle, cluster_id, peer_id, progress).await?;
     let tunnels = handle.tunnels();
     let stale = tunnels
@@ -121,7 +121,7 @@ pub async fn reset(
     remote: &ClusterHandle,
     peer_ids: [Option<&str>; 2],
     progress: &dyn Progress,
-) -> Result<[Option<Removed>; 2], Error> {
+) -> Result<[Option<Removed>; 2], ConnectError> {
     let (local_info, remote_info) = tokio::join!(local.load_info(), remote.load_info());
     let mut problems = Vec::new();
     let mut result = [None, None];
@@ -165,7 +165,7 @@ pub async fn reset(
         }
     }
     if result.iter().all(Option::is_none) {
-        return Err(Error::NothingReset(problems.join("; ")));
+        return Err(ConnectError::NothingReset(problems.join("; ")));
     }
     Ok(result)
 }
@@ -178,7 +178,7 @@ pub async fn wait_removed(
     removed: &Removed,
     options: WaitOptions,
     progress: &dyn Progress,
-) -> Result<(), Error> {
+) -> Result<(), ConnectError> {
     if removed.deleted.is_empty() {
         return Ok(());
     }
@@ -224,7 +224,7 @@ pub async fn wait_removed(
             return Ok(());
         }
         if Instant::now() + options.poll_interval > deadline {
-            let error = Error::StillTerminating {
+            let error = ConnectError::StillTerminating {
                 cluster: handle.label.clone(),
                 cluster_id: cluster_id.to_owned(),
                 objects: left.join(", "),
@@ -247,7 +247,7 @@ async fn remove_link(
     cluster_id: &str,
     peer_id: &str,
     progress: &dyn Progress,
-) -> Result<Removed, Error> {
+) -> Result<Removed, ConnectError> {
     let mut removed = remove_configs(handle, cluster_id, peer_id, progress).await?;
     super::services_access::revoke(handle, cluster_id, peer_id, &mut removed, progress).await?;
     Ok(removed)
@@ -258,7 +258,7 @@ async fn remove_configs(
     cluster_id: &str,
     peer_id: &str,
     progress: &dyn Progress,
-) -> Result<Removed, Error> {
+) -> Result<Removed, ConnectError> {
     let api = handle.configs();
     let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_CONNECTOR},{PEER_LABEL}={peer_id}");
     let configs = api

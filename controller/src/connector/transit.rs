@@ -11,7 +11,7 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kubetun_crds::{CidrMapping, ClusterRef, FallbackPath, NetworkConfig, NetworkConfigStatus};
 
 use super::state::current_processed_status;
-use super::{ClusterHandle, Error};
+use super::{ClusterHandle, ConnectError};
 use crate::planner::{remote_config_name, transit_annotation};
 
 /// How `hub` sees a leaf it processed with `at_hub`: what the other leaf of a transit
@@ -34,7 +34,7 @@ pub async fn fallback_via(
     grant: &str,
     local_id: &str,
     remote_id: &str,
-) -> Result<(FallbackPath, FallbackPath), Error> {
+) -> Result<(FallbackPath, FallbackPath), ConnectError> {
     let info = hub.load_info().await?;
     let annotation = transit_annotation(grant);
     let mut paths = Vec::with_capacity(2);
@@ -48,7 +48,7 @@ pub async fn fallback_via(
         let status = config
             .as_ref()
             .and_then(current_processed_status)
-            .ok_or_else(|| Error::TransitUnlinked {
+            .ok_or_else(|| ConnectError::TransitUnlinked {
                 leaf: leaf.to_owned(),
                 name: name.clone(),
                 namespace: hub.namespace.clone(),
@@ -76,7 +76,7 @@ pub async fn fallback_via(
 
 /// Withdraws transit grant `grant` from every NetworkConfig of `hub` that carries it (the
 /// ShortcutConnection went or no longer allows transit). Returns how many it changed.
-pub async fn release(hub: &ClusterHandle, grant: &str) -> Result<usize, Error> {
+pub async fn release(hub: &ClusterHandle, grant: &str) -> Result<usize, ConnectError> {
     let annotation = transit_annotation(grant);
     let configs = hub
         .configs()

@@ -14,7 +14,7 @@ use super::peering::{NetworkKey, referencing};
 use super::reconciler::{
     Context, network_error_policy, network_id_error_policy, reconcile_network, reconcile_network_id,
 };
-use super::{Error, NetworkOptions};
+use super::{NetworkError, NetworkOptions};
 use crate::runtime::{self, ApiHealth};
 
 /// `reportingController` of the Events the Network controller publishes.
@@ -30,7 +30,7 @@ pub async fn run(
     namespace: Option<String>,
     opts: NetworkOptions,
     health: ApiHealth,
-) -> Result<(), Error> {
+) -> Result<(), NetworkError> {
     let health = &health;
     let networks: Api<Network> = match &namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -39,13 +39,13 @@ pub async fn run(
     let network_ids: Api<NetworkId> = Api::all(client.clone());
     let probe = ListParams::default().limit(1);
     if let Err(source) = networks.list(&probe).await {
-        return Err(Error::CrdNotInstalled {
+        return Err(NetworkError::CrdNotInstalled {
             kind: "Network",
             source: Box::new(source),
         });
     }
     if let Err(source) = network_ids.list(&probe).await {
-        return Err(Error::CrdNotInstalled {
+        return Err(NetworkError::CrdNotInstalled {
             kind: "NetworkID",
             source: Box::new(source),
         });

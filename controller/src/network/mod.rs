@@ -46,7 +46,7 @@ impl Default for NetworkOptions {
 
 /// Failures of the network controllers.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub enum NetworkError {
     /// `--min-vni`/`--max-vni` do not form a usable range.
     #[error("invalid network ID range: {0}")]
     InvalidRange(#[from] ids::RangeError),
@@ -70,10 +70,10 @@ pub enum Error {
     Allocation(Box<allocator::AllocError>),
     /// Adding or removing the finalizer, or the wrapped reconcile, failed.
     #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<NetworkError>>),
 }
 
-impl Error {
+impl NetworkError {
     /// The API server's being away (see [`crate::runtime::is_transient`]), also inside the
     /// finalizer's wrapping.
     pub fn is_transient(&self) -> bool {
@@ -104,13 +104,13 @@ impl Error {
     }
 }
 
-impl From<kube::Error> for Error {
+impl From<kube::Error> for NetworkError {
     fn from(err: kube::Error) -> Self {
         Self::Kube(Box::new(err))
     }
 }
 
-impl From<allocator::AllocError> for Error {
+impl From<allocator::AllocError> for NetworkError {
     fn from(err: allocator::AllocError) -> Self {
         Self::Allocation(Box::new(err))
     }

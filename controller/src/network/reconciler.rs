@@ -29,7 +29,7 @@ use super::allocator::{AllocError, ClaimOutcome, IdAllocator, NETWORKS_RESOURCE,
 use super::gc;
 use super::ids::{IdRange, parse_canonical};
 use super::peering::{NetworkKey, Peer, peering_statuses};
-use super::{Error, NetworkOptions};
+use super::{NetworkError, NetworkOptions};
 use crate::conditions;
 use crate::runtime::{self, ApiHealth, ErrorBackoff};
 
@@ -104,7 +104,7 @@ impl std::fmt::Debug for Context {
 
 impl Context {
     /// A context with the system clock and the default GC grace period.
-    pub fn new(client: Client, opts: &NetworkOptions) -> Result<Self, Error> {
+    pub fn new(client: Client, opts: &NetworkOptions) -> Result<Self, NetworkError> {
         let range = IdRange::new(opts.min_vni, opts.max_vni)?;
         let health = ApiHealth::new(client.clone());
         Ok(Self {
@@ -195,10 +195,13 @@ impl Context {
 }
 
 /// Reconciles one Network (finalizer, ID, peerings, status).
-pub async fn reconcile_network(network: Arc<Network>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile_network(
+    network: Arc<Network>,
+    ctx: Arc<Context>,
+) -> Result<Action, NetworkError> {
     let namespace = network
         .namespace()
-        .ok_or(Error::MissingMetadata("namespace"))?;
+        .ok_or(NetworkError::MissingMetadata("namespace"))?;
     let key = NetworkKey::of(&network).to_string();
     let api: Api<Network> = Api::namespaced(ctx.client.clone(), &namespace);
     let action = finalizer(&api, FINALIZER, network, |event| async {
@@ -208,13 +211,17 @@ pub async fn reconcile_network(network: Arc<Network>, ctx: Arc<Context>) -> Resu
         }
     })
     .await
-    .map_err(|err| Error::Finalizer(Box::new(err)))?;
+    .map_err(|err| NetworkError::Finalizer(Box::new(err)))?;
     runtime::reconciled(&ctx.backoff, "network", &key);
     Ok(action)
 }
 
 /// Requeue policy after a failed Network reconcile: [`runtime::requeue_failed`].
-pub fn network_error_policy(network: Arc<Network>, err: &Error, ctx: Arc<Context>) -> Action {
+pub fn network_error_policy(
+    network: Arc<Network>,
+    err: &NetworkError,
+    ctx: Arc<Context>,
+) -> Action {
     let failure = runtime::Failure {
         kind: "network",
         key: &NetworkKey::of(&network).to_string(),
@@ -230,7 +237,10 @@ const COLLECT: &str = "CollectNetworkID";
 /// GC sweep for one NetworkId: deletes it when its Network is gone (after the grace period).
 /// An orphaned claim is announced with a Warning Event at once, saying when it goes (NetworkIDs
 /// have no status: they are create-as-lock objects).
-pub async fn reconcile_network_id(nid: Arc<NetworkId>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile_network_id(
+    nid: Arc<NetworkId>,
+    ctx: Arc<Context>,
+) -> Result<Action, NetworkError> {
     let in_scope = ctx
         .namespace
         .as_ref()
@@ -282,7 +292,11 @@ pub async fn reconcile_network_id(nid: Arc<NetworkId>, ctx: Arc<Context>) -> Res
 }
 
 /// Requeue policy after a failed NetworkId sweep: [`runtime::requeue_failed`].
-pub fn network_id_error_policy(nid: Arc<NetworkId>, err: &Error, ctx: Arc<Context>) -> Action {
+pub fn network_id_error_policy(
+    nid: Arc<NetworkId>,
+    err: &NetworkError,
+    ctx: Arc<Context>,
+) -> Action {
     let failure = runtime::Failure {
         kind: "networkid",
         key: &nid.name_any(),
@@ -293,19 +307,23 @@ pub fn network_id_error_policy(nid: Arc<NetworkId>, err: &Error, ctx: Arc<Contex
 }
 
 /// The claimRef a Network's claims carry.
-pub fn claimer_of(network: &Network) -> Result<ClaimRef, Error> {
+pub fn claimer_of(network: &Network) -> Result<ClaimRef, NetworkError> {
     Ok(ClaimRef {
         group: GROUP.to_owned(),
         resource: NETWORKS_RESOURCE.to_owned(),
         namespace: network
             .namespace()
-            .ok_or(Error::MissingMetadata("namespace"))?,
+            .ok_or(NetworkError::MissingMetadata("namespace"))?,
         name: network.name_any(),
-        uid: network.uid().ok_or(Error::MissingMetadata("uid"))?,
+        uid: network.uid().ok_or(NetworkError::MissingMetadata("uid"))?,
     })
 }
 
-async fn apply(network: &Network, api: &Api<Network>, ctx: &Context) -> Result<Action, Error> {
+async fn apply(
+    network: &Network,
+    api: &Api<Network>,
+    ctx: &Context,
+) -> Result<Action, NetworkError> {
     let claimer = claimer_of(network)?;
     let outcome = ensure_id(network, &claimer, ctx).await?;
     let peers = fetch_peers(network, &ctx.client).await?;
@@ -362,7 +380,7 @@ async fn announce(network: &Network, outcome: &IdOutcome, ctx: &Context) {
     }
 }
 
-async fn cleanup(network: &Network, ctx: &Context) -> Result<Action, Error> {
+async fn cleanup(network: &Network, ctx: &Context) -> Result<Action, NetworkError> {
     let claimer = claimer_of(network)?;
     let mut ids = ctx.allocator.claims_of(&claimer.uid).await?;
     // A claim whose label was lost is still found through the recorded ID.
@@ -447,7 +465,7 @@ async fn ensure_id(
     network: &Network,
     claimer: &ClaimRef,
     ctx: &Context,
-) -> Result<IdOutcome, Error> {
+) -> Result<IdOutcome, NetworkError> {
     let allocator = &ctx.allocator;
     let range = allocator.range();
     let requested = match network.spec.id.as_deref().filter(|id| !id.is_empty()) {
@@ -562,7 +580,7 @@ async fn ensure_id(
 async fn fetch_peers(
     network: &Network,
     client: &Client,
-) -> Result<BTreeMap<NetworkKey, Result<Network, String>>, Error> {
+) -> Result<BTreeMap<NetworkKey, Result<Network, String>>, NetworkError> {
     let own = NetworkKey::of(network);
     let mut peers = BTreeMap::new();
     for peering in &network.spec.peerings {

@@ -44,12 +44,12 @@ pub use status::status_from;
 pub use watch::LeafWatches;
 
 /// Fails unless the API server serves ShortcutConnections here (one list of one object).
-async fn require_crd(shortcuts: &kube::Api<ShortcutConnection>) -> Result<(), Error> {
+async fn require_crd(shortcuts: &kube::Api<ShortcutConnection>) -> Result<(), ShortcutError> {
     shortcuts
         .list(&kube::api::ListParams::default().limit(1))
         .await
         .map(drop)
-        .map_err(|source| Error::Hub {
+        .map_err(|source| ShortcutError::Hub {
             action: "list ShortcutConnections (is the CRD installed?)".to_owned(),
             source,
         })
@@ -102,13 +102,13 @@ pub mod reason {
 
 /// A failure of the operator.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub enum ShortcutError {
     /// A leaf client cannot be built.
     #[error(transparent)]
     Leaf(#[from] LeafError),
     /// The connector failed on a leaf.
     #[error(transparent)]
-    Connector(#[from] connector::Error),
+    Connector(#[from] connector::ConnectError),
     /// The hub's API failed.
     #[error("hub: cannot {action}")]
     Hub {
@@ -120,34 +120,34 @@ pub enum Error {
     },
     /// The finalizer could not be added or removed.
     #[error("finalizer {FINALIZER}")]
-    Finalizer(#[source] Box<finalizer::Error<Error>>),
+    Finalizer(#[source] Box<finalizer::Error<ShortcutError>>),
     /// The object has no namespace (the CRD is namespaced; this is a bug elsewhere).
     #[error("ShortcutConnection {0} has no namespace")]
     NoNamespace(String),
 }
 
-impl Error {
+impl ShortcutError {
     /// The hub's API server being away (see [`crate::runtime::is_transient`]).
     pub fn is_transient(&self) -> bool {
         matches!(self, Self::Hub { source, .. } if crate::runtime::is_transient(source))
     }
 }
 
-impl Error {
+impl ShortcutError {
     /// Condition type and reason describing this error.
     fn condition(&self) -> (&'static str, &'static str) {
         match self {
             Self::Leaf(leaf) => (LEAF_REACHABLE, leaf.reason),
-            Self::Connector(connector::Error::ClusterInfo { source, .. }) => match source {
+            Self::Connector(connector::ConnectError::ClusterInfo { source, .. }) => match source {
                 crate::cluster_info::ClusterInfoError::Kube(_) => {
                     (LEAF_REACHABLE, reason::LEAF_UNREACHABLE)
                 }
                 _ => (READY, reason::KUBETUN_MISSING),
             },
-            Self::Connector(connector::Error::Api { .. }) => {
+            Self::Connector(connector::ConnectError::Api { .. }) => {
                 (LEAF_REACHABLE, reason::LEAF_UNREACHABLE)
             }
-            Self::Connector(connector::Error::Rejected { .. }) => (READY, reason::REJECTED),
+            Self::Connector(connector::ConnectError::Rejected { .. }) => (READY, reason::REJECTED),
             Self::Connector(_) => (READY, reason::INVALID_SPEC),
             Self::Hub { .. } | Self::Finalizer(_) | Self::NoNamespace(_) => {
                 (READY, reason::INVALID_SPEC)

@@ -15,7 +15,7 @@ use kubetun_crds::{ShortcutConnection, ShortcutPhase};
 
 use super::reconcile::KIND;
 use super::status::write_status;
-use super::{Error, Intervals, READY, key_of, reason};
+use super::{Intervals, READY, ShortcutError, key_of, reason};
 use crate::conditions;
 use crate::events;
 use crate::runtime::{self, ApiHealth, ErrorBackoff};
@@ -66,13 +66,13 @@ pub fn not_hub_message(cluster_id: &str) -> String {
 pub async fn explain(
     shortcut: Arc<ShortcutConnection>,
     ctx: Arc<NotHubContext>,
-) -> Result<Action, Error> {
+) -> Result<Action, ShortcutError> {
     if shortcut.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
     let namespace = shortcut
         .namespace()
-        .ok_or_else(|| Error::NoNamespace(shortcut.name_any()))?;
+        .ok_or_else(|| ShortcutError::NoNamespace(shortcut.name_any()))?;
     let api: Api<ShortcutConnection> = Api::namespaced(ctx.client.clone(), &namespace);
     let message = not_hub_message(&ctx.cluster_id);
     let generation = shortcut.metadata.generation;
@@ -109,7 +109,7 @@ pub async fn explain(
 
 fn error_policy(
     shortcut: Arc<ShortcutConnection>,
-    error: &Error,
+    error: &ShortcutError,
     ctx: Arc<NotHubContext>,
 ) -> Action {
     let failure = runtime::Failure {
@@ -129,7 +129,7 @@ pub async fn run_not_hub(
     namespace: String,
     cluster_id: String,
     health: ApiHealth,
-) -> Result<(), Error> {
+) -> Result<(), ShortcutError> {
     let shortcuts: Api<ShortcutConnection> = Api::namespaced(client.clone(), &namespace);
     super::require_crd(&shortcuts).await?;
     let ctx = Arc::new(NotHubContext::new(client, cluster_id));

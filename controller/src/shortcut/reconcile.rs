@@ -19,8 +19,8 @@ use kubetun_crds::{LeafCluster, ShortcutConnection, ShortcutPhase};
 
 use super::status::{record_error, status_from, write_status};
 use super::{
-    Error, FINALIZER, Intervals, LeafClients, LeafWatches, READY, SHORTCUT_LABEL,
-    SecretKubeconfigs, key_of,
+    FINALIZER, Intervals, LeafClients, LeafWatches, READY, SHORTCUT_LABEL, SecretKubeconfigs,
+    ShortcutError, key_of,
 };
 use crate::cluster_info::DEFAULT_NAMESPACE;
 use crate::conditions;
@@ -102,10 +102,10 @@ impl Context {
 pub async fn reconcile(
     shortcut: Arc<ShortcutConnection>,
     ctx: Arc<Context>,
-) -> Result<Action, Error> {
+) -> Result<Action, ShortcutError> {
     let namespace = shortcut
         .namespace()
-        .ok_or_else(|| Error::NoNamespace(shortcut.name_any()))?;
+        .ok_or_else(|| ShortcutError::NoNamespace(shortcut.name_any()))?;
     let api: Api<ShortcutConnection> = Api::namespaced(ctx.hub.clone(), &namespace);
     let key = key_of(&shortcut);
     let shortcut = with_finalizer(&api, shortcut).await?;
@@ -118,7 +118,7 @@ pub async fn reconcile(
     .await
     .map_err(|e| match e {
         finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => inner,
-        other => Error::Finalizer(Box::new(other)),
+        other => ShortcutError::Finalizer(Box::new(other)),
     })?;
     runtime::reconciled(&ctx.backoff, KIND, &key);
     Ok(action)
@@ -131,7 +131,7 @@ pub async fn reconcile(
 async fn with_finalizer(
     api: &Api<ShortcutConnection>,
     shortcut: Arc<ShortcutConnection>,
-) -> Result<Arc<ShortcutConnection>, Error> {
+) -> Result<Arc<ShortcutConnection>, ShortcutError> {
     if shortcut.metadata.deletion_timestamp.is_some()
         || shortcut.finalizers().iter().any(|f| f == FINALIZER)
     {
@@ -149,7 +149,7 @@ async fn with_finalizer(
             &Patch::Merge(&patch),
         )
         .await
-        .map_err(|source| Error::Hub {
+        .map_err(|source| ShortcutError::Hub {
             action: format!(
                 "add finalizer {FINALIZER} to ShortcutConnection {}",
                 key_of(&shortcut)
@@ -160,7 +160,11 @@ async fn with_finalizer(
 }
 
 /// [`runtime::requeue_failed`]; the hub's API server being away is transient.
-pub fn error_policy(shortcut: Arc<ShortcutConnection>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(
+    shortcut: Arc<ShortcutConnection>,
+    error: &ShortcutError,
+    ctx: Arc<Context>,
+) -> Action {
     let failure = runtime::Failure {
         kind: KIND,
         key: &key_of(&shortcut),
@@ -177,7 +181,7 @@ async fn connector_for(
     shortcut: &ShortcutConnection,
     namespace: &str,
     ctx: &Context,
-) -> Result<Connector, Error> {
+) -> Result<Connector, ShortcutError> {
     let spec = &shortcut.spec;
     let handle = |leaf: &LeafCluster, client: kube::Client| ClusterHandle {
         label: leaf.name.clone(),
@@ -237,7 +241,7 @@ async fn release_transit(
     ctx: &Context,
     shortcut: &ShortcutConnection,
     namespace: &str,
-) -> Result<(), Error> {
+) -> Result<(), ShortcutError> {
     connector::transit::release(&hub_handle(ctx, namespace), &transit_grant(shortcut)).await?;
     Ok(())
 }
@@ -298,12 +302,15 @@ async fn apply(
     api: &Api<ShortcutConnection>,
     shortcut: &ShortcutConnection,
     ctx: &Context,
-) -> Result<Action, Error> {
+) -> Result<Action, ShortcutError> {
     let namespace = shortcut.namespace().unwrap_or_default();
     let outcome = match connector_for(shortcut, &namespace, ctx).await {
         Ok(connector) => {
             ctx.leaf_watches.ensure(shortcut, &connector);
-            let synced = connector.sync(&TracingProgress).await.map_err(Error::from);
+            let synced = connector
+                .sync(&TracingProgress)
+                .await
+                .map_err(ShortcutError::from);
             match synced {
                 Ok(state) if !shortcut.spec.transit => release_transit(ctx, shortcut, &namespace)
                     .await
@@ -349,7 +356,7 @@ async fn apply(
 fn news_of_error(
     before: &[kubetun_crds::Condition],
     after: &[kubetun_crds::Condition],
-    error: &Error,
+    error: &ShortcutError,
 ) -> Option<(String, String)> {
     let (type_, _) = error.condition();
     let now = conditions::find(after, type_)?;
@@ -363,7 +370,7 @@ async fn cleanup(
     api: &Api<ShortcutConnection>,
     shortcut: &ShortcutConnection,
     ctx: &Context,
-) -> Result<Action, Error> {
+) -> Result<Action, ShortcutError> {
     let namespace = shortcut.namespace().unwrap_or_default();
     let generation = shortcut.metadata.generation;
     let now = Time(k8s_openapi::jiff::Timestamp::now());
@@ -373,7 +380,7 @@ async fn cleanup(
         Ok(connector) => connector
             .disconnect(WaitOptions::default(), &TracingProgress)
             .await
-            .map_err(Error::from),
+            .map_err(ShortcutError::from),
         Err(error) => Err(error),
     };
     match outcome {
@@ -412,12 +419,12 @@ async fn delete_kubeconfig_secrets(
     ctx: &Context,
     shortcut: &ShortcutConnection,
     namespace: &str,
-) -> Result<(), Error> {
+) -> Result<(), ShortcutError> {
     let secrets: Api<Secret> = Api::namespaced(ctx.hub.clone(), namespace);
     let name = shortcut.name_any();
     for leaf in [&shortcut.spec.left, &shortcut.spec.right] {
         let secret_name = &leaf.kubeconfig_secret.name;
-        let hub_error = |source| Error::Hub {
+        let hub_error = |source| ShortcutError::Hub {
             action: format!("delete the kubeconfig Secret {namespace}/{secret_name} of {name}"),
             source,
         };
@@ -451,7 +458,7 @@ pub async fn run(
     namespace: Option<String>,
     hub_id: String,
     health: ApiHealth,
-) -> Result<(), Error> {
+) -> Result<(), ShortcutError> {
     let health = &health;
     let (shortcuts, secrets): (Api<ShortcutConnection>, Api<Secret>) = match &namespace {
         Some(ns) => (

@@ -9,7 +9,7 @@ use kubetun_crds::{
     ShortcutPhase,
 };
 
-use super::{Error, FIELD_MANAGER, LEAF_REACHABLE, READY, key_of, reason};
+use super::{FIELD_MANAGER, LEAF_REACHABLE, READY, ShortcutError, key_of, reason};
 use crate::conditions;
 use crate::connector::{self, Direction, LinkState};
 
@@ -17,7 +17,7 @@ use crate::connector::{self, Direction, LinkState};
 /// the link not ready.
 pub(super) fn record_error(
     conditions_list: &mut Vec<Condition>,
-    error: &Error,
+    error: &ShortcutError,
     generation: Option<i64>,
     now: Time,
 ) {
@@ -168,7 +168,7 @@ pub(super) async fn write_status(
     api: &Api<ShortcutConnection>,
     shortcut: &ShortcutConnection,
     status: ShortcutConnectionStatus,
-) -> Result<(), Error> {
+) -> Result<(), ShortcutError> {
     if shortcut.status.as_ref() == Some(&status) {
         return Ok(());
     }
@@ -184,7 +184,7 @@ pub(super) async fn write_status(
         &Patch::Apply(&patch),
     )
     .await
-    .map_err(|source| Error::Hub {
+    .map_err(|source| ShortcutError::Hub {
         action: format!(
             "update the status of ShortcutConnection {}",
             key_of(shortcut)

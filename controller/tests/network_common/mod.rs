@@ -184,7 +184,7 @@ pub async fn reconcile(
     client: &Client,
     ctx: &Arc<Context>,
     name: &str,
-) -> Result<Action, kubetun_controller::network::Error> {
+) -> Result<Action, kubetun_controller::network::NetworkError> {
     let current = networks(client).get(name).await.unwrap();
     reconcile_network(Arc::new(current), ctx.clone()).await
 }

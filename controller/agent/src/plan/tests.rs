@@ -343,7 +343,7 @@ fn the_overlay_refuses_ipv6_nodes_and_tiny_underlays() {
     };
     assert!(matches!(
         plan(&input),
-        Err(PlanError::OverlayNeedsIpv4 { .. })
+        Err(RoutePlanError::OverlayNeedsIpv4 { .. })
     ));
 
     let nodes = self::nodes();
@@ -357,7 +357,7 @@ fn the_overlay_refuses_ipv6_nodes_and_tiny_underlays() {
     };
     assert_eq!(
         plan(&input),
-        Err(PlanError::UnderlayMtuTooSmall { mtu: 1300 })
+        Err(RoutePlanError::UnderlayMtuTooSmall { mtu: 1300 })
     );
 }
 
