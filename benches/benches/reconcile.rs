@@ -19,7 +19,7 @@ use kubetun_controller::planner::{
     self, GatewaySettings, PEER_LABEL, ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE,
 };
 use kubetun_controller::reconcile;
-use kubetun_controller::testing::FakeGateway;
+use kubetun_controller_testing::FakeGateway;
 use kubetun_crds::{
     CidrMapping, ClusterRef, Endpoint, Network, NetworkConfig, NetworkConfigSpec,
     NetworkConfigStatus, TunnelEndpoint,

@@ -209,7 +209,6 @@ fn innermost_cause(status: &tonic::Status) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::FakeGateway;
 
     #[tokio::test]
     async fn a_missing_socket_is_unavailable_with_the_os_reason() {
@@ -222,27 +221,5 @@ mod tests {
         );
         assert!(error.to_string().contains("absent.sock"), "{error}");
         assert!(!error.is_rejection());
-    }
-
-    #[tokio::test]
-    async fn apply_status_and_rejection_round_trip() {
-        let gateway = FakeGateway::start().await.unwrap();
-        let client = GatewayClient::new(gateway.socket());
-        let state = DesiredState {
-            version: "v1".into(),
-            ..DesiredState::default()
-        };
-        let response = client.apply(state.clone()).await.unwrap();
-        assert!(response.changed);
-        assert!(!client.apply(state).await.unwrap().changed);
-        assert_eq!(client.status().await.unwrap().version, "v1");
-
-        gateway.reject_with(Some("route 10.0.0.0/8 overlaps"));
-        let error = client.apply(DesiredState::default()).await.unwrap_err();
-        assert!(error.is_rejection());
-        assert!(
-            error.to_string().contains("route 10.0.0.0/8 overlaps"),
-            "{error}"
-        );
     }
 }

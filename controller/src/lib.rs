@@ -47,6 +47,3 @@ pub mod runtime;
 pub mod services;
 pub mod shortcut;
 pub mod shutdown;
-// Test support (an in-process gateway): compiled for tests and the `testing` feature only.
-#[cfg(any(test, feature = "testing"))]
-pub mod testing;

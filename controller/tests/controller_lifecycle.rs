@@ -11,8 +11,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kubetun_controller::gateway_api::DesiredState;
+use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::ipam::IpamConfig;
 use kubetun_controller::reconcile::FINALIZER;
+use kubetun_controller_testing::FakeGateway;
 use kubetun_crds::{
     Network, NetworkPeering, NetworkPeeringStatus, NetworkRef, NetworkSpec, NetworkStatus,
     PeeringState,
@@ -181,4 +184,27 @@ async fn ready_network_peerings_become_the_gateway_acl_and_unready_ones_fail_clo
     );
     // Rome's own gateway has no Network objects: no ACL at all.
     assert_eq!(rome.gateway.current().unwrap().peers[0].acl, None);
+}
+
+/// The client the controller talks to its gateway with: Apply, Status and a rejection.
+#[tokio::test]
+async fn apply_status_and_rejection_round_trip() {
+    let gateway = FakeGateway::start().await.unwrap();
+    let client = GatewayClient::new(gateway.socket());
+    let state = DesiredState {
+        version: "v1".into(),
+        ..DesiredState::default()
+    };
+    let response = client.apply(state.clone()).await.unwrap();
+    assert!(response.changed);
+    assert!(!client.apply(state).await.unwrap().changed);
+    assert_eq!(client.status().await.unwrap().version, "v1");
+
+    gateway.reject_with(Some("route 10.0.0.0/8 overlaps"));
+    let error = client.apply(DesiredState::default()).await.unwrap_err();
+    assert!(error.is_rejection());
+    assert!(
+        error.to_string().contains("route 10.0.0.0/8 overlaps"),
+        "{error}"
+    );
 }

@@ -189,7 +189,7 @@ async fn controller_starts_as_deployed_from_the_config_map() {
     env.insert("KUBETUN_GATEWAY_INTERFACE".into(), interface.clone());
     let socket = kubetun_gateway::socket_paths::grpc_socket_path(&interface);
     std::fs::create_dir_all(socket.parent().unwrap()).unwrap();
-    let gateway = kubetun_controller::testing::FakeGateway::start_at(&socket)
+    let gateway = kubetun_controller_testing::FakeGateway::start_at(&socket)
         .await
         .unwrap();
 

@@ -28,7 +28,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
-use kubetun_controller::testing::FakeGateway;
+use kubetun_controller_testing::FakeGateway;
 use kubetun_testenv::TestCluster;
 use realapi_support::{NAMESPACE, repo_root};
 use serde_json::Value;

@@ -18,7 +18,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kubetun_controller::testing::FakeGateway;
+use kubetun_controller_testing::FakeGateway;
 use kubetun_testenv::TestCluster;
 use serde_yaml::Value;
 use tokio::io::{AsyncBufReadExt as _, BufReader};

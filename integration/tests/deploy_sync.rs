@@ -66,7 +66,7 @@ fn clap_env_names(text: &str) -> Vec<String> {
 fn variables_read() -> BTreeMap<String, BTreeSet<String>> {
     let root = repo_root();
     let mut read_by: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for crate_dir in ["gateway/src", "controller/src"] {
+    for crate_dir in ["gateway/src", "controller/src", "controller/agent/src"] {
         for file in files_under(&root.join(crate_dir), &[".rs"]) {
             for name in clap_env_names(&read(&file)) {
                 let shown = file.strip_prefix(&root).unwrap_or(&file);
@@ -194,7 +194,11 @@ fn every_program_the_manifests_start_is_built_into_the_image() {
     let dockerfile = read(&root.join("deploy/Dockerfile"));
     // The binaries of the workspace: `[[bin]] name = "..."` of the shipped crates.
     let mut workspace_bins = BTreeSet::new();
-    for manifest in ["gateway/Cargo.toml", "controller/Cargo.toml"] {
+    for manifest in [
+        "gateway/Cargo.toml",
+        "controller/Cargo.toml",
+        "controller/agent/Cargo.toml",
+    ] {
         let text = read(&root.join(manifest));
         let value: toml_lite::Doc = toml_lite::parse(&text);
         workspace_bins.extend(value.bin_names);
@@ -255,7 +259,7 @@ fn every_program_the_manifests_start_is_built_into_the_image() {
 fn external_tools() -> BTreeSet<String> {
     let root = repo_root();
     let mut tools = BTreeSet::new();
-    for crate_dir in ["gateway/src", "controller/src"] {
+    for crate_dir in ["gateway/src", "controller/src", "controller/agent/src"] {
         for file in files_under(&root.join(crate_dir), &[".rs"]) {
             let text = read(&file);
             let mut rest = text.as_str();

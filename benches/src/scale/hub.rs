@@ -8,7 +8,7 @@
 //! The hub controller does the rest: finalizers, IPAM (half of the remotes announce the same
 //! pod CIDR, so they need remapped views), statuses, TunnelEndpoints, and the gateway state
 //! with one peer per remote, pushed to an in-process gateway that reports every peer
-//! connected (`kubetun_controller::testing::FakeGateway`).
+//! connected (`kubetun_controller_testing::FakeGateway`).
 //!
 //! Measured: the time from the first write until every remote's TunnelEndpoint reports the
 //! gateway connected and the gateway runs every peer; the controller's RSS; the API requests
@@ -28,7 +28,7 @@ use kubetun_controller::cluster_info::{ClusterInfo, DEFAULT_NAMESPACE};
 use kubetun_controller::connector::{FIELD_MANAGER, network_config};
 use kubetun_controller::keys::GatewayKey;
 use kubetun_controller::planner::{ROLE_REMOTE, remote_config_name};
-use kubetun_controller::testing::{FakeGateway, link_as_connector};
+use kubetun_controller_testing::{FakeGateway, link_as_connector};
 use kubetun_crds::{ClusterRef, ConnectionState, Endpoint, NetworkConfig, TunnelEndpoint};
 use kubetun_testenv::{Assets, TestCluster};
 use serde::Serialize;

@@ -26,7 +26,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kubetun_controller::cluster_info::{ClusterInfo, DEFAULT_NAMESPACE};
 use kubetun_controller::services::desired::{MANAGED_BY, MANAGED_BY_LABEL};
 use kubetun_controller::services::sync::{CREDENTIAL_KEY, CREDENTIAL_LABEL};
-use kubetun_controller::testing::FakeGateway;
+use kubetun_controller_testing::FakeGateway;
 use kubetun_crds::mcs::v1beta1::ServiceImport;
 use kubetun_crds::mcs::{ServiceImportType, ServicePort};
 use kubetun_crds::{

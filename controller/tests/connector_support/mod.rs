@@ -18,7 +18,7 @@ use kubetun_controller::ipam::IpamConfig;
 use kubetun_controller::keys::GatewayKey;
 use kubetun_controller::planner::GatewaySettings;
 use kubetun_controller::reconcile;
-use kubetun_controller::testing::FakeGateway;
+use kubetun_controller_testing::FakeGateway;
 use kubetun_crds::{ClusterRef, Endpoint, NetworkConfig, ShortcutConnection, TunnelEndpoint};
 use tokio::task::JoinHandle;
 

@@ -15,7 +15,7 @@ use kubetun_controller::ipam::IpamConfig;
 use kubetun_controller::keys::GatewayKey;
 use kubetun_controller::planner::{self, PEER_LABEL, ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE};
 use kubetun_controller::reconcile::{self, SyncReport};
-use kubetun_controller::testing::FakeGateway;
+use kubetun_controller_testing::FakeGateway;
 use kubetun_crds::{
     Network, NetworkConfig, NetworkConfigSpec, NetworkConfigStatus, TunnelEndpoint,
 };
@@ -56,7 +56,7 @@ impl std::fmt::Debug for Cluster {
     }
 }
 
-pub use kubetun_controller::testing::{cluster_info, gateway_settings as settings};
+pub use kubetun_controller_testing::{cluster_info, gateway_settings as settings};
 
 impl Cluster {
     pub async fn start(id: &str, pod: &str, external: &str) -> Self {

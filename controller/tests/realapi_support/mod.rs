@@ -16,7 +16,7 @@ use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::ipam::IpamConfig;
 use kubetun_controller::keys::GatewayKey;
 use kubetun_controller::reconcile;
-use kubetun_controller::testing::FakeGateway;
+use kubetun_controller_testing::FakeGateway;
 
 use kubetun_testenv::TestCluster;
 use tokio::task::JoinHandle;
@@ -80,10 +80,10 @@ impl Leaf {
     pub async fn start(cluster: &TestCluster, id: &str, pod: &str, external: &str) -> Self {
         let client = cluster.client().await.unwrap();
         let key = GatewayKey::generate();
-        let info = kubetun_controller::testing::cluster_info(id, pod, external, &key);
+        let info = kubetun_controller_testing::cluster_info(id, pod, external, &key);
         info.publish(&client, NAMESPACE).await.unwrap();
         let gateway = FakeGateway::start().await.unwrap();
-        let settings = kubetun_controller::testing::gateway_settings(&key, &info);
+        let settings = kubetun_controller_testing::gateway_settings(&key, &info);
         let ctx = Context::new(
             client.clone(),
             ControllerConfig {

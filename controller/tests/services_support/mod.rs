@@ -87,8 +87,8 @@ pub async fn run_services_with_dns(
     metrics: ServiceMetrics,
 ) -> tokio::task::JoinHandle<()> {
     let key = GatewayKey::generate();
-    let info = kubetun_controller::testing::cluster_info(id, pod, "192.168.250.0/24", &key);
-    let settings = kubetun_controller::testing::gateway_settings(&key, &info);
+    let info = kubetun_controller_testing::cluster_info(id, pod, "192.168.250.0/24", &key);
+    let settings = kubetun_controller_testing::gateway_settings(&key, &info);
     let kubeconfig = cluster
         .service_account_kubeconfig(NAMESPACE, "kubetun-controller")
         .await

@@ -16,6 +16,8 @@
 
 use std::net::Ipv4Addr;
 
+use crate::remap::checksum::{fold, sum_words};
+
 /// Probe interval when the configuration leaves it 0.
 pub const DEFAULT_INTERVAL_MS: u32 = 2000;
 /// Smallest accepted interval: below it the probes are load, not a check.
@@ -105,7 +107,7 @@ impl Probe {
         ip[9] = PROTO_UDP;
         ip[12..16].copy_from_slice(&source.octets());
         ip[16..20].copy_from_slice(&destination.octets());
-        let checksum = !fold(sum(ip, 0));
+        let checksum = !fold(sum_words(ip, 0));
         ip[10..12].copy_from_slice(&checksum.to_be_bytes());
 
         let payload = &mut packet[IPV4_HEADER + UDP_HEADER..];
@@ -151,7 +153,7 @@ pub fn parse(packet: &[u8]) -> Option<Probe> {
         && usize::from(u16::from_be_bytes([ip[2], ip[3]])) == PROBE_LEN
         && ip[4..9] == [0, 0, 0x40, 0, TTL]
         && ip[9] == PROTO_UDP
-        && fold(sum(ip, 0)) == 0xffff;
+        && fold(sum_words(ip, 0)) == 0xffff;
     if !well_formed_ip {
         return None;
     }
@@ -185,29 +187,12 @@ pub fn parse(packet: &[u8]) -> Option<Probe> {
     })
 }
 
-/// One's-complement sum of `bytes` (as big-endian 16-bit words) added to `initial`.
-fn sum(bytes: &[u8], initial: u32) -> u32 {
-    bytes.chunks(2).fold(initial, |acc, word| {
-        let high = u32::from(word[0]) << 8;
-        let low = word.get(1).map_or(0, |b| u32::from(*b));
-        acc + (high | low)
-    })
-}
-
-fn fold(mut sum: u32) -> u16 {
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum as u16
-}
-
 /// The UDP checksum over the pseudo-header and the datagram as it is in `packet` (0 for a
 /// packet whose checksum field is already right). An all-zero result is sent as 0xffff.
 fn udp_checksum(packet: &[u8]) -> u16 {
     let udp = &packet[IPV4_HEADER..];
-    let mut acc = sum(&packet[12..20], 0);
-    acc += u32::from(PROTO_UDP) + udp.len() as u32;
-    let checksum = !fold(sum(udp, acc));
+    let pseudo = sum_words(&packet[12..20], u64::from(PROTO_UDP) + udp.len() as u64);
+    let checksum = !fold(sum_words(udp, pseudo));
     if checksum == 0 && packet[IPV4_HEADER + 6..IPV4_HEADER + 8] == [0, 0] {
         0xffff
     } else {

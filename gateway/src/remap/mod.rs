@@ -47,7 +47,7 @@
 //! recently. Only the slots of changed routes are written, so the readers' cached lines of
 //! every other route survive the swap (the gateway keeps one spare snapshot for this).
 
-mod checksum;
+pub(crate) mod checksum;
 #[cfg(any(fuzzing, test))]
 mod fuzz;
 mod lpm;

@@ -1,4 +1,6 @@
-//! Test support: an in-process gateway control API on a Unix socket.
+//! Test support for the controller's programs (its own crate, so that the production
+//! library carries no test code): an in-process gateway control API on a Unix socket, and the
+//! cluster info, gateway settings and links tests build on.
 //!
 //! [`FakeGateway`] implements the `Gateway` service without a data plane: it records every
 //! Apply, reports every applied peer `CONNECTED`, and can be stopped and restarted on the same
@@ -16,8 +18,8 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status};
 
-use crate::gateway_api::gateway_server::{Gateway, GatewayServer};
-use crate::gateway_api::{
+use kubetun_controller::gateway_api::gateway_server::{Gateway, GatewayServer};
+use kubetun_controller::gateway_api::{
     ApplyRequest, ApplyResponse, ConnectionState, DesiredState, HoldRequest, HoldResponse,
     PeerStatus, StatusRequest, StatusResponse, WatchRequest,
 };
@@ -228,8 +230,8 @@ impl FakeGateway {
         let (running, running_rx) = watch::channel(true);
         self.service.running = running_rx;
         let service = GatewayServer::new(self.service.clone())
-            .max_decoding_message_size(crate::gateway_client::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(crate::gateway_client::MAX_MESSAGE_BYTES);
+            .max_decoding_message_size(kubetun_controller::gateway_client::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(kubetun_controller::gateway_client::MAX_MESSAGE_BYTES);
         self.server = Some(tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
                 .add_service(service)
@@ -315,9 +317,9 @@ pub fn cluster_info(
     id: &str,
     pod: &str,
     external: &str,
-    key: &crate::keys::GatewayKey,
-) -> crate::cluster_info::ClusterInfo {
-    crate::cluster_info::ClusterInfo {
+    key: &kubetun_controller::keys::GatewayKey,
+) -> kubetun_controller::cluster_info::ClusterInfo {
+    kubetun_controller::cluster_info::ClusterInfo {
         cluster: kubetun_crds::ClusterRef {
             id: id.into(),
             name: id.into(),
@@ -337,10 +339,10 @@ pub fn cluster_info(
 /// The gateway settings of a test cluster: its key, port 51820, its own ranges as local
 /// prefixes, keepalive 25 s.
 pub fn gateway_settings(
-    key: &crate::keys::GatewayKey,
-    info: &crate::cluster_info::ClusterInfo,
-) -> crate::planner::GatewaySettings {
-    crate::planner::GatewaySettings {
+    key: &kubetun_controller::keys::GatewayKey,
+    info: &kubetun_controller::cluster_info::ClusterInfo,
+) -> kubetun_controller::planner::GatewaySettings {
+    kubetun_controller::planner::GatewaySettings {
         private_key: key.private_base64(),
         public_key: key.public_base64().to_owned(),
         listen_port: 51820,
@@ -351,14 +353,14 @@ pub fn gateway_settings(
             .map(ToString::to_string)
             .collect(),
         persistent_keepalive: 25,
-        ..crate::planner::GatewaySettings::default()
+        ..kubetun_controller::planner::GatewaySettings::default()
     }
 }
 
 /// What a cluster that remaps none of `info`'s CIDRs (no overlap) reports for its
 /// NetworkConfig: processed, every CIDR its own view.
 pub fn unremapped_status(
-    info: &crate::cluster_info::ClusterInfo,
+    info: &kubetun_controller::cluster_info::ClusterInfo,
 ) -> kubetun_crds::NetworkConfigStatus {
     let same = |cidrs: &[ipnet::IpNet]| {
         cidrs
@@ -383,13 +385,15 @@ pub fn unremapped_status(
 pub async fn link_as_connector(
     configs: &kube::Api<kubetun_crds::NetworkConfig>,
     namespace: &str,
-    local: &crate::cluster_info::ClusterInfo,
-    remote: &crate::cluster_info::ClusterInfo,
+    local: &kubetun_controller::cluster_info::ClusterInfo,
+    remote: &kubetun_controller::cluster_info::ClusterInfo,
 ) -> Result<(), kube::Error> {
-    use crate::planner::{ROLE_LOCAL, ROLE_REMOTE, local_config_name, remote_config_name};
     use kube::api::{Patch, PatchParams};
+    use kubetun_controller::planner::{
+        ROLE_LOCAL, ROLE_REMOTE, local_config_name, remote_config_name,
+    };
     let id = &remote.cluster.id;
-    let apply = PatchParams::apply(crate::connector::FIELD_MANAGER).force();
+    let apply = PatchParams::apply(kubetun_controller::connector::FIELD_MANAGER).force();
     // The status describes the generation of our own NetworkConfig.
     let mut observed_generation = None;
     for (name, role, spec) in [
@@ -404,7 +408,8 @@ pub async fn link_as_connector(
             remote.network_config_for(&local.cluster),
         ),
     ] {
-        let object = crate::connector::network_config(&name, namespace, role, id, &spec);
+        let object =
+            kubetun_controller::connector::network_config(&name, namespace, role, id, &spec);
         let written = configs.patch(&name, &apply, &Patch::Apply(&object)).await?;
         if role == ROLE_LOCAL {
             observed_generation = written.metadata.generation;
