@@ -308,6 +308,53 @@ fn the_dockerfile_takes_its_bases_and_binaries_as_build_arguments() {
     );
 }
 
+/// Cargo resets `strip` to its default (debuginfo only) for a package with its own
+/// `[profile.release.package.<name>]` section, so the binary of such a package shipped with
+/// its symbol tables (2.5 MB of the controller) until the section said `strip` again.
+#[test]
+fn every_shipped_binary_is_stripped_in_release() {
+    let root = repo_root();
+    let workspace = read(&root.join("Cargo.toml"));
+    let mut checked = 0;
+    for manifest in [
+        "gateway/Cargo.toml",
+        "controller/Cargo.toml",
+        "controller/agent/Cargo.toml",
+        "controller/cli/Cargo.toml",
+    ] {
+        let text = read(&root.join(manifest));
+        assert!(
+            !toml_lite::parse(&text).bin_names.is_empty(),
+            "{manifest} builds no binary"
+        );
+        let package = text
+            .lines()
+            .find_map(|line| line.strip_prefix("name = "))
+            .map(|name| name.trim_matches('"'))
+            .unwrap_or_else(|| panic!("{manifest} has no package name"));
+        let header = format!("[profile.release.package.{package}]");
+        let Some(at) = workspace.find(&header) else {
+            continue; // the release profile's own `strip` applies
+        };
+        let section = workspace[at + header.len()..]
+            .split("\n[")
+            .next()
+            .unwrap_or_default();
+        assert!(
+            section
+                .lines()
+                .any(|line| line.trim() == r#"strip = "symbols""#),
+            "Cargo.toml: {header} must set strip = \"symbols\" (an override resets it), \
+             or {package}'s release binary keeps its symbols"
+        );
+        checked += 1;
+    }
+    assert!(
+        checked > 0,
+        "no binary package has a release override to check"
+    );
+}
+
 fn join(files: &BTreeSet<String>) -> String {
     files.iter().cloned().collect::<Vec<_>>().join(", ")
 }
