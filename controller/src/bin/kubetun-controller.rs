@@ -282,56 +282,35 @@ async fn run_controller(args: Args) -> anyhow::Result<()> {
     }
     .client_or_in_cluster("local")
     .await?;
-    // Bound before anything else, so a taken port fails the start instead of later.
-    let metrics_listener = match args.metrics_addr {
-        ListenAddr::Disabled => None,
-        ListenAddr::Listen(addr) => {
-            Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
-                format!(
-                    "cannot listen on {addr} (--metrics-addr / KUBETUN_METRICS_ADDR; 0 disables it)"
-                )
-            })?)
-        }
-    };
-    let dns_sockets = match args.dns_addr {
-        ListenAddr::Disabled => None,
-        ListenAddr::Listen(addr) => {
-            Some(services::dns_server::bind(addr).await.with_context(|| {
-                format!("cannot serve DNS on {addr} (--dns-addr / KUBETUN_DNS_ADDR; 0 disables it)")
-            })?)
-        }
-    };
+    let listeners = Listeners::bind(&args).await?;
     let socket = args
         .gateway_socket
         .clone()
         .unwrap_or_else(|| grpc_socket_path(&args.gateway_interface));
     let gateway = (!args.no_gateway).then(|| GatewayClient::new(&socket));
 
-    let registry = Arc::new(RwLock::new(Registry::default()));
-    let ha_metrics = HaMetrics::default();
-    ha_metrics.register(&mut registry.write().unwrap_or_else(PoisonError::into_inner));
-    let dns_metrics = services::dns_server::DnsMetrics::default();
-    dns_metrics.register(&mut registry.write().unwrap_or_else(PoisonError::into_inner));
+    let metrics = Metrics::default();
     let dns_table = services::dns_server::SharedTable::default();
-    let service_metrics = services::metrics::ServiceMetrics::default();
-    service_metrics.register(&mut registry.write().unwrap_or_else(PoisonError::into_inner));
     let dns = async {
-        match dns_sockets {
+        match listeners.dns {
             Some(sockets) => {
-                services::dns_server::serve(sockets, dns_table.clone(), dns_metrics).await
+                services::dns_server::serve(sockets, dns_table.clone(), metrics.dns.clone()).await
             }
             None => std::future::pending().await,
         }
     };
     let ctx_slot: Arc<OnceLock<Arc<Context>>> = Arc::default();
-    let mut http = match metrics_listener {
-        Some(listener) => tokio::spawn(serve_http(listener, registry.clone(), ctx_slot.clone())),
+    let mut http = match listeners.metrics {
+        Some(listener) => tokio::spawn(serve_http(
+            listener,
+            metrics.registry.clone(),
+            ctx_slot.clone(),
+        )),
         None => tokio::spawn(std::future::pending()),
     };
 
-    let mut info = cluster_info(&args);
-    let mut settings = gateway_settings(&args, &info);
-
+    let info = cluster_info(&args);
+    let settings = gateway_settings(&args, &info);
     let mut elector = match &args.replicas.replica {
         Some(replica) => {
             let standby = Standby {
@@ -340,7 +319,7 @@ async fn run_controller(args: Args) -> anyhow::Result<()> {
                 replica,
                 gateway: gateway.clone(),
                 settings: &settings,
-                metrics: &ha_metrics,
+                metrics: &metrics.ha,
             };
             match standby.until_leading().await? {
                 Some(elector) => Some(elector),
@@ -350,68 +329,14 @@ async fn run_controller(args: Args) -> anyhow::Result<()> {
         None => None,
     };
 
-    let keys = GatewayKeys::load_or_create(client.clone(), &args.namespace).await?;
-    info.public_key = keys.current.public_base64().to_owned();
-    info.publish(&client, &args.namespace)
-        .await
-        .context("cannot publish the cluster info")?;
-    tracing::info!(cluster = %info.cluster.id, public_key = info.public_key, "cluster info published");
-    settings.set_keys(&keys.current, keys.previous.as_ref());
-    let config = ControllerConfig {
-        namespace: args.namespace.clone(),
-        cluster: info,
-        ipam: IpamConfig {
-            pools: if flatten(&args.pools).is_empty() {
-                rfc1918_pools()
-            } else {
-                flatten(&args.pools)
-            },
-            reserved: flatten(&args.reserved),
-        },
-        gateway: settings,
-    };
+    let config = publish_cluster(&client, &args, info, settings).await?;
     let ctx = Context::new(client.clone(), config, gateway).await?;
-    {
-        let mut registry = registry.write().unwrap_or_else(PoisonError::into_inner);
-        ctx.metrics.register(&mut registry);
-        ctx.health.register(&mut registry);
-    }
+    metrics.register_controller(&ctx);
     let _ = ctx_slot.set(ctx.clone());
     let network_options = NetworkOptions {
         min_vni: args.min_vni,
         max_vni: args.max_vni,
         ..NetworkOptions::default()
-    };
-
-    let shortcuts = async {
-        if args.hub {
-            tracing::info!("hub: running the ShortcutConnection operator");
-            shortcut::run(
-                client.clone(),
-                Some(args.namespace.clone()),
-                args.cluster_id.clone(),
-                ctx.health.clone(),
-            )
-            .await
-        } else {
-            // Not the hub: ShortcutConnections here are marked as such (NotHub), so none
-            // sits unexplained. A leaf without that CRD runs on without it.
-            let explained = shortcut::run_not_hub(
-                client.clone(),
-                args.namespace.clone(),
-                args.cluster_id.clone(),
-                ctx.health.clone(),
-            )
-            .await;
-            if let Err(error) = explained {
-                tracing::warn!(
-                    "ShortcutConnections are not watched: {}",
-                    kubetun_controller::connector::error_chain(&error)
-                );
-                std::future::pending::<()>().await;
-            }
-            Ok(())
-        }
     };
     let lease_lost = async {
         match elector.as_mut() {
@@ -421,7 +346,7 @@ async fn run_controller(args: Args) -> anyhow::Result<()> {
     };
     let services = async {
         if services::sync::available(&ctx).await {
-            services::sync::run(ctx.clone(), dns_table.clone(), service_metrics.clone()).await;
+            services::sync::run(ctx.clone(), dns_table.clone(), metrics.services.clone()).await;
         }
         std::future::pending().await
     };
@@ -430,7 +355,7 @@ async fn run_controller(args: Args) -> anyhow::Result<()> {
         () = reconcile::run(ctx.clone()) => tracing::info!("controller stopped"),
         () = services => {}
         () = dns => {}
-        result = shortcuts => {
+        result = shortcut_operator(&client, &args, &ctx) => {
             result.context("the ShortcutConnection operator failed")?;
         }
         result = network::run(client.clone(), None, network_options, ctx.health.clone()) => {
@@ -445,6 +370,145 @@ async fn run_controller(args: Args) -> anyhow::Result<()> {
     }
     if let Some(elector) = elector.as_mut() {
         elector.release().await;
+    }
+    Ok(())
+}
+
+/// The sockets the controller serves on, bound before anything else so that a taken port
+/// fails the start instead of later.
+struct Listeners {
+    metrics: Option<tokio::net::TcpListener>,
+    dns: Option<(tokio::net::UdpSocket, tokio::net::TcpListener)>,
+}
+
+impl Listeners {
+    async fn bind(args: &Args) -> anyhow::Result<Self> {
+        let metrics = match args.metrics_addr {
+            ListenAddr::Disabled => None,
+            ListenAddr::Listen(addr) => {
+                Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+                    format!(
+                        "cannot listen on {addr} (--metrics-addr / KUBETUN_METRICS_ADDR; 0 disables it)"
+                    )
+                })?)
+            }
+        };
+        let dns = match args.dns_addr {
+            ListenAddr::Disabled => None,
+            ListenAddr::Listen(addr) => {
+                Some(services::dns_server::bind(addr).await.with_context(|| {
+                    format!(
+                        "cannot serve DNS on {addr} (--dns-addr / KUBETUN_DNS_ADDR; 0 disables it)"
+                    )
+                })?)
+            }
+        };
+        Ok(Self { metrics, dns })
+    }
+}
+
+/// The metrics `/metrics` serves: registered at start, the reconcilers' once they run.
+struct Metrics {
+    registry: Arc<RwLock<Registry>>,
+    ha: HaMetrics,
+    dns: services::dns_server::DnsMetrics,
+    services: services::metrics::ServiceMetrics,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let metrics = Self {
+            registry: Arc::default(),
+            ha: HaMetrics::default(),
+            dns: services::dns_server::DnsMetrics::default(),
+            services: services::metrics::ServiceMetrics::default(),
+        };
+        {
+            let mut registry = metrics.registry();
+            metrics.ha.register(&mut registry);
+            metrics.dns.register(&mut registry);
+            metrics.services.register(&mut registry);
+        }
+        metrics
+    }
+}
+
+impl Metrics {
+    fn registry(&self) -> std::sync::RwLockWriteGuard<'_, Registry> {
+        self.registry
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn register_controller(&self, ctx: &Context) {
+        let mut registry = self.registry();
+        ctx.metrics.register(&mut registry);
+        ctx.health.register(&mut registry);
+    }
+}
+
+/// Loads (or creates) the gateway keys, publishes this cluster's info with its public key,
+/// and returns what the reconcilers are configured with.
+async fn publish_cluster(
+    client: &kube::Client,
+    args: &Args,
+    mut info: ClusterInfo,
+    mut settings: GatewaySettings,
+) -> anyhow::Result<ControllerConfig> {
+    let keys = GatewayKeys::load_or_create(client.clone(), &args.namespace).await?;
+    info.public_key = keys.current.public_base64().to_owned();
+    info.publish(client, &args.namespace)
+        .await
+        .context("cannot publish the cluster info")?;
+    tracing::info!(cluster = %info.cluster.id, public_key = info.public_key, "cluster info published");
+    settings.set_keys(&keys.current, keys.previous.as_ref());
+    let pools = flatten(&args.pools);
+    Ok(ControllerConfig {
+        namespace: args.namespace.clone(),
+        cluster: info,
+        ipam: IpamConfig {
+            pools: if pools.is_empty() {
+                rfc1918_pools()
+            } else {
+                pools
+            },
+            reserved: flatten(&args.reserved),
+        },
+        gateway: settings,
+    })
+}
+
+/// On the hub (`--hub`) the ShortcutConnection operator. Elsewhere ShortcutConnections are
+/// marked as such (NotHub), so none sits unexplained; a leaf without that CRD runs on without
+/// it.
+async fn shortcut_operator(
+    client: &kube::Client,
+    args: &Args,
+    ctx: &Context,
+) -> Result<(), shortcut::ShortcutError> {
+    if args.hub {
+        tracing::info!("hub: running the ShortcutConnection operator");
+        return shortcut::run(
+            client.clone(),
+            Some(args.namespace.clone()),
+            args.cluster_id.clone(),
+            ctx.health.clone(),
+        )
+        .await;
+    }
+    let explained = shortcut::run_not_hub(
+        client.clone(),
+        args.namespace.clone(),
+        args.cluster_id.clone(),
+        ctx.health.clone(),
+    )
+    .await;
+    if let Err(error) = explained {
+        tracing::warn!(
+            "ShortcutConnections are not watched: {}",
+            kubetun_controller::connector::error_chain(&error)
+        );
+        std::future::pending::<()>().await;
     }
     Ok(())
 }
