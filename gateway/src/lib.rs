@@ -2,7 +2,7 @@
 //! device) with a lock-free 1:1 prefix-remap fast path, the WireGuard UAPI, and a gRPC control
 //! server on a Unix socket.
 //!
-//! Layout: [`state`] (the desired-state model both control surfaces feed), [`uapi`] (the
+//! Layout: [`remap`] (the IO-free remap fast path, crate `kubetun-remap`), [`state`] (the desired-state model both control surfaces feed), [`uapi`] (the
 //! WireGuard text protocol), [`device`] (TUN, sockets, peers, data-path tasks), [`grpc`],
 //! [`metrics`] and [`status`] (reports).
 
@@ -14,7 +14,6 @@ pub mod io;
 pub mod key;
 pub mod metrics;
 pub mod peercred;
-pub mod remap;
 pub mod state;
 pub mod status;
 pub mod uapi;
@@ -22,6 +21,8 @@ pub mod unix_socket;
 
 // The control contract, shared with the controller (`kubetun-gateway-api`).
 pub use kubetun_gateway_api::{log_filter, proto, socket_paths};
+// The remap fast path (`kubetun-remap`), a crate without IO.
+pub use kubetun_remap as remap;
 
 #[cfg(test)]
 mod fuzz_run;

@@ -1,5 +1,9 @@
 //! The remap fast path: 1:1 prefix translation of remote addresses, with source checks and ACLs.
 //!
+//! Its own crate, with no IO dependency (no tokio, sockets or TUN; only `ipnet` and `thiserror`): the gateway's
+//! packet path calls it per packet, the fuzz target and the benches call it directly, and
+//! [`checksum`] is the one Internet-checksum helper every part of the gateway uses.
+//!
 //! Real addresses travel on the wire; this gateway addresses every remote prefix through a local
 //! *view* of the same length (view == real means not remapped). A [`RemapTable`] is an immutable
 //! snapshot built by a [`TableBuilder`]; the data plane reads it without locks or allocation:
@@ -47,8 +51,8 @@
 //! recently. Only the slots of changed routes are written, so the readers' cached lines of
 //! every other route survive the swap (the gateway keeps one spare snapshot for this).
 
-pub(crate) mod checksum;
-#[cfg(any(fuzzing, test))]
+pub mod checksum;
+#[cfg(any(fuzzing, test, feature = "fuzz-oracle"))]
 mod fuzz;
 mod lpm;
 mod packet;
@@ -57,7 +61,7 @@ mod table;
 #[cfg(test)]
 mod tests;
 
-#[cfg(any(fuzzing, test))]
+#[cfg(any(fuzzing, test, feature = "fuzz-oracle"))]
 pub use fuzz::fuzz_check;
 pub use table::{RemapTable, TableBuilder, Views};
 

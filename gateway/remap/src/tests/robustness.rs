@@ -90,7 +90,7 @@ fn icmpv6_inside_ipv4_is_opaque_payload() {
 }
 
 fn corpus_dir() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/remap")
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/remap")
 }
 
 /// The committed corpus entries of at least two bytes (selector and packet).
