@@ -673,10 +673,7 @@ fn matrix_case(peer: Implementation, family: Family, configured_first: Who, send
             "first reply {} after both sides were configured, budget {FIRST_REPLY_BUDGET:?} \
              (first try {})",
             show(reply, FIRST_REPLY_LIMIT),
-            first_try.map_or_else(
-                || "within it".into(),
-                |first| show(first, FIRST_REPLY_LIMIT)
-            )
+            show(first_try.flatten(), FIRST_REPLY_LIMIT)
         )
     });
     if let Some(initiated) = initiated {

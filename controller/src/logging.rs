@@ -31,3 +31,18 @@ pub fn init_daemon(json: bool) {
         tracing::warn!("{problem}");
     }
 }
+
+/// Logs to stderr, only with `KUBETUN_LOG` set (failures reach the user as one `error: ...`
+/// line instead). It is read like the daemons' RUST_LOG: a bare level is kubetun's own, a
+/// library logs below WARN only when named (`KUBETUN_LOG=debug,kube_client=debug`).
+pub fn init_cli() {
+    let (filter, problem) = log_filter::from_env("KUBETUN_LOG", LevelFilter::OFF);
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(colour(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
+    if let Some(problem) = problem {
+        eprintln!("warning: {problem}");
+    }
+}

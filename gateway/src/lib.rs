@@ -2,8 +2,8 @@
 //! device) with a lock-free 1:1 prefix-remap fast path, the WireGuard UAPI, and a gRPC control
 //! server on a Unix socket.
 //!
-//! Layout: [`remap`] (the IO-free remap fast path, crate `kubetun-remap`), [`state`] (the desired-state model both control surfaces feed), [`uapi`] (the
-//! WireGuard text protocol), [`device`] (TUN, sockets, peers, data-path tasks), [`grpc`],
+//! Layout: [`remap`] (the IO-free remap fast path, crate `kubetun-remap`), [`state`] (the
+//! desired-state model both control surfaces feed), [`uapi`] (the WireGuard text protocol), [`device`] (TUN, sockets, peers, data-path tasks), [`grpc`],
 //! [`metrics`] and [`status`] (reports).
 
 pub mod caps;

@@ -41,6 +41,16 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
 }
 
+/// The crates whose binaries the image ships (the CLI runs on the operator's machine).
+const IMAGE_CRATES: [&str; 3] = ["gateway", "controller", "controller/agent"];
+/// Every crate with a binary users download: the image's and the CLI.
+const RELEASED_CRATES: [&str; 4] = [
+    "gateway",
+    "controller",
+    "controller/agent",
+    "controller/cli",
+];
+
 /// The names in `env = "NAME"` (clap attributes) of `text`.
 fn clap_env_names(text: &str) -> Vec<String> {
     let mut names = Vec::new();
@@ -66,8 +76,8 @@ fn clap_env_names(text: &str) -> Vec<String> {
 fn variables_read() -> BTreeMap<String, BTreeSet<String>> {
     let root = repo_root();
     let mut read_by: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for crate_dir in ["gateway/src", "controller/src", "controller/agent/src"] {
-        for file in files_under(&root.join(crate_dir), &[".rs"]) {
+    for crate_dir in IMAGE_CRATES {
+        for file in files_under(&root.join(crate_dir).join("src"), &[".rs"]) {
             for name in clap_env_names(&read(&file)) {
                 let shown = file.strip_prefix(&root).unwrap_or(&file);
                 read_by
@@ -194,12 +204,8 @@ fn every_program_the_manifests_start_is_built_into_the_image() {
     let dockerfile = read(&root.join("deploy/Dockerfile"));
     // The binaries of the workspace: `[[bin]] name = "..."` of the shipped crates.
     let mut workspace_bins = BTreeSet::new();
-    for manifest in [
-        "gateway/Cargo.toml",
-        "controller/Cargo.toml",
-        "controller/agent/Cargo.toml",
-    ] {
-        let text = read(&root.join(manifest));
+    for crate_dir in IMAGE_CRATES {
+        let text = read(&root.join(crate_dir).join("Cargo.toml"));
         let value: toml_lite::Doc = toml_lite::parse(&text);
         workspace_bins.extend(value.bin_names);
     }
@@ -259,8 +265,8 @@ fn every_program_the_manifests_start_is_built_into_the_image() {
 fn external_tools() -> BTreeSet<String> {
     let root = repo_root();
     let mut tools = BTreeSet::new();
-    for crate_dir in ["gateway/src", "controller/src", "controller/agent/src"] {
-        for file in files_under(&root.join(crate_dir), &[".rs"]) {
+    for crate_dir in IMAGE_CRATES {
+        for file in files_under(&root.join(crate_dir).join("src"), &[".rs"]) {
             let text = read(&file);
             let mut rest = text.as_str();
             while let Some(at) = rest.find("Command::new(\"") {
@@ -316,22 +322,13 @@ fn every_shipped_binary_is_stripped_in_release() {
     let root = repo_root();
     let workspace = read(&root.join("Cargo.toml"));
     let mut checked = 0;
-    for manifest in [
-        "gateway/Cargo.toml",
-        "controller/Cargo.toml",
-        "controller/agent/Cargo.toml",
-        "controller/cli/Cargo.toml",
-    ] {
-        let text = read(&root.join(manifest));
+    for crate_dir in RELEASED_CRATES {
+        let manifest = toml_lite::parse(&read(&root.join(crate_dir).join("Cargo.toml")));
         assert!(
-            !toml_lite::parse(&text).bin_names.is_empty(),
-            "{manifest} builds no binary"
+            !manifest.bin_names.is_empty(),
+            "{crate_dir}/Cargo.toml builds no binary"
         );
-        let package = text
-            .lines()
-            .find_map(|line| line.strip_prefix("name = "))
-            .map(|name| name.trim_matches('"'))
-            .unwrap_or_else(|| panic!("{manifest} has no package name"));
+        let package = &manifest.package_name;
         let header = format!("[profile.release.package.{package}]");
         let Some(at) = workspace.find(&header) else {
             continue; // the release profile's own `strip` applies
@@ -359,28 +356,39 @@ fn join(files: &BTreeSet<String>) -> String {
     files.iter().cloned().collect::<Vec<_>>().join(", ")
 }
 
-/// Just enough TOML for `[[bin]]` tables' `name` keys (no TOML parser in the dependencies).
+/// Just enough TOML for the `name` keys of `[package]` and `[[bin]]` tables (no TOML parser in
+/// the dependencies).
 mod toml_lite {
     use std::collections::BTreeSet;
 
     pub struct Doc {
+        pub package_name: String,
         pub bin_names: BTreeSet<String>,
     }
 
     pub fn parse(text: &str) -> Doc {
-        let mut bin_names = BTreeSet::new();
-        let mut in_bin = false;
+        let mut doc = Doc {
+            package_name: String::new(),
+            bin_names: BTreeSet::new(),
+        };
+        let mut section = "";
         for line in text.lines().map(str::trim) {
             if line.starts_with('[') {
-                in_bin = line == "[[bin]]";
-            } else if in_bin
-                && let Some(value) = line.strip_prefix("name")
+                section = line;
+            } else if let Some(value) = line.strip_prefix("name")
                 && let Some(value) = value.trim_start().strip_prefix('=')
             {
-                bin_names.insert(value.trim().trim_matches('"').to_owned());
+                let name = value.trim().trim_matches('"').to_owned();
+                match section {
+                    "[package]" => doc.package_name = name,
+                    "[[bin]]" => {
+                        doc.bin_names.insert(name);
+                    }
+                    _ => {}
+                }
             }
         }
-        Doc { bin_names }
+        doc
     }
 }
 

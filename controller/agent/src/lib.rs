@@ -1,5 +1,5 @@
-//! `kubetun-agent`, the route agent: on every node, policy routes that send traffic for remote clusters to the
-//! node running the gateway, and the return path back on the gateway node.
+//! `kubetun-agent`, the route agent: on every node, policy routes that send traffic for remote
+//! clusters to the node running the gateway, and the return path back on the gateway node.
 //!
 //! Layout:
 //! - [`plan`] (pure): TunnelEndpoints + node facts + gateway location -> [`plan::DesiredState`].

@@ -5,7 +5,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use kubetun_cli as cli;
-use tracing_subscriber::filter::LevelFilter;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -40,19 +39,7 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    // Failures reach the user as one `error: ...` line; log lines only with KUBETUN_LOG set,
-    // read like the controller's RUST_LOG: a bare level is kubetun's own, a library logs
-    // below WARN only when named (`KUBETUN_LOG=debug,kube_client=debug`).
-    let (filter, problem) =
-        kubetun_controller::log_filter::from_env("KUBETUN_LOG", LevelFilter::OFF);
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(kubetun_controller::logging::colour(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .init();
-    if let Some(problem) = problem {
-        eprintln!("warning: {problem}");
-    }
+    kubetun_controller::logging::init_cli();
 
     let result: anyhow::Result<()> = match Cli::parse().command {
         Command::Gateway(args) => cli::gateway::run(args).await.map_err(Into::into),

@@ -94,6 +94,7 @@ fn sum_words_u128(value: u128) -> u64 {
 /// Why 32-bit words in host byte order: the one's-complement sum does not depend on the
 /// byte order (RFC 1071 §2) or on the word width once folded, and this form vectorizes;
 /// it sums a 1420-byte packet about four times faster than 16-bit big-endian words.
+#[inline]
 pub fn sum_words(bytes: &[u8], sum: u64) -> u64 {
     let mut native = 0u64;
     let mut words = bytes.chunks_exact(4);

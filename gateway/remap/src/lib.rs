@@ -1,8 +1,9 @@
 //! The remap fast path: 1:1 prefix translation of remote addresses, with source checks and ACLs.
 //!
-//! Its own crate, with no IO dependency (no tokio, sockets or TUN; only `ipnet` and `thiserror`): the gateway's
-//! packet path calls it per packet, the fuzz target and the benches call it directly, and
-//! [`checksum`] is the one Internet-checksum helper every part of the gateway uses.
+//! Its own crate, with no IO dependency (no tokio, sockets or TUN; only `ipnet` and
+//! `thiserror`): the gateway's packet path calls it per packet, the fuzz target and the benches
+//! call it directly, and [`checksum`] is the one Internet-checksum helper every part of the
+//! gateway uses.
 //!
 //! Real addresses travel on the wire; this gateway addresses every remote prefix through a local
 //! *view* of the same length (view == real means not remapped). A [`RemapTable`] is an immutable
