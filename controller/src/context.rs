@@ -1,11 +1,10 @@
-//! Shared state of the reconcilers: the API client and its watch-fed caches, this cluster's
+//! The NetworkConfig controller's [`Context`]: [`runtime::Context`] around the [`State`] its
+//! reconcilers and the process's other loops share: the watch-fed caches, this cluster's
 //! identity and settings, the IPAM (rebuilt from the API on start), the gateway connection
 //! and the metrics.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams};
 use kubetun_crds::NetworkConfig;
@@ -23,7 +22,9 @@ use crate::ipam::{Ipam, IpamConfig};
 use crate::keys::GatewayKeys;
 use crate::planner::{self, GatewaySettings, ROLE_LABEL, ROLE_REMOTE};
 use crate::reconcile::cache::Cache;
-use crate::runtime::{ApiHealth, ErrorBackoff};
+use crate::runtime::{self, ReconcileError as _};
+
+pub use crate::runtime::FailureLabels;
 
 /// Static configuration of one controller instance.
 #[derive(Debug, Clone)]
@@ -43,15 +44,6 @@ pub struct ControllerConfig {
 pub struct ControllerLabels {
     /// `networkconfig`, `gateway`.
     pub controller: &'static str,
-}
-
-/// Labels of the failure counter.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FailureLabels {
-    /// Which reconciler failed.
-    pub controller: &'static str,
-    /// [`Error::metric_label`].
-    pub error: &'static str,
 }
 
 /// Controller metrics (`kubetun_controller_*`).
@@ -111,10 +103,9 @@ impl Metrics {
     }
 }
 
-/// Everything a reconciler needs. Shared behind an `Arc`.
-pub struct Context {
-    /// API client of this cluster.
-    pub client: kube::Client,
+/// What the NetworkConfig reconcilers, the gateway sync, the key rotation and the services
+/// sync share besides [`runtime::Context`]'s parts.
+pub struct State {
     /// Namespace of every kubetun object.
     pub namespace: String,
     /// What the reconcilers read: watch-fed while [`crate::reconcile::run`] runs.
@@ -126,24 +117,23 @@ pub struct Context {
     /// The local gateway, if one is configured.
     pub gateway: Option<GatewayClient>,
     pub metrics: Metrics,
-    /// Per-object retry backoff.
-    pub backoff: ErrorBackoff,
-    /// Whether the watches reach the API server (reconcile errors are expected while not).
-    pub health: ApiHealth,
     ipam: Mutex<Ipam>,
     gateway_status: Mutex<Option<StatusResponse>>,
     gateway_wakeup: Notify,
 }
 
-impl std::fmt::Debug for Context {
+impl std::fmt::Debug for State {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context")
+        f.debug_struct("State")
             .field("namespace", &self.namespace)
             .field("cluster", &self.cluster.cluster)
             .field("gateway", &self.gateway)
             .finish_non_exhaustive()
     }
 }
+
+/// Everything a reconciler needs. Shared behind an `Arc`.
+pub type Context = runtime::Context<State>;
 
 impl Context {
     /// Builds the context and rebuilds the IPAM from the statuses of the processed `from-`
@@ -175,31 +165,30 @@ impl Context {
                 ),
             }
         }
-        let health = ApiHealth::new(client.clone());
-        Ok(Arc::new(Self {
+        let metrics = Metrics::default();
+        let failures = metrics.failures.clone();
+        let state = State {
             cache: Cache::new(client.clone(), config.namespace.clone()),
-            client,
             namespace: config.namespace,
             cluster: config.cluster,
             gateway_settings: RwLock::new(config.gateway),
             gateway,
-            metrics: Metrics::default(),
-            backoff: ErrorBackoff::default(),
-            health,
+            metrics,
             ipam: Mutex::new(ipam),
             gateway_status: Mutex::new(None),
             gateway_wakeup: Notify::new(),
-        }))
+        };
+        let kind = crate::reconcile::KIND;
+        Ok(Arc::new(
+            Self::with_state(kind, client, state).counting_failures(failures),
+        ))
     }
+}
 
+impl State {
     /// The IPAM. Never held across an `.await`.
     pub fn ipam(&self) -> MutexGuard<'_, Ipam> {
         self.ipam.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// The current time, for conditions.
-    pub fn now(&self) -> Time {
-        Time(Timestamp::now())
     }
 
     /// Asks the gateway sync to push the desired state again.

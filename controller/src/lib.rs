@@ -17,8 +17,9 @@
 //!   rotate-keys`); the controller's side is [`reconcile::keys`].
 //! - [`services`]: Services across clusters (the MCS API): offers, imports, DNS.
 //! - [`ha`]: leader election between gateway replicas, the standby's sync.
-//! - [`runtime`]: what the reconcilers share: watches with their own backoff, the API
-//!   server's reachability ([`runtime::ApiHealth`]), status patches, requeue backoff, shutdown.
+//! - [`runtime`]: what the reconcilers share: one [`runtime::Context`] and one
+//!   [`runtime::error_policy`] (requeue backoff), watches with their own backoff, the API
+//!   server's reachability ([`runtime::ApiHealth`]), status patches.
 //! - [`cluster_info`], [`keys`], [`conditions`], [`context`], [`error`], [`events`],
 //!   [`logging`], [`shutdown`] and [`socket_paths`] are shared plumbing.
 

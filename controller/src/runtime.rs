@@ -11,22 +11,36 @@
 //! - [`controller`]: a kube-runtime `Controller` fed by [`watch`].
 //! - [`ApiHealth`]: one info line when the API server becomes unreachable, one when it is
 //!   back (with the outage's length), nothing per retry above debug; a gauge for alerts.
-//! - [`ErrorBackoff`]: per-object exponential requeue delays for `error_policy`.
+//! - [`Context`]: what every controller's reconcile and error policy get: the client, the
+//!   controller's kind, its [`ErrorBackoff`], the [`ApiHealth`], a recorder and a clock,
+//!   around the controller's own state.
+//! - [`error_policy`]: the one `error_policy` of every controller ([`requeue_failed`]); the
+//!   error type says whether a failure is transient and how it is labelled
+//!   ([`ReconcileError`]).
+//! - [`ErrorBackoff`]: per-object exponential requeue delays for [`error_policy`].
 //! - [`apply_status`]: server-side apply of a status subresource under one field manager.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
+use std::ops::Deref;
 use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt as _, future};
-use kube::Resource;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector;
 use kube::runtime::utils::Backoff;
 use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Resource, ResourceExt as _};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -340,7 +354,178 @@ impl Default for ErrorBackoff {
     }
 }
 
-/// A failed reconcile, as every controller's `error_policy` reports it to [`requeue_failed`].
+/// Returns the current time; injected so tests control it.
+pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+
+/// Labels of the failure counter (`kubetun_controller_reconcile_failures`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    /// Which reconciler failed.
+    pub controller: &'static str,
+    /// [`ReconcileError::metric_label`].
+    pub error: &'static str,
+}
+
+/// What [`error_policy`] asks of a controller's error type.
+pub trait ReconcileError: std::error::Error + 'static {
+    /// The API server is away (see [`is_transient`]): each failed retry is logged at debug,
+    /// since [`ApiHealth`] says so once.
+    fn is_transient(&self) -> bool;
+
+    /// A short stable label for the failure metric.
+    fn metric_label(&self) -> &'static str;
+}
+
+/// What every controller's reconcile and [`error_policy`] get, shared behind an `Arc`: the
+/// parts all controllers have, and the controller's own `state` (reached through `Deref`).
+pub struct Context<S> {
+    /// The controller's name in logs, metrics and backoff keys (`networkconfig`, `shortcut`).
+    pub kind: &'static str,
+    /// API client of the cluster whose objects the controller reconciles.
+    pub client: kube::Client,
+    /// Per-object requeue delays after failed reconciles.
+    pub backoff: ErrorBackoff,
+    /// Whether the API server answers (reconcile errors are expected while it does not). A
+    /// context's own, which no watch reports to, is never down: share the process's.
+    pub health: ApiHealth,
+    /// Publishes the controller's Events ([`Self::publish`]); none without one (tests).
+    pub recorder: Option<Recorder>,
+    clock: Clock,
+    /// Where failures are counted, if this controller's are.
+    failures: Option<Family<FailureLabels, Counter>>,
+    /// What only this controller needs.
+    pub state: S,
+}
+
+impl<S: Debug> Debug for Context<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("kind", &self.kind)
+            .field("backoff", &self.backoff)
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> Deref for Context<S> {
+    type Target = S;
+
+    fn deref(&self) -> &S {
+        &self.state
+    }
+}
+
+impl<S> Context<S> {
+    /// The context of controller `kind`: the default [`ErrorBackoff`], its own [`ApiHealth`],
+    /// no recorder, the system clock, failures not counted.
+    pub fn with_state(kind: &'static str, client: kube::Client, state: S) -> Self {
+        Self {
+            kind,
+            health: ApiHealth::new(client.clone()),
+            client,
+            backoff: ErrorBackoff::default(),
+            recorder: None,
+            clock: Arc::new(Timestamp::now),
+            failures: None,
+            state,
+        }
+    }
+
+    /// Replaces the per-object backoff.
+    #[must_use]
+    pub fn with_backoff(mut self, backoff: ErrorBackoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    /// Shares the process's view of the API server (quiet error policy while it is away).
+    #[must_use]
+    pub fn with_health(mut self, health: ApiHealth) -> Self {
+        self.health = health;
+        self
+    }
+
+    /// Publishes Events through `recorder`.
+    #[must_use]
+    pub fn with_recorder(mut self, recorder: Recorder) -> Self {
+        self.recorder = Some(recorder);
+        self
+    }
+
+    /// Replaces the clock.
+    #[must_use]
+    pub fn with_clock(mut self, clock: impl Fn() -> Timestamp + Send + Sync + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Counts failed reconciles in `failures` (by [`Self::kind`] and error label).
+    #[must_use]
+    pub fn counting_failures(mut self, failures: Family<FailureLabels, Counter>) -> Self {
+        self.failures = Some(failures);
+        self
+    }
+
+    /// The current time, for conditions.
+    pub fn now(&self) -> Time {
+        Time((self.clock)())
+    }
+
+    /// Publishes an Event about `regarding` through [`Self::recorder`], if any; best effort.
+    /// The recorder folds Events with the same reason and action into one series that keeps
+    /// the first note: a note that changes with the object goes through
+    /// [`crate::events::warn`] instead.
+    pub async fn publish(
+        &self,
+        regarding: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: &str,
+    ) {
+        if let Some(recorder) = &self.recorder {
+            crate::events::publish_with(recorder, regarding, type_, reason, action, note).await;
+        }
+    }
+
+    /// Forgets the failures of `object` after a successful reconcile.
+    pub fn reconciled(&self, object: &impl Resource) {
+        reconciled(&self.backoff, self.kind, &object_key(object));
+    }
+}
+
+/// The one `error_policy` of every controller: counts the failure where the context says so
+/// ([`Context::counting_failures`]), then [`requeue_failed`].
+pub fn error_policy<K, E, S>(object: Arc<K>, error: &E, ctx: Arc<Context<S>>) -> Action
+where
+    K: Resource,
+    E: ReconcileError,
+{
+    if let Some(failures) = &ctx.failures {
+        let labels = FailureLabels {
+            controller: ctx.kind,
+            error: error.metric_label(),
+        };
+        failures.get_or_create(&labels).inc();
+    }
+    let failure = Failure {
+        kind: ctx.kind,
+        key: &object_key(&*object),
+        error,
+        transient: error.is_transient(),
+    };
+    requeue_failed(&failure, &ctx.backoff, Some(&ctx.health))
+}
+
+/// An object's backoff key and log field: `namespace/name`, or `name` when cluster-scoped.
+pub fn object_key(object: &impl Resource) -> String {
+    match object.namespace() {
+        Some(namespace) => format!("{namespace}/{}", object.name_any()),
+        None => object.name_any(),
+    }
+}
+
+/// A failed reconcile, as [`error_policy`] reports it to [`requeue_failed`].
 #[derive(Debug)]
 pub struct Failure<'a> {
     /// The kind reconciled (`networkconfig`, `shortcut`, …), the log field's name.
@@ -353,9 +538,9 @@ pub struct Failure<'a> {
     pub transient: bool,
 }
 
-/// The one `error_policy` of every controller: back off per object and log the failure,
-/// at `warn` unless the API server is away or the error is transient, since [`ApiHealth`]
-/// says that once and each failed retry is no news. The error's causes are in the line.
+/// The core of [`error_policy`]: back off per object and log the failure, at `warn` unless
+/// the API server is away or the error is transient, since [`ApiHealth`] says that once and
+/// each failed retry is no news. The error's causes are in the line.
 pub fn requeue_failed(
     failure: &Failure<'_>,
     backoff: &ErrorBackoff,
@@ -422,6 +607,66 @@ mod tests {
             requeue_failed(&failure("a"), &backoff, None),
             Action::requeue(Duration::from_secs(1))
         );
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("boom")]
+    struct Boom;
+
+    impl ReconcileError for Boom {
+        fn is_transient(&self) -> bool {
+            false
+        }
+
+        fn metric_label(&self) -> &'static str {
+            "boom"
+        }
+    }
+
+    #[tokio::test]
+    async fn error_policy_counts_where_told_and_backs_off_per_controller_and_object() {
+        let client = kube_fake_client::ClientBuilder::new()
+            .build()
+            .await
+            .expect("fake API server");
+        let backoff = || ErrorBackoff::new(Duration::from_secs(1), Duration::from_secs(4));
+        let failures = Family::<FailureLabels, Counter>::default();
+        let counting = Arc::new(
+            Context::with_state("networkconfig", client.clone(), ())
+                .with_backoff(backoff())
+                .counting_failures(failures.clone()),
+        );
+        let quiet = Arc::new(Context::with_state("shortcut", client, ()).with_backoff(backoff()));
+        let object = Arc::new(k8s_openapi::api::core::v1::ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some("a".to_owned()),
+                namespace: Some("ns".to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        let requeue = |s| Action::requeue(Duration::from_secs(s));
+
+        assert_eq!(
+            error_policy(object.clone(), &Boom, counting.clone()),
+            requeue(1)
+        );
+        assert_eq!(
+            error_policy(object.clone(), &Boom, counting.clone()),
+            requeue(2)
+        );
+        assert_eq!(
+            error_policy(object.clone(), &Boom, quiet.clone()),
+            requeue(1)
+        );
+        let labels = FailureLabels {
+            controller: "networkconfig",
+            error: "boom",
+        };
+        assert_eq!(failures.get_or_create(&labels).get(), 2, "only where told");
+        counting.reconciled(&*object);
+        assert_eq!(error_policy(object.clone(), &Boom, counting), requeue(1));
+        assert_eq!(error_policy(object, &Boom, quiet), requeue(2));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kubetun_controller::network::allocator::CLAIM_UID_LABEL;
-use kubetun_controller::network::{Context, reconcile_network_id};
+use kubetun_controller::network::{NetworkIdContext, reconcile_network_id};
 use kubetun_crds::{ClaimRef, GROUP, NetworkId, NetworkIdSpec};
 use network_common::*;
 
@@ -38,10 +38,9 @@ fn claim(id: u32, group: &str, name: &str, uid: &str) -> NetworkId {
     nid
 }
 
-fn context_at(client: &kube::Client, now: i64) -> Arc<Context> {
+fn context_at(client: &kube::Client, now: i64) -> Arc<NetworkIdContext> {
     Arc::new(
-        Context::new(client.clone(), &options(200, 299))
-            .unwrap()
+        NetworkIdContext::new(client.clone())
             .with_gc_grace(GRACE)
             .with_clock(move || at(now)),
     )
@@ -103,8 +102,7 @@ async fn foreign_and_out_of_scope_claims_are_left_alone() {
     let client = fake_api(vec![], vec![claim(304, GROUP, "gone", "uid-gone")]).await;
     let nid = network_ids(&client).get("304").await.unwrap();
     let scoped = Arc::new(
-        Context::new(client.clone(), &options(200, 299))
-            .unwrap()
+        NetworkIdContext::new(client.clone())
             .with_gc_grace(GRACE)
             .with_clock(|| at(CREATED + 3600))
             .with_namespace(Some("elsewhere".to_owned())),

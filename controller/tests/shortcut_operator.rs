@@ -19,6 +19,7 @@ use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
 use kubetun_controller::conditions;
 use kubetun_controller::connector::Connector;
+use kubetun_controller::runtime;
 use kubetun_controller::shortcut::{
     self, Context, FINALIZER, LEAF_REACHABLE, LeafError, READY, SecretKubeconfigs, reason,
 };
@@ -295,8 +296,8 @@ async fn an_unreachable_leaf_gives_a_readable_condition_and_backs_off() {
     assert_eq!(status.directions.len(), 2);
 
     let sc = Arc::new(api.get("rome-milan").await.unwrap());
-    let first = shortcut::error_policy(sc.clone(), &error, ctx.clone());
-    let second = shortcut::error_policy(sc, &error, ctx.clone());
+    let first = runtime::error_policy(sc.clone(), &error, ctx.clone());
+    let second = runtime::error_policy(sc, &error, ctx.clone());
     assert_eq!(first, Action::requeue(Duration::from_secs(5)));
     assert_eq!(second, Action::requeue(Duration::from_secs(10)));
 

@@ -11,9 +11,7 @@ use kube::{Client, ResourceExt};
 use kubetun_crds::{Network, NetworkId};
 
 use super::peering::{NetworkKey, referencing};
-use super::reconciler::{
-    Context, network_error_policy, network_id_error_policy, reconcile_network, reconcile_network_id,
-};
+use super::reconciler::{Context, NetworkIdContext, reconcile_network, reconcile_network_id};
 use super::{NetworkError, NetworkOptions};
 use crate::runtime::{self, ApiHealth};
 
@@ -67,10 +65,15 @@ pub async fn run(
     let network_store = network_controller.store();
 
     let recorder = Recorder::new(client.clone(), Reporter::from(EVENT_REPORTER));
-    let ctx = Arc::new(
-        Context::new(client, &opts)?
-            .with_namespace(namespace)
+    let network_ctx = Arc::new(
+        Context::new(client.clone(), &opts)?
             .with_id_cache(id_store.clone())
+            .with_recorder(recorder.clone())
+            .with_health(health.clone()),
+    );
+    let id_ctx = Arc::new(
+        NetworkIdContext::new(client)
+            .with_namespace(namespace)
             .with_recorder(recorder)
             .with_health(health.clone()),
     );
@@ -102,7 +105,7 @@ pub async fn run(
             },
         )
         .graceful_shutdown_on(crate::shutdown::signal())
-        .run(reconcile_network, network_error_policy, ctx.clone())
+        .run(reconcile_network, runtime::error_policy, network_ctx)
         .for_each(|result| async move {
             if let Err(err) = result {
                 tracing::debug!(error = %err, "network controller event");
@@ -117,7 +120,7 @@ pub async fn run(
             move |changed: Network| claims_of(&id_store, &changed),
         )
         .graceful_shutdown_on(crate::shutdown::signal())
-        .run(reconcile_network_id, network_id_error_policy, ctx)
+        .run(reconcile_network_id, runtime::error_policy, id_ctx)
         .for_each(|result| async move {
             if let Err(err) = result {
                 tracing::debug!(error = %err, "network ID controller event");

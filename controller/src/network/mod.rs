@@ -8,7 +8,8 @@
 //!   [`acl_for_cluster`].
 //! - [`allocator`]: claiming and releasing IDs against the API (create-as-lock).
 //! - [`gc`]: collecting claims whose Network is gone, after a grace period.
-//! - [`reconciler`]: the Network and NetworkId reconcile functions and their [`Context`].
+//! - [`reconciler`]: the Network and NetworkId reconcile functions and their contexts
+//!   ([`Context`], [`NetworkIdContext`]).
 //! - [`run`]: both controllers wired to watches, for the `kubetun-controller` binary.
 
 pub mod allocator;
@@ -20,7 +21,11 @@ pub mod reconciler;
 
 pub use controller::run;
 pub use peering::{NetworkKey, acl_for_cluster};
-pub use reconciler::{Context, reconcile_network, reconcile_network_id};
+pub use reconciler::{
+    Context, NetworkIdContext, NetworkIds, Networks, reconcile_network, reconcile_network_id,
+};
+
+use crate::runtime::ReconcileError;
 
 /// Allocator settings (`--min-vni`, `--max-vni`, attempt budget).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,10 +78,10 @@ pub enum NetworkError {
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<NetworkError>>),
 }
 
-impl NetworkError {
+impl ReconcileError for NetworkError {
     /// The API server's being away (see [`crate::runtime::is_transient`]), also inside the
     /// finalizer's wrapping.
-    pub fn is_transient(&self) -> bool {
+    fn is_transient(&self) -> bool {
         use kube::runtime::finalizer::Error as Finalizer;
         match self {
             Self::Kube(e) => crate::runtime::is_transient(e),
@@ -91,8 +96,7 @@ impl NetworkError {
         }
     }
 
-    /// A short label for metrics and logs.
-    pub fn metric_label(&self) -> &'static str {
+    fn metric_label(&self) -> &'static str {
         match self {
             Self::InvalidRange(_) => "invalid_range",
             Self::CrdNotInstalled { .. } => "crd_not_installed",

@@ -1,4 +1,5 @@
-//! Reconcile functions of the Network and NetworkId controllers.
+//! Reconcile functions of the Network and NetworkId controllers, and their contexts
+//! ([`Context`], [`NetworkIdContext`]: [`runtime::Context`] around what each needs).
 //!
 //! [`reconcile_network`] runs inside [`finalizer`]: Apply makes sure the Network holds exactly
 //! one ID (reusing a claim found by UID before allocating, releasing extra claims), evaluates
@@ -10,12 +11,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
@@ -31,7 +30,7 @@ use super::ids::{IdRange, parse_canonical};
 use super::peering::{NetworkKey, Peer, peering_statuses};
 use super::{NetworkError, NetworkOptions};
 use crate::conditions;
-use crate::runtime::{self, ApiHealth, ErrorBackoff};
+use crate::runtime;
 
 /// Finalizer on every Network: its ID is released before the Network goes away.
 pub const FINALIZER: &str = "net.kubetun.io/network-id";
@@ -76,121 +75,94 @@ pub mod reason {
     pub const COLLECTED: &str = "Collected";
 }
 
-/// Returns the current time; injected so tests control it.
-pub type Clock = Arc<dyn Fn() -> Timestamp + Send + Sync>;
+/// The Network controller's name in logs and backoff keys.
+const NETWORK_KIND: &str = "network";
+/// The NetworkID garbage collection's name in logs and backoff keys.
+const NETWORK_ID_KIND: &str = "networkid";
 
-/// Shared state of both controllers.
-pub struct Context {
-    client: Client,
+/// What the Network controller needs besides [`runtime::Context`]'s parts.
+pub struct Networks {
     allocator: IdAllocator,
-    clock: Clock,
-    gc_grace: Duration,
     known_ids: Option<Store<NetworkId>>,
-    namespace: Option<String>,
-    recorder: Option<Recorder>,
-    pub(super) backoff: ErrorBackoff,
-    health: ApiHealth,
 }
 
-impl std::fmt::Debug for Context {
+impl std::fmt::Debug for Networks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context")
+        f.debug_struct("Networks")
             .field("allocator", &self.allocator)
-            .field("gc_grace", &self.gc_grace)
-            .field("namespace", &self.namespace)
             .finish_non_exhaustive()
     }
 }
 
-impl Context {
-    /// A context with the system clock and the default GC grace period.
-    pub fn new(client: Client, opts: &NetworkOptions) -> Result<Self, NetworkError> {
-        let range = IdRange::new(opts.min_vni, opts.max_vni)?;
-        let health = ApiHealth::new(client.clone());
-        Ok(Self {
-            allocator: IdAllocator::new(client.clone(), range, opts.max_attempts),
-            client,
-            clock: Arc::new(Timestamp::now),
-            gc_grace: gc::DEFAULT_GRACE_PERIOD,
-            known_ids: None,
-            namespace: None,
-            recorder: None,
-            backoff: ErrorBackoff::default(),
-            health,
-        })
-    }
-
-    /// Shares the process's view of the API server (quiet error policies while it is away).
-    #[must_use]
-    pub fn with_health(mut self, health: ApiHealth) -> Self {
-        self.health = health;
-        self
-    }
-
-    /// Replaces the clock.
-    pub fn with_clock(mut self, clock: impl Fn() -> Timestamp + Send + Sync + 'static) -> Self {
-        self.clock = Arc::new(clock);
-        self
-    }
-
-    /// Replaces the GC grace period.
-    pub fn with_gc_grace(mut self, grace: Duration) -> Self {
-        self.gc_grace = grace;
-        self
-    }
-
-    /// Restricts the GC to claims of Networks in `namespace` (`None`: every namespace).
-    pub fn with_namespace(mut self, namespace: Option<String>) -> Self {
-        self.namespace = namespace;
-        self
-    }
-
-    /// Lets allocation skip IDs a NetworkId cache already knows as taken.
-    pub fn with_id_cache(mut self, store: Store<NetworkId>) -> Self {
-        self.known_ids = Some(store);
-        self
-    }
-
-    /// Publishes Kubernetes Events about allocations, failures and releases.
-    pub fn with_recorder(mut self, recorder: Recorder) -> Self {
-        self.recorder = Some(recorder);
-        self
-    }
-
-    fn now(&self) -> Timestamp {
-        (self.clock)()
-    }
-
-    /// Best effort: a lost event must not fail the reconcile.
-    async fn publish(&self, network: &Network, type_: EventType, reason: &str, note: String) {
-        self.publish_about(
-            &network.object_ref(&()),
-            type_,
-            reason,
-            "ClaimNetworkID",
-            note,
-        )
-        .await;
-    }
-
-    /// An Event about any object (a Network, a NetworkID). Best effort.
-    async fn publish_about(
-        &self,
-        regarding: &ObjectReference,
-        type_: EventType,
-        reason: &str,
-        action: &str,
-        note: String,
-    ) {
-        if let Some(recorder) = &self.recorder {
-            crate::events::publish_with(recorder, regarding, type_, reason, action, &note).await;
-        }
-    }
-
+impl Networks {
     fn known_taken(&self, id: u32) -> bool {
         self.known_ids
             .as_ref()
             .is_some_and(|store| store.get(&ObjectRef::new(&id.to_string())).is_some())
+    }
+}
+
+/// The Network controller's context.
+pub type Context = runtime::Context<Networks>;
+
+impl Context {
+    /// A context with the system clock and no Events.
+    pub fn new(client: Client, opts: &NetworkOptions) -> Result<Self, NetworkError> {
+        let range = IdRange::new(opts.min_vni, opts.max_vni)?;
+        let state = Networks {
+            allocator: IdAllocator::new(client.clone(), range, opts.max_attempts),
+            known_ids: None,
+        };
+        Ok(Self::with_state(NETWORK_KIND, client, state))
+    }
+
+    /// Lets allocation skip IDs a NetworkId cache already knows as taken.
+    #[must_use]
+    pub fn with_id_cache(mut self, store: Store<NetworkId>) -> Self {
+        self.state.known_ids = Some(store);
+        self
+    }
+
+    /// An Event about `network`'s ID. Best effort.
+    async fn announce_id(&self, network: &Network, type_: EventType, reason: &str, note: &str) {
+        let regarding = network.object_ref(&());
+        self.publish(&regarding, type_, reason, "ClaimNetworkID", note)
+            .await;
+    }
+}
+
+/// What the NetworkID garbage collection needs besides [`runtime::Context`]'s parts.
+#[derive(Debug)]
+pub struct NetworkIds {
+    gc_grace: Duration,
+    namespace: Option<String>,
+}
+
+/// The NetworkID garbage collection's context.
+pub type NetworkIdContext = runtime::Context<NetworkIds>;
+
+impl NetworkIdContext {
+    /// A context with the system clock, the default GC grace period and no Events.
+    pub fn new(client: Client) -> Self {
+        let state = NetworkIds {
+            gc_grace: gc::DEFAULT_GRACE_PERIOD,
+            namespace: None,
+        };
+        Self::with_state(NETWORK_ID_KIND, client, state)
+    }
+
+    /// Replaces the GC grace period.
+    #[must_use]
+    pub fn with_gc_grace(mut self, grace: Duration) -> Self {
+        self.state.gc_grace = grace;
+        self
+    }
+
+    /// Restricts the GC to claims of Networks in `namespace` (`None`: every namespace).
+    #[must_use]
+    pub fn with_namespace(mut self, namespace: Option<String>) -> Self {
+        self.state.namespace = namespace;
+        self
     }
 }
 
@@ -202,8 +174,8 @@ pub async fn reconcile_network(
     let namespace = network
         .namespace()
         .ok_or(NetworkError::MissingMetadata("namespace"))?;
-    let key = NetworkKey::of(&network).to_string();
     let api: Api<Network> = Api::namespaced(ctx.client.clone(), &namespace);
+    let reconciled = network.clone();
     let action = finalizer(&api, FINALIZER, network, |event| async {
         match event {
             Event::Apply(network) => apply(&network, &api, &ctx).await,
@@ -212,23 +184,8 @@ pub async fn reconcile_network(
     })
     .await
     .map_err(|err| NetworkError::Finalizer(Box::new(err)))?;
-    runtime::reconciled(&ctx.backoff, "network", &key);
+    ctx.reconciled(&*reconciled);
     Ok(action)
-}
-
-/// Requeue policy after a failed Network reconcile: [`runtime::requeue_failed`].
-pub fn network_error_policy(
-    network: Arc<Network>,
-    err: &NetworkError,
-    ctx: Arc<Context>,
-) -> Action {
-    let failure = runtime::Failure {
-        kind: "network",
-        key: &NetworkKey::of(&network).to_string(),
-        error: err,
-        transient: err.is_transient(),
-    };
-    runtime::requeue_failed(&failure, &ctx.backoff, Some(&ctx.health))
 }
 
 /// Event action of the NetworkID garbage collection.
@@ -239,7 +196,7 @@ const COLLECT: &str = "CollectNetworkID";
 /// have no status: they are create-as-lock objects).
 pub async fn reconcile_network_id(
     nid: Arc<NetworkId>,
-    ctx: Arc<Context>,
+    ctx: Arc<NetworkIdContext>,
 ) -> Result<Action, NetworkError> {
     let in_scope = ctx
         .namespace
@@ -248,8 +205,8 @@ pub async fn reconcile_network_id(
     if !in_scope {
         return Ok(Action::await_change());
     }
-    let collected = gc::collect(&ctx.client, &nid, ctx.now(), ctx.gc_grace).await?;
-    runtime::reconciled(&ctx.backoff, "networkid", &nid.name_any());
+    let collected = gc::collect(&ctx.client, &nid, ctx.now().0, ctx.gc_grace).await?;
+    ctx.reconciled(&*nid);
     Ok(Action::requeue(match collected {
         gc::Collected::Kept => RESYNC,
         gc::Collected::Orphaned {
@@ -265,12 +222,12 @@ pub async fn reconcile_network_id(
                  spec.id names; do not create them by hand"
             );
             let regarding = nid.object_ref(&());
-            ctx.publish_about(
+            ctx.publish(
                 &regarding,
                 EventType::Warning,
                 reason::ORPHANED,
                 COLLECT,
-                note,
+                &note,
             )
             .await;
             recheck
@@ -278,32 +235,17 @@ pub async fn reconcile_network_id(
         gc::Collected::Deleted { reason: why } => {
             let note = format!("{why}: deleted this claim, the ID is free again");
             let regarding = nid.object_ref(&());
-            ctx.publish_about(
+            ctx.publish(
                 &regarding,
                 EventType::Normal,
                 reason::COLLECTED,
                 COLLECT,
-                note,
+                &note,
             )
             .await;
             RESYNC
         }
     }))
-}
-
-/// Requeue policy after a failed NetworkId sweep: [`runtime::requeue_failed`].
-pub fn network_id_error_policy(
-    nid: Arc<NetworkId>,
-    err: &NetworkError,
-    ctx: Arc<Context>,
-) -> Action {
-    let failure = runtime::Failure {
-        kind: "networkid",
-        key: &nid.name_any(),
-        error: err,
-        transient: err.is_transient(),
-    };
-    runtime::requeue_failed(&failure, &ctx.backoff, Some(&ctx.health))
 }
 
 /// The claimRef a Network's claims carry.
@@ -334,7 +276,7 @@ async fn apply(
             None => Peer::Missing,
         }
     });
-    let status = desired_status(network, &outcome, peerings, Time(ctx.now()));
+    let status = desired_status(network, &outcome, peerings, ctx.now());
     if network.status.as_ref() != Some(&status) {
         let patch = serde_json::json!({
             "apiVersion": Network::api_version(&()),
@@ -364,7 +306,7 @@ async fn announce(network: &Network, outcome: &IdOutcome, ctx: &Context) {
             let recorded = previous.and_then(|s| s.id.as_deref());
             if recorded != Some(id.to_string().as_str()) {
                 let note = format!("holds network ID {id}");
-                ctx.publish(network, EventType::Normal, reason::ALLOCATED, note)
+                ctx.announce_id(network, EventType::Normal, reason::ALLOCATED, &note)
                     .await;
             }
         }
@@ -373,7 +315,7 @@ async fn announce(network: &Network, outcome: &IdOutcome, ctx: &Context) {
                 .and_then(|s| conditions::find(&s.conditions, condition::ID_ALLOCATED))
                 .is_some_and(|c| c.status == "False" && c.reason == u.reason);
             if !already_reported {
-                ctx.publish(network, EventType::Warning, u.reason, u.message.clone())
+                ctx.announce_id(network, EventType::Warning, u.reason, &u.message)
                     .await;
             }
         }
@@ -392,7 +334,7 @@ async fn cleanup(network: &Network, ctx: &Context) -> Result<Action, NetworkErro
             Release::Released => {
                 tracing::info!(network = %NetworkKey::of(network), id, "released network ID");
                 let note = format!("released network ID {id}");
-                ctx.publish(network, EventType::Normal, reason::RELEASED, note)
+                ctx.announce_id(network, EventType::Normal, reason::RELEASED, &note)
                     .await;
             }
             Release::ClaimedByOther => {
@@ -701,6 +643,7 @@ pub fn desired_status(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::jiff::Timestamp;
     use kubetun_crds::NetworkSpec;
 
     fn at(second: i64) -> Time {

@@ -1,8 +1,8 @@
 //! The gateway sync: pushes the desired state built from every TunnelEndpoint to the local
 //! gateway and brings the gateway's status back into the TunnelEndpoints.
 //!
-//! The TunnelEndpoints come from [`Context::cache`]; the watch feeding it wakes the sync
-//! when one is created, changed in spec or deleted.
+//! The TunnelEndpoints come from the context's [`cache`](crate::context::State::cache); the
+//! watch feeding it wakes the sync when one is created, changed in spec or deleted.
 //!
 //! The gateway is watched (gRPC `Watch`); whenever it reports a version other than the
 //! desired one (it restarted, someone else applied) or the stream breaks and comes back, the

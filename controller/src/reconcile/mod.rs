@@ -23,7 +23,6 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use kube::api::{Api, ListParams};
-use kube::runtime::controller::Action;
 use kube::runtime::{PredicateConfig, WatchStreamExt as _, predicates, reflector, watcher};
 
 use kube::{Resource, ResourceExt as _};
@@ -163,24 +162,13 @@ pub async fn collect_garbage(ctx: &Context) -> Result<Vec<String>, Error> {
     Ok(gone)
 }
 
-/// `error_policy` of the NetworkConfig controller: count, then [`runtime::requeue_failed`].
-fn error_policy(nc: Arc<NetworkConfig>, error: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.failed(KIND, error);
-    let failure = runtime::Failure {
-        kind: KIND,
-        key: &nc.name_any(),
-        error,
-        transient: matches!(error, Error::Kube(e) if runtime::is_transient(e)),
-    };
-    runtime::requeue_failed(&failure, &ctx.backoff, Some(&ctx.health))
-}
-
 /// The NetworkConfig controller's name in metrics, logs and backoff keys.
-const KIND: &str = "networkconfig";
+pub(crate) const KIND: &str = "networkconfig";
 
 /// Runs the NetworkConfig controller (owning TunnelEndpoints, re-run on Network changes for
 /// the ACLs), the periodic garbage collector and, when a gateway is configured, the gateway
-/// sync, until the process is asked to stop. Their watches feed [`Context::cache`].
+/// sync, until the process is asked to stop. Their watches feed the context's
+/// [`cache`](crate::context::State::cache).
 pub async fn run(ctx: Arc<Context>) {
     let configs: Api<NetworkConfig> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let endpoints: Api<TunnelEndpoint> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
@@ -242,14 +230,13 @@ pub async fn run(ctx: Arc<Context>) {
         .graceful_shutdown_on(crate::shutdown::signal())
         .run(
             |nc, ctx: Arc<Context>| async move {
-                let name = nc.name_any();
-                let result = network_config::reconcile(nc, ctx.clone()).await;
+                let result = network_config::reconcile(nc.clone(), ctx.clone()).await;
                 if result.is_ok() {
-                    runtime::reconciled(&ctx.backoff, KIND, &name);
+                    ctx.reconciled(&*nc);
                 }
                 result
             },
-            error_policy,
+            runtime::error_policy,
             ctx.clone(),
         )
         .for_each(|result| async move {

@@ -38,8 +38,10 @@ use crate::connector;
 
 pub use intervals::Intervals;
 pub use leaf::{LeafClients, LeafError, SecretKubeconfigs};
-pub use not_hub::{NotHubContext, explain as explain_not_hub, not_hub_message, run_not_hub};
-pub use reconcile::{Context, error_policy, reconcile, run};
+pub use not_hub::{
+    NotHub, NotHubContext, explain as explain_not_hub, not_hub_message, run_not_hub,
+};
+pub use reconcile::{Context, Operator, reconcile, run};
 pub use status::status_from;
 pub use watch::LeafWatches;
 
@@ -126,10 +128,20 @@ pub enum ShortcutError {
     NoNamespace(String),
 }
 
-impl ShortcutError {
+impl crate::runtime::ReconcileError for ShortcutError {
     /// The hub's API server being away (see [`crate::runtime::is_transient`]).
-    pub fn is_transient(&self) -> bool {
+    fn is_transient(&self) -> bool {
         matches!(self, Self::Hub { source, .. } if crate::runtime::is_transient(source))
+    }
+
+    fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Leaf(_) => "leaf",
+            Self::Connector(_) => "connector",
+            Self::Hub { .. } => "hub",
+            Self::Finalizer(_) => "finalizer",
+            Self::NoNamespace(_) => "no_namespace",
+        }
     }
 }
 

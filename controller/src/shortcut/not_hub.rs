@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::watcher;
@@ -23,31 +22,24 @@ use crate::runtime::{self, ApiHealth, ErrorBackoff};
 /// Longest retry after a failed status write (the message changes with nothing else).
 const NOT_HUB_RETRY_MAX: Duration = Duration::from_secs(60);
 
-/// What [`explain`] needs.
-pub struct NotHubContext {
-    /// This cluster's API.
-    pub client: kube::Client,
+/// What [`explain`] needs besides [`runtime::Context`]'s parts.
+#[derive(Debug)]
+pub struct NotHub {
     /// This cluster's id, named in the message.
     pub cluster_id: String,
-    backoff: ErrorBackoff,
 }
+
+/// What [`explain`] needs.
+pub type NotHubContext = runtime::Context<NotHub>;
 
 impl NotHubContext {
     /// The context of cluster `cluster_id`'s controller.
     pub fn new(client: kube::Client, cluster_id: impl Into<String>) -> Self {
-        Self {
-            client,
+        let state = NotHub {
             cluster_id: cluster_id.into(),
-            backoff: ErrorBackoff::new(Intervals::default().backoff_base, NOT_HUB_RETRY_MAX),
-        }
-    }
-}
-
-impl std::fmt::Debug for NotHubContext {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NotHubContext")
-            .field("cluster_id", &self.cluster_id)
-            .finish_non_exhaustive()
+        };
+        let backoff = ErrorBackoff::new(Intervals::default().backoff_base, NOT_HUB_RETRY_MAX);
+        Self::with_state(KIND, client, state).with_backoff(backoff)
     }
 }
 
@@ -89,7 +81,7 @@ pub async fn explain(
         reason::NOT_HUB,
         &message,
         generation,
-        Time(k8s_openapi::jiff::Timestamp::now()),
+        ctx.now(),
     );
     write_status(&api, &shortcut, status).await?;
     if !known {
@@ -103,22 +95,8 @@ pub async fn explain(
         )
         .await;
     }
-    runtime::reconciled(&ctx.backoff, KIND, &key_of(&shortcut));
+    ctx.reconciled(&*shortcut);
     Ok(Action::await_change())
-}
-
-fn error_policy(
-    shortcut: Arc<ShortcutConnection>,
-    error: &ShortcutError,
-    ctx: Arc<NotHubContext>,
-) -> Action {
-    let failure = runtime::Failure {
-        kind: KIND,
-        key: &key_of(&shortcut),
-        error,
-        transient: error.is_transient(),
-    };
-    runtime::requeue_failed(&failure, &ctx.backoff, None)
 }
 
 /// Runs [`explain`] on every ShortcutConnection of `namespace` until the process is
@@ -132,6 +110,8 @@ pub async fn run_not_hub(
 ) -> Result<(), ShortcutError> {
     let shortcuts: Api<ShortcutConnection> = Api::namespaced(client.clone(), &namespace);
     super::require_crd(&shortcuts).await?;
+    // Its own `ApiHealth`, never down: these failures are warned about even during an outage,
+    // as they always were (`with_health(health)` would make them quiet then).
     let ctx = Arc::new(NotHubContext::new(client, cluster_id));
     runtime::controller(
         shortcuts,
@@ -140,7 +120,7 @@ pub async fn run_not_hub(
         "ShortcutConnection",
     )
     .graceful_shutdown_on(crate::shutdown::signal())
-    .run(explain, error_policy, ctx)
+    .run(explain, runtime::error_policy, ctx)
     .for_each(|result| async move {
         if let Err(error) = result {
             tracing::debug!("{error}");

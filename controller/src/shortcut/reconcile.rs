@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Resource as _;
 use kube::ResourceExt as _;
 use kube::api::{Api, Patch, PatchParams};
@@ -28,71 +27,61 @@ use crate::connector::{
     self, ClusterHandle, Connector, LinkOwner, TracingProgress, Transit, WaitOptions,
 };
 use crate::events;
-use crate::runtime::{self, ApiHealth, ErrorBackoff};
+use crate::runtime::{self, ApiHealth};
 
-/// What the reconciler needs.
-pub struct Context {
-    pub hub: kube::Client,
+/// What the operator needs besides [`runtime::Context`]'s parts (whose client is the hub's).
+pub struct Operator {
     /// The hub's cluster id, recorded on the leaves' NetworkConfigs so a leaf can tell whose
     /// link it is.
     pub hub_id: String,
     /// Builds leaf clients.
     pub leaves: Arc<dyn LeafClients>,
-    /// Requeue and backoff intervals.
+    /// Requeue intervals.
     pub intervals: Intervals,
-    /// Consecutive failures per shortcut (`namespace/name`).
-    pub backoff: ErrorBackoff,
     /// Watches of the leaves that trigger reconciles.
     pub leaf_watches: LeafWatches,
-    /// Events about ShortcutConnections (a direction switching path).
-    pub recorder: Recorder,
-    /// The hub's API server's reachability, which says an outage once (none in tests).
-    pub health: Option<ApiHealth>,
 }
 
-impl fmt::Debug for Context {
+impl fmt::Debug for Operator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Context")
+        f.debug_struct("Operator")
+            .field("hub_id", &self.hub_id)
             .field("intervals", &self.intervals)
-            .field("backoff", &self.backoff)
             .finish_non_exhaustive()
     }
 }
 
+/// What the reconciler needs.
+pub type Context = runtime::Context<Operator>;
+
 impl Context {
-    /// A context with default intervals, no leaf watches and no hub id.
+    /// A context with default intervals, no leaf watches and no hub id; Events about
+    /// ShortcutConnections (a direction switching path) go through the hub.
     pub fn new(hub: kube::Client, leaves: Arc<dyn LeafClients>) -> Self {
-        Self {
-            recorder: Recorder::new(hub.clone(), Reporter::from(EVENT_REPORTER)),
-            hub,
+        let intervals = Intervals::default();
+        let recorder = Recorder::new(hub.clone(), Reporter::from(EVENT_REPORTER));
+        let state = Operator {
             hub_id: String::new(),
             leaves,
-            intervals: Intervals::default(),
-            backoff: Intervals::default().backoff(),
+            intervals,
             leaf_watches: LeafWatches::default(),
-            health: None,
-        }
+        };
+        Self::with_state(KIND, hub, state)
+            .with_backoff(intervals.backoff())
+            .with_recorder(recorder)
     }
 
     /// Sets the hub's cluster id.
     #[must_use]
     pub fn with_hub_id(mut self, hub_id: impl Into<String>) -> Self {
-        self.hub_id = hub_id.into();
+        self.state.hub_id = hub_id.into();
         self
     }
 
     /// Uses `watches` to trigger reconciles on leaf changes.
     #[must_use]
     pub fn with_leaf_watches(mut self, watches: LeafWatches) -> Self {
-        self.leaf_watches = watches;
-        self
-    }
-
-    /// Reports the hub's API-server outages through `health` instead of a warning per
-    /// failed reconcile.
-    #[must_use]
-    pub fn with_health(mut self, health: ApiHealth) -> Self {
-        self.health = Some(health);
+        self.state.leaf_watches = watches;
         self
     }
 }
@@ -106,8 +95,8 @@ pub async fn reconcile(
     let namespace = shortcut
         .namespace()
         .ok_or_else(|| ShortcutError::NoNamespace(shortcut.name_any()))?;
-    let api: Api<ShortcutConnection> = Api::namespaced(ctx.hub.clone(), &namespace);
-    let key = key_of(&shortcut);
+    let api: Api<ShortcutConnection> = Api::namespaced(ctx.client.clone(), &namespace);
+    let reconciled = shortcut.clone();
     let shortcut = with_finalizer(&api, shortcut).await?;
     let action = finalizer(&api, FINALIZER, shortcut, |event| async {
         match event {
@@ -120,7 +109,7 @@ pub async fn reconcile(
         finalizer::Error::ApplyFailed(inner) | finalizer::Error::CleanupFailed(inner) => inner,
         other => ShortcutError::Finalizer(Box::new(other)),
     })?;
-    runtime::reconciled(&ctx.backoff, KIND, &key);
+    ctx.reconciled(&*reconciled);
     Ok(action)
 }
 
@@ -157,21 +146,6 @@ async fn with_finalizer(
             source,
         })?;
     Ok(Arc::new(updated))
-}
-
-/// [`runtime::requeue_failed`]; the hub's API server being away is transient.
-pub fn error_policy(
-    shortcut: Arc<ShortcutConnection>,
-    error: &ShortcutError,
-    ctx: Arc<Context>,
-) -> Action {
-    let failure = runtime::Failure {
-        kind: KIND,
-        key: &key_of(&shortcut),
-        error,
-        transient: error.is_transient(),
-    };
-    runtime::requeue_failed(&failure, &ctx.backoff, ctx.health.as_ref())
 }
 
 /// The operator's name in logs and backoff keys.
@@ -220,7 +194,7 @@ async fn connector_for(
 fn hub_handle(ctx: &Context, namespace: &str) -> ClusterHandle {
     ClusterHandle {
         label: "hub".to_owned(),
-        client: ctx.hub.clone(),
+        client: ctx.client.clone(),
         namespace: namespace.to_owned(),
         endpoint_override: None,
         server: None,
@@ -286,8 +260,7 @@ async fn publish_path_changes(
         // Per direction: the recorder folds events with the same reason and action on one
         // object into one series, which would hide the other direction's switch.
         let action = format!("SwitchPath-{}-{}", direction.from, direction.to);
-        events::publish_with(
-            &ctx.recorder,
+        ctx.publish(
             &shortcut.object_ref(&()),
             type_,
             "PathChanged",
@@ -322,7 +295,7 @@ async fn apply(
     };
     let current = shortcut.status.clone().unwrap_or_default();
     let generation = shortcut.metadata.generation;
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let now = ctx.now();
     match outcome {
         Ok(state) => {
             let status = status_from(&state, shortcut, current.clone(), generation, now);
@@ -344,7 +317,14 @@ async fn apply(
             let news = news_of_error(before.unwrap_or_default(), &status.conditions, &error);
             write_status(api, shortcut, status).await?;
             if let Some((why, message)) = news {
-                events::warn(&ctx.hub, &shortcut.object_ref(&()), &why, "Link", &message).await;
+                events::warn(
+                    &ctx.client,
+                    &shortcut.object_ref(&()),
+                    &why,
+                    "Link",
+                    &message,
+                )
+                .await;
             }
             Err(error)
         }
@@ -373,7 +353,7 @@ async fn cleanup(
 ) -> Result<Action, ShortcutError> {
     let namespace = shortcut.namespace().unwrap_or_default();
     let generation = shortcut.metadata.generation;
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let now = ctx.now();
     let mut status = shortcut.status.clone().unwrap_or_default();
     status.phase = ShortcutPhase::Deleting;
     let outcome = match connector_for(shortcut, &namespace, ctx).await {
@@ -399,7 +379,7 @@ async fn cleanup(
             write_status(api, shortcut, status).await?;
             if let Some((why, message)) = news {
                 events::warn(
-                    &ctx.hub,
+                    &ctx.client,
                     &shortcut.object_ref(&()),
                     &why,
                     "Unlink",
@@ -420,7 +400,7 @@ async fn delete_kubeconfig_secrets(
     shortcut: &ShortcutConnection,
     namespace: &str,
 ) -> Result<(), ShortcutError> {
-    let secrets: Api<Secret> = Api::namespaced(ctx.hub.clone(), namespace);
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
     let name = shortcut.name_any();
     for leaf in [&shortcut.spec.left, &shortcut.spec.right] {
         let secret_name = &leaf.kubeconfig_secret.name;
@@ -515,7 +495,7 @@ pub async fn run(
         })
         .reconcile_on(leaf_changes)
         .graceful_shutdown_on(crate::shutdown::signal())
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, runtime::error_policy, ctx)
         .for_each(|result| async move {
             match result {
                 Ok((object, _)) => tracing::debug!(shortcut = %object, "reconciled"),
