@@ -18,7 +18,9 @@ use std::process::Command;
 
 use criterion::{Criterion, Throughput, criterion_group};
 use kubetun_gateway::io::tun_offload::{TunReader, TunWriter};
-use kubetun_gateway::io::udp_batch::{RecvBatch, SendBatch, UdpOffload};
+use kubetun_gateway::io::udp_batch::{
+    BatchReceiver, BatchSender, RecvBatch, SendBatch, UdpOffload,
+};
 
 const DATAGRAM: usize = 1452;
 const BURST: usize = 64;
@@ -46,9 +48,14 @@ fn socket_pair(gso: bool, gro: bool) -> (UdpSocket, UdpSocket, UdpOffload, UdpOf
     (sender, receiver, send, recv)
 }
 
-fn drain(receiver: &UdpSocket, batch: &mut RecvBatch, mut remaining: usize) {
+fn drain(
+    receiver: &UdpSocket,
+    kernel: &mut BatchReceiver,
+    batch: &mut RecvBatch,
+    mut remaining: usize,
+) {
     while remaining > 0 {
-        match batch.recv(receiver.as_fd()) {
+        match kernel.recv(batch, receiver.as_fd()) {
             Ok(_) => remaining = remaining.saturating_sub(batch.datagrams().count()),
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
             Err(error) => panic!("recv: {error}"),
@@ -92,13 +99,16 @@ fn udp(c: &mut Criterion) {
         let dest = receiver.local_addr().expect("addr");
         let mut out = SendBatch::new(BURST, BURST * DATAGRAM);
         let mut inbound = RecvBatch::new(BURST);
+        let (mut kernel_out, mut kernel_in) = (BatchSender::default(), BatchReceiver::default());
         group.bench_function(name, |b| {
             b.iter(|| {
                 for _ in 0..BURST {
                     out.push(dest, &payload);
                 }
-                out.send(sender.as_fd(), &send).expect("send");
-                drain(&receiver, &mut inbound, BURST);
+                kernel_out
+                    .send(&mut out, sender.as_fd(), &send)
+                    .expect("send");
+                drain(&receiver, &mut kernel_in, &mut inbound, BURST);
             })
         });
     }
@@ -139,12 +149,15 @@ fn tun_read(c: &mut Criterion) {
         let dest = SocketAddr::from(([10, 77, index as u8, 2], 9));
         let mut out = SendBatch::new(SEGMENTS, SEGMENTS * SEGMENT);
         let mut reader = TunReader::new(if offload { 64 } else { 1 });
+        let mut kernel_out = BatchSender::default();
         group.bench_function(name, |b| {
             b.iter(|| {
                 for _ in 0..SEGMENTS {
                     out.push(dest, &payload);
                 }
-                out.send(sender.as_fd(), &gso).expect("send");
+                kernel_out
+                    .send(&mut out, sender.as_fd(), &gso)
+                    .expect("send");
                 let mut read = 0;
                 while read < SEGMENTS {
                     read += runtime.block_on(reader.recv(&device)).expect("read");
@@ -181,13 +194,14 @@ fn tun_write(c: &mut Criterion) {
             .expect("build packet");
         let mut writer = TunWriter::new(BURST);
         let mut inbound = RecvBatch::new(BURST);
+        let mut kernel_in = BatchReceiver::default();
         group.bench_function(name, |b| {
             b.iter(|| {
                 for _ in 0..BURST {
                     writer.push(&packet);
                 }
                 runtime.block_on(writer.flush(&device)).expect("write");
-                drain(&receiver, &mut inbound, BURST);
+                drain(&receiver, &mut kernel_in, &mut inbound, BURST);
             })
         });
     }

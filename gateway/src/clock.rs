@@ -1,19 +1,11 @@
 //! The clocks the gateway reads: wall-clock time in Unix milliseconds (the unit of every
 //! timestamp it reports) and a monotonic microsecond clock (probe RTTs), read together as
-//! [`Now`], the time the data-path core is handed.
+//! [`Now`] (the core's type), the time the data-path core is handed.
 
 use std::sync::OnceLock;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// A reading of both clocks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Now {
-    /// Milliseconds since the Unix epoch: handshake and send times (the persistent
-    /// keepalive compares them).
-    pub unix_ms: u64,
-    /// Microseconds of the monotonic clock ([`mono_us`]): the connectivity check's RTTs.
-    pub mono_us: u64,
-}
+pub use kubetun_gateway_core::clock::Now;
 
 /// Both clocks, now.
 pub fn now() -> Now {

@@ -17,7 +17,6 @@ use crate::device::{ApplyError, Device};
 use crate::peercred::PeerPolicy;
 use crate::proto;
 use crate::proto::gateway_server::{Gateway, GatewayServer};
-use crate::state::DesiredState;
 use crate::status::status_response;
 use crate::unix_socket::SocketFile;
 
@@ -54,10 +53,9 @@ impl GatewayService {
 fn apply_status(error: ApplyError) -> Status {
     match error {
         ApplyError::Bind { .. } => Status::failed_precondition(error.to_string()),
-        ApplyError::Invalid(_)
-        | ApplyError::Remap(_)
-        | ApplyError::Resolve { .. }
-        | ApplyError::TooManyPeers => Status::invalid_argument(error.to_string()),
+        ApplyError::Invalid(_) | ApplyError::Resolve { .. } => {
+            Status::invalid_argument(error.to_string())
+        }
     }
 }
 
@@ -73,7 +71,7 @@ impl Gateway for GatewayService {
             .ok_or_else(|| Status::invalid_argument("state is required"))?;
         let outcome = self
             .device
-            .update(|current| Ok(DesiredState::from_proto(desired.clone(), current)?))
+            .update(|current| Ok(crate::state::from_proto(desired.clone(), current)?))
             .await
             .map_err(apply_status)?;
         Ok(Response::new(proto::ApplyResponse {

@@ -2,16 +2,17 @@
 //! device) with a lock-free 1:1 prefix-remap fast path, the WireGuard UAPI, and a gRPC control
 //! server on a Unix socket.
 //!
-//! Layout: [`remap`] (the IO-free remap fast path, crate `kubetun-remap`), [`state`] (the
-//! desired-state model both control surfaces feed), [`uapi`] (the WireGuard text protocol), [`device`] (TUN, sockets, peers, data-path tasks), [`grpc`],
-//! [`metrics`] and [`status`] (reports).
+//! Layout: the IO shells around two crates without IO, `kubetun-gateway-core` (the data-path
+//! core and its models, re-exported as [`device::core`], [`state`], [`key`]) and
+//! `kubetun-remap` ([`remap`], the remap fast path); [`state`] (the desired state from gRPC
+//! requests), [`uapi`] (the WireGuard text protocol), [`device`] (TUN, sockets, data-path
+//! tasks), [`io`] (the batched syscalls), [`grpc`], [`metrics`] and [`status`] (reports).
 
 pub mod caps;
 pub mod clock;
 pub mod device;
 pub mod grpc;
 pub mod io;
-pub mod key;
 pub mod metrics;
 pub mod peercred;
 pub mod state;
@@ -21,7 +22,9 @@ pub mod unix_socket;
 
 // The control contract, shared with the controller (`kubetun-gateway-api`).
 pub use kubetun_gateway_api::{log_filter, proto, socket_paths};
-// The remap fast path (`kubetun-remap`), a crate without IO.
+// The data-path core (`kubetun-gateway-core`) and the remap fast path (`kubetun-remap`),
+// crates without IO.
+pub use kubetun_gateway_core::key;
 pub use kubetun_remap as remap;
 
 #[cfg(test)]

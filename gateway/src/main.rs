@@ -12,8 +12,10 @@
 
 // The feature freezes boringtun's clock for the library's unit tests; a gateway built with
 // it would never retry, rekey or expire a session.
-#[cfg(all(feature = "mock-clock", not(test)))]
-compile_error!("the mock-clock feature is for `cargo test --lib` only");
+const _: () = assert!(
+    !kubetun_gateway_core::MOCK_CLOCK,
+    "kubetun-gateway-core's mock-clock feature freezes boringtun's clock: it is for the core's tests only"
+);
 
 use std::io::Write as _;
 use std::net::SocketAddr;

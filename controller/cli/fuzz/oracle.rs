@@ -32,7 +32,7 @@ pub fn check(data: &[u8]) {
     let decoded = kubetun_gateway::proto::DesiredState::decode(wire.as_slice())
         .expect("the gateway decodes what the CLI sends");
     let current = kubetun_gateway::state::DesiredState::default();
-    if let Ok(desired) = kubetun_gateway::state::DesiredState::from_proto(decoded, &current) {
+    if let Ok(desired) = kubetun_gateway::state::from_proto(decoded, &current) {
         // Accepted or refused with a message, never a panic.
         let _verdict = desired.validate();
     }

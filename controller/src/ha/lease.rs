@@ -3,7 +3,7 @@
 //!
 //! Why not a crate: kube-leader-election (the one that builds with kube 4) decides expiry by
 //! comparing the record's `renewTime` with the local wall clock, so clock skew between nodes
-//! moves the takeover, and the gateway's self-fencing (see `gateway/src/device/role.rs`) is
+//! moves the takeover, and the gateway's self-fencing (see `gateway/core/src/role.rs`) is
 //! only safe if a candidate measures the lease on its own monotonic clock
 //! ([`super::election`]). It also steps in whole seconds, and failover within 2 s needs
 //! sub-second retries.

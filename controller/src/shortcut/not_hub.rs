@@ -110,9 +110,9 @@ pub async fn run_not_hub(
 ) -> Result<(), ShortcutError> {
     let shortcuts: Api<ShortcutConnection> = Api::namespaced(client.clone(), &namespace);
     super::require_crd(&shortcuts).await?;
-    // Its own `ApiHealth`, never down: these failures are warned about even during an outage,
-    // as they always were (`with_health(health)` would make them quiet then).
-    let ctx = Arc::new(NotHubContext::new(client, cluster_id));
+    // The process's view of the API server, as every controller's: a failed status write
+    // while it is away is expected and logged quietly, not warned about once per object.
+    let ctx = Arc::new(NotHubContext::new(client, cluster_id).with_health(health.clone()));
     runtime::controller(
         shortcuts,
         watcher::Config::default(),

@@ -53,7 +53,7 @@ use super::shared::{Shared, SnapshotCache};
 use super::snapshot::Snapshot;
 use crate::clock;
 use crate::io::tun_offload::{SEGMENTS_PER_READ, TunReader, TunWriter};
-use crate::io::udp_batch::{MAX_GSO_SEGMENTS, RecvBatch};
+use crate::io::udp_batch::{BatchReceiver, BatchSender, MAX_GSO_SEGMENTS, RecvBatch};
 
 /// With UDP GRO a receive reads `batch / GRO_MESSAGES_DIVISOR` messages, each holding up to
 /// 64 datagrams.
@@ -76,6 +76,7 @@ pub async fn tun_loop(shared: Arc<Shared>, queue: usize) {
     let batch = shared.io.batch();
     let mut reader = TunReader::new(batch);
     let mut outbox = Outbox::new(batch);
+    let mut batch_sender = BatchSender::default();
     let mut egress = Egress::new(batch - 1 + SEGMENTS_PER_READ);
     loop {
         if let Err(error) = reader.recv(&tun).await {
@@ -96,15 +97,20 @@ pub async fn tun_loop(shared: Arc<Shared>, queue: usize) {
         while egress.encrypt(snapshot, &shared.drops, reader.packets(), &mut outbox, now)
             == Step::Flush
         {
-            flush_outbox(&shared, &mut outbox, queue).await;
+            flush_outbox(&shared, &mut outbox, &mut batch_sender, queue).await;
         }
-        flush_outbox(&shared, &mut outbox, queue).await;
+        flush_outbox(&shared, &mut outbox, &mut batch_sender, queue).await;
     }
 }
 
 /// Sends everything queued in `outbox` on the sockets of `queue`; failures are counted as
 /// `udp_send` drops.
-async fn flush_outbox(shared: &Shared, outbox: &mut Outbox, queue: usize) {
+async fn flush_outbox(
+    shared: &Shared,
+    outbox: &mut Outbox,
+    batch_sender: &mut BatchSender,
+    queue: usize,
+) {
     let sockets = shared.sockets.load();
     for (out, family) in [(&mut outbox.v4, &sockets.v4), (&mut outbox.v6, &sockets.v6)] {
         if out.is_empty() {
@@ -117,12 +123,15 @@ async fn flush_outbox(shared: &Shared, outbox: &mut Outbox, queue: usize) {
             out.clear();
             continue;
         };
-        match out.send_to(&socket.udp, &socket.offload).await {
+        match batch_sender
+            .send_to(out, &socket.udp, &socket.offload)
+            .await
+        {
             Ok(report) => {
                 shared
                     .drops
                     .device_many(DeviceDrop::UdpSend, report.failed as u64);
-                if let Some(error) = out.take_last_error() {
+                if let Some(error) = batch_sender.take_last_error() {
                     tracing::trace!(%error, "UDP send failed");
                 }
             }
@@ -152,10 +161,11 @@ pub async fn udp_loop(shared: Arc<Shared>, socket: Arc<WgSocket>, queue: usize) 
         batch
     };
     let mut inbound = RecvBatch::new(messages);
+    let mut receiver = BatchReceiver::default();
     let mut writer = TunWriter::new(batch);
     let mut ingress = Ingress::new(messages * MAX_GSO_SEGMENTS);
     loop {
-        if let Err(error) = inbound.recv_from(&socket.udp).await {
+        if let Err(error) = receiver.recv_from(&mut inbound, &socket.udp).await {
             tracing::debug!(%error, "UDP receive failed");
             continue;
         }

@@ -4,25 +4,20 @@
 //! next snapshot (keeping the sessions of peers whose keys did not change), swaps it in, and
 //! then brings the host configuration (MTU, addresses, routes) in line.
 
-pub mod conncheck;
-pub mod core;
 pub mod datapath;
-pub mod dispatch;
-pub mod drops;
 pub mod handshake;
 pub mod handshake_queue;
 mod host;
 pub mod net;
-pub mod path;
-pub mod peer;
-mod plan;
 pub mod probe;
 mod resolve;
 mod retired;
-pub mod role;
 pub mod shared;
-pub mod snapshot;
 pub mod spin;
+
+/// The pure data-path core and its models, in their own crate so that no IO can reach them.
+pub use kubetun_gateway_core as core;
+pub use kubetun_gateway_core::{conncheck, dispatch, drops, path, peer, plan, role, snapshot};
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -39,7 +34,6 @@ use self::role::{Role, Transition};
 use self::shared::Shared;
 use self::snapshot::{PeerSlot, Snapshot};
 use crate::io::IoOptions;
-use crate::remap;
 use crate::state::{DesiredState, StateError};
 
 /// TUN transmit queue length; the kernel default of 500 drops bursts under TCP load.
@@ -65,12 +59,9 @@ pub enum DeviceError {
 /// Why a desired state was not applied. The previous state stays active in every case.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
-    /// The state is invalid.
+    /// The state is invalid (including routes the remap table rejects, and too many peers).
     #[error(transparent)]
     Invalid(#[from] StateError),
-    /// The remap table rejected the routes.
-    #[error(transparent)]
-    Remap(#[from] remap::RemapError),
     /// An endpoint name did not resolve.
     #[error("peer {peer}: cannot resolve endpoint {endpoint}: {reason}")]
     Resolve {
@@ -82,9 +73,6 @@ pub enum ApplyError {
     /// The listen port could not be bound.
     #[error("cannot listen on UDP port {port}: {source}")]
     Bind { port: u16, source: std::io::Error },
-    /// More peers than the remap table can index.
-    #[error("too many peers (at most {})", remap::MAX_PEER_ID + 1)]
-    TooManyPeers,
 }
 
 /// The result of an [`Device::apply`].
@@ -518,7 +506,7 @@ async fn plan_off_runtime(
     let (current, next) = (Arc::clone(current), next.clone());
     tokio::task::spawn_blocking(move || {
         let started = std::time::Instant::now();
-        let snapshot = plan::next_snapshot(&current, &next, &resolved);
+        let snapshot = plan::next_snapshot(&current, &next, &resolved).map_err(ApplyError::from);
         (snapshot, started.elapsed())
     })
     .await

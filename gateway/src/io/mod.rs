@@ -11,7 +11,7 @@
 //! measured in isolation.
 
 pub mod buffer;
-pub mod endpoint;
+pub use kubetun_gateway_core::endpoint;
 pub mod gro;
 pub mod tun_offload;
 pub mod udp_batch;

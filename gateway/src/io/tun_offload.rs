@@ -16,6 +16,7 @@
 
 use std::io;
 
+use kubetun_gateway_core::PacketSink;
 use tun_rs::{AsyncDevice, VIRTIO_NET_HDR_LEN};
 
 use super::buffer::{BufferPool, PacketBuf};
@@ -252,6 +253,17 @@ impl TunWriter {
         };
         self.pool.clear();
         result
+    }
+}
+
+/// The core decrypts straight into the writer's buffers.
+impl PacketSink for TunWriter {
+    fn space(&mut self) -> Option<&mut [u8]> {
+        TunWriter::space(self)
+    }
+
+    fn commit(&mut self, len: usize) {
+        TunWriter::commit(self, len);
     }
 }
 

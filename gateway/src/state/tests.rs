@@ -34,7 +34,7 @@ fn request(peers: Vec<proto::Peer>) -> proto::DesiredState {
 
 #[test]
 fn accepts_remapped_and_identity_routes() {
-    let state = DesiredState::from_proto(
+    let state = from_proto(
         request(vec![
             proto_peer(2, &[("10.70.0.0/16", "10.201.0.0/16")]),
             proto_peer(3, &[("10.70.0.0/16", "10.202.0.0/16"), ("fd00::/64", "")]),
@@ -58,7 +58,7 @@ fn zero_fields_keep_current_values() {
     current.interface.private_key = Some(key(9));
     let mut req = request(vec![]);
     req.interface = Some(proto::Interface::default());
-    let state = DesiredState::from_proto(req, &current).expect("valid");
+    let state = from_proto(req, &current).expect("valid");
     assert_eq!(state.interface.listen_port, 4242);
     assert_eq!(state.interface.mtu, 1380);
     assert_eq!(state.interface.private_key, Some(key(9)));
@@ -71,7 +71,7 @@ fn previous_key_is_kept_only_beside_another_private_key() {
         let interface = req.interface.as_mut().expect("interface");
         interface.private_key = private.map(|n| key(n).to_base64()).unwrap_or_default();
         interface.previous_private_key = key(previous).to_base64();
-        DesiredState::from_proto(req, &DesiredState::default())
+        from_proto(req, &DesiredState::default())
             .expect("valid")
             .interface
             .previous_private_key
@@ -86,20 +86,20 @@ fn previous_key_is_kept_only_beside_another_private_key() {
         .expect("interface")
         .previous_private_key = key(3).to_base64();
     req.peers[0].public_key = key(3).public_key().to_base64();
-    let error = DesiredState::from_proto(req, &DesiredState::default())
-        .expect_err("a peer with our previous key");
+    let error =
+        from_proto(req, &DesiredState::default()).expect_err("a peer with our previous key");
     assert!(matches!(error, StateError::OwnKey(_)), "{error}");
     let mut req = request(vec![]);
     req.interface
         .as_mut()
         .expect("interface")
         .previous_private_key = "short".into();
-    let error = DesiredState::from_proto(req, &DesiredState::default()).expect_err("bad key");
+    let error = from_proto(req, &DesiredState::default()).expect_err("bad key");
     assert!(!error.to_string().contains("short"), "{error}");
 }
 
 fn rejection(peers: Vec<proto::Peer>) -> String {
-    DesiredState::from_proto(request(peers), &DesiredState::default())
+    from_proto(request(peers), &DesiredState::default())
         .expect_err("must be rejected")
         .to_string()
 }
@@ -144,7 +144,7 @@ fn rejects_mtu_out_of_range() {
     if let Some(iface) = req.interface.as_mut() {
         iface.mtu = 100;
     }
-    let err = DesiredState::from_proto(req, &DesiredState::default()).expect_err("mtu");
+    let err = from_proto(req, &DesiredState::default()).expect_err("mtu");
     assert!(err.to_string().contains("mtu"));
     for (mtu, shown) in [
         (70_000u32, "70000"),
@@ -155,7 +155,7 @@ fn rejects_mtu_out_of_range() {
         if let Some(iface) = req.interface.as_mut() {
             iface.mtu = mtu;
         }
-        let message = DesiredState::from_proto(req, &DesiredState::default())
+        let message = from_proto(req, &DesiredState::default())
             .expect_err("mtu above the limit")
             .to_string();
         assert!(
@@ -169,7 +169,7 @@ fn rejects_mtu_out_of_range() {
 #[test]
 fn conncheck_defaults_and_validation() {
     let mut req = request(vec![proto_peer(2, &[])]);
-    let state = DesiredState::from_proto(req.clone(), &DesiredState::default()).expect("ok");
+    let state = from_proto(req.clone(), &DesiredState::default()).expect("ok");
     assert_eq!(state.interface.conncheck, None, "absent: off");
     assert!(
         state.peers[0].conncheck,
@@ -180,7 +180,7 @@ fn conncheck_defaults_and_validation() {
         iface.conncheck = Some(proto::ConnCheck::default());
     }
     req.peers[0].conncheck_disabled = true;
-    let state = DesiredState::from_proto(req.clone(), &DesiredState::default()).expect("ok");
+    let state = from_proto(req.clone(), &DesiredState::default()).expect("ok");
     assert_eq!(
         state.interface.conncheck,
         Some(ConnCheckConfig {
@@ -220,7 +220,7 @@ fn conncheck_defaults_and_validation() {
                 fallback_interval_ms,
             });
         }
-        let error = DesiredState::from_proto(req.clone(), &DesiredState::default())
+        let error = from_proto(req.clone(), &DesiredState::default())
             .expect_err("out of range")
             .to_string();
         assert!(error.contains(expected), "{error}");
@@ -247,11 +247,11 @@ fn a_fallback_needs_a_probed_primary_on_another_peer_and_is_alone_on_its_view() 
     });
     let mut req = request(vec![primary.clone(), hub.clone()]);
     req.interface.as_mut().expect("interface").conncheck = Some(proto::ConnCheck::default());
-    let state = DesiredState::from_proto(req.clone(), &DesiredState::default())
+    let state = from_proto(req.clone(), &DesiredState::default())
         .expect("a fallback on the hub for the shortcut's view");
     assert!(state.peers[1].routes[0].fallback);
 
-    let unprobed = DesiredState::from_proto(
+    let unprobed = from_proto(
         request(vec![primary.clone(), hub.clone()]),
         &DesiredState::default(),
     )
@@ -263,7 +263,7 @@ fn a_fallback_needs_a_probed_primary_on_another_peer_and_is_alone_on_its_view() 
     );
     let mut orphan = req.clone();
     orphan.peers.remove(0);
-    let error = DesiredState::from_proto(orphan, &DesiredState::default())
+    let error = from_proto(orphan, &DesiredState::default())
         .expect_err("no primary")
         .to_string();
     assert_eq!(
@@ -274,7 +274,7 @@ fn a_fallback_needs_a_probed_primary_on_another_peer_and_is_alone_on_its_view() 
     twice
         .peers
         .push(fallback(4, "10.75.0.0/16", "10.73.0.0/16"));
-    let error = DesiredState::from_proto(twice, &DesiredState::default())
+    let error = from_proto(twice, &DesiredState::default())
         .expect_err("two fallbacks")
         .to_string();
     assert_eq!(
@@ -289,7 +289,7 @@ fn a_fallback_needs_a_probed_primary_on_another_peer_and_is_alone_on_its_view() 
     });
     own.peers.remove(1);
     assert!(
-        DesiredState::from_proto(own, &DesiredState::default())
+        from_proto(own, &DesiredState::default())
             .expect_err("a peer cannot back itself up")
             .to_string()
             .contains("no other peer has a primary route")

@@ -350,10 +350,7 @@ fn apply_errno(error: &ApplyError) -> i32 {
     match error {
         ApplyError::Bind { source, .. } if source.kind() == io::ErrorKind::AddrInUse => EADDRINUSE,
         ApplyError::Bind { .. } => EIO,
-        ApplyError::Invalid(_)
-        | ApplyError::Remap(_)
-        | ApplyError::Resolve { .. }
-        | ApplyError::TooManyPeers => EINVAL,
+        ApplyError::Invalid(_) | ApplyError::Resolve { .. } => EINVAL,
     }
 }
 

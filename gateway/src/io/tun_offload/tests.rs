@@ -6,7 +6,7 @@ use etherparse::{IpHeaders, PacketBuilder};
 
 use super::*;
 use crate::io::testns::{in_private_netns, ip, runtime};
-use crate::io::udp_batch::{SendBatch, UdpOffload};
+use crate::io::udp_batch::{BatchSender, SendBatch, UdpOffload};
 
 const SEGMENT: usize = 1372;
 const SEGMENTS: usize = 40;
@@ -32,7 +32,9 @@ fn send_super_datagram() -> Vec<u8> {
     for chunk in payload.chunks(SEGMENT) {
         assert!(batch.push(SocketAddr::from(([10, 9, 0, 2], 9999)), chunk));
     }
-    let report = batch.send(sender.as_fd(), &offload).expect("send");
+    let report = BatchSender::default()
+        .send(&mut batch, sender.as_fd(), &offload)
+        .expect("send");
     assert_eq!(report.sent, SEGMENTS);
     payload
 }

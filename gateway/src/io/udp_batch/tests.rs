@@ -2,115 +2,16 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket as StdUdpSocket};
 use std::time::Duration;
 
 use super::*;
+use crate::io::endpoint::LocalAddr;
 use crate::io::testns::{in_private_netns, ip, runtime};
 
 const WG_DATAGRAM: usize = 1452;
-
-fn addr(port: u16) -> SocketAddr {
-    SocketAddr::from((Ipv4Addr::LOCALHOST, port))
-}
 
 /// A datagram whose bytes encode its sequence number.
 fn datagram(sequence: u32, len: usize) -> Vec<u8> {
     let mut bytes = vec![(sequence % 251) as u8; len];
     bytes[..4].copy_from_slice(&sequence.to_le_bytes());
     bytes
-}
-
-fn message_shapes(batch: &SendBatch) -> Vec<(SocketAddr, usize, usize, usize)> {
-    batch
-        .messages
-        .iter()
-        .map(|m| (m.dest.remote, m.segment, m.count, m.len))
-        .collect()
-}
-
-#[test]
-fn equal_sizes_to_one_endpoint_share_a_message_and_a_short_tail_closes_it() {
-    let mut batch = SendBatch::new(MAX_BATCH, 1 << 20);
-    for sequence in 0..10 {
-        assert!(batch.push(addr(1), &datagram(sequence, 1000)));
-    }
-    assert!(batch.push(addr(1), &datagram(10, 500)));
-    assert!(batch.push(addr(1), &datagram(11, 1000)));
-    assert!(batch.push(addr(2), &datagram(12, 1000)));
-    assert!(batch.push(addr(2), &datagram(13, 1200)));
-    assert_eq!(
-        message_shapes(&batch),
-        [
-            (addr(1), 1000, 11, 10_500),
-            (addr(1), 1000, 1, 1000),
-            (addr(2), 1000, 1, 1000),
-            (addr(2), 1200, 1, 1200),
-        ]
-    );
-    assert_eq!(batch.len(), 14);
-}
-
-#[test]
-fn a_message_stops_at_the_segment_and_payload_limits() {
-    let mut batch = SendBatch::new(MAX_BATCH, 1 << 20);
-    for sequence in 0..46 {
-        assert!(batch.push(addr(1), &datagram(sequence, WG_DATAGRAM)));
-    }
-    // 45 × 1452 = 65 340 bytes fit below 65 507; the 46th does not.
-    assert_eq!(
-        message_shapes(&batch),
-        [
-            (addr(1), WG_DATAGRAM, 45, 45 * WG_DATAGRAM),
-            (addr(1), WG_DATAGRAM, 1, WG_DATAGRAM)
-        ]
-    );
-    let mut batch = SendBatch::new(MAX_BATCH, 1 << 20);
-    for sequence in 0..70 {
-        assert!(batch.push(addr(1), &datagram(sequence, 100)));
-    }
-    assert_eq!(
-        message_shapes(&batch),
-        [
-            (addr(1), 100, MAX_GSO_SEGMENTS, 6400),
-            (addr(1), 100, 6, 600)
-        ]
-    );
-}
-
-#[test]
-fn the_batch_refuses_datagrams_beyond_its_capacity() {
-    let mut batch = SendBatch::new(3, 4000);
-    assert!(batch.push(addr(1), &[0; 1500]));
-    assert!(batch.push(addr(1), &[0; 1500]));
-    assert!(!batch.push(addr(1), &[0; 1500]), "out of bytes");
-    assert!(batch.push(addr(1), &[0; 1000]));
-    assert!(!batch.push(addr(1), &[0; 1]), "out of datagram slots");
-    batch.clear();
-    assert!(batch.is_empty());
-    assert!(batch.push(addr(1), &[0; 1500]));
-}
-
-#[test]
-fn splitting_keeps_every_datagram_in_order() {
-    let mut batch = SendBatch::new(MAX_BATCH, 1 << 20);
-    let lens = [1000, 1000, 1000, 400, 1000, 1000, 700, 700];
-    let dests = [1, 1, 1, 1, 1, 2, 2, 2];
-    for (sequence, (len, dest)) in lens.iter().zip(dests).enumerate() {
-        assert!(batch.push(addr(dest), &datagram(sequence as u32, *len)));
-    }
-    assert_eq!(batch.messages(), 4);
-    batch.split_from(1);
-    let shapes = message_shapes(&batch);
-    assert_eq!(shapes.len(), 1 + 1 + 1 + 2);
-    assert_eq!(shapes[0], (addr(1), 1000, 4, 3400));
-    assert_eq!(
-        shapes[1..],
-        [
-            (addr(1), 1000, 1, 1000),
-            (addr(2), 1000, 1, 1000),
-            (addr(2), 700, 1, 700),
-            (addr(2), 700, 1, 700),
-        ]
-    );
-    let starts: Vec<usize> = batch.messages.iter().map(|m| m.start).collect();
-    assert_eq!(starts, [0, 3400, 4400, 5400, 6100]);
 }
 
 #[test]
@@ -145,7 +46,9 @@ fn round_trip(
     for bytes in datagrams {
         assert!(batch.push(dest, bytes));
     }
-    let report = batch.send(sender.as_fd(), &send_offload).expect("send");
+    let report = BatchSender::default()
+        .send(&mut batch, sender.as_fd(), &send_offload)
+        .expect("send");
     assert_eq!(report.sent, datagrams.len());
     assert_eq!(report.failed, 0);
     assert!(batch.is_empty());
@@ -156,7 +59,7 @@ fn round_trip(
     receiver.set_nonblocking(true).expect("nonblocking");
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
     while received.len() < datagrams.len() && std::time::Instant::now() < deadline {
-        match recv.recv(receiver.as_fd()) {
+        match BatchReceiver::default().recv(&mut recv, receiver.as_fd()) {
             Ok(count) => {
                 messages += count;
                 assert_eq!(recv.rejected(), 0);
@@ -232,12 +135,16 @@ fn batches_to_several_endpoints_and_families_go_out_in_one_call() {
             let dest = if sequence % 2 == 0 { &a } else { &b };
             assert!(batch.push(dest.local_addr().expect("addr"), &datagram(sequence, 64)));
         }
-        let report = batch.send(sender4.as_fd(), &offload).expect("send");
+        let report = BatchSender::default()
+            .send(&mut batch, sender4.as_fd(), &offload)
+            .expect("send");
         let mut seen = Vec::new();
         for socket in [&a, &b] {
             socket.set_nonblocking(true).expect("nonblocking");
             let mut recv = RecvBatch::new(16);
-            let count = recv.recv(socket.as_fd()).expect("recv");
+            let count = BatchReceiver::default()
+                .recv(&mut recv, socket.as_fd())
+                .expect("recv");
             seen.push((count, recv.datagrams().count()));
         }
         (report, seen)
@@ -260,14 +167,18 @@ fn a_refused_message_is_counted_and_the_rest_still_go_out() {
         // An IPv6 destination on an IPv4 socket is refused by the kernel.
         assert!(batch.push(unreachable, &datagram(1, 64)));
         assert!(batch.push(receiver.local_addr().expect("addr"), &datagram(2, 64)));
-        let report = batch.send(sender.as_fd(), &offload).expect("send");
-        let error = batch.take_last_error();
+        let mut kernel = BatchSender::default();
+        let report = kernel
+            .send(&mut batch, sender.as_fd(), &offload)
+            .expect("send");
+        let error = kernel.take_last_error();
         receiver.set_nonblocking(true).expect("nonblocking");
         let mut recv = RecvBatch::new(16);
-        let received: Vec<Vec<u8>> = match recv.recv(receiver.as_fd()) {
-            Ok(_) => recv.datagrams().map(|d| d.bytes.to_vec()).collect(),
-            Err(_) => Vec::new(),
-        };
+        let received: Vec<Vec<u8>> =
+            match BatchReceiver::default().recv(&mut recv, receiver.as_fd()) {
+                Ok(_) => recv.datagrams().map(|d| d.bytes.to_vec()).collect(),
+                Err(_) => Vec::new(),
+            };
         (report, error.is_some(), received)
     });
     let Some((report, had_error, received)) = result else {
@@ -295,18 +206,26 @@ fn async_send_and_receive_wait_for_readiness() {
             let dest = receiver.local_addr().expect("addr");
             let mut recv = RecvBatch::new(8);
             let mut batch = SendBatch::new(MAX_BATCH, 1 << 20);
+            let mut receiver_batch = BatchReceiver::default();
+            let mut sender_batch = BatchSender::default();
             let mut received = Vec::new();
             for round in 0..ROUNDS {
                 for sequence in 0..PER_ROUND {
                     let bytes = datagram(round * PER_ROUND + sequence, WG_DATAGRAM);
                     assert!(batch.push(dest, &bytes));
                 }
-                batch.send_to(&sender, &send_offload).await.expect("send");
+                sender_batch
+                    .send_to(&mut batch, &sender, &send_offload)
+                    .await
+                    .expect("send");
                 while received.len() < ((round + 1) * PER_ROUND) as usize {
-                    tokio::time::timeout(Duration::from_secs(2), recv.recv_from(&receiver))
-                        .await
-                        .expect("datagrams within 2 s")
-                        .expect("recv");
+                    tokio::time::timeout(
+                        Duration::from_secs(2),
+                        receiver_batch.recv_from(&mut recv, &receiver),
+                    )
+                    .await
+                    .expect("datagrams within 2 s")
+                    .expect("recv");
                     received.extend(recv.datagrams().map(|d| d.bytes.to_vec()));
                 }
             }
@@ -359,7 +278,7 @@ fn sticky_sources(peer: IpAddr, pinned: IpAddr) -> Sticky {
     let mut recv = RecvBatch::new(4);
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
     let reply = loop {
-        match recv.recv(ours.as_fd()) {
+        match BatchReceiver::default().recv(&mut recv, ours.as_fd()) {
             Ok(_) => break recv.datagrams().next().expect("a datagram").reply_to(),
             Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
                 assert!(std::time::Instant::now() < deadline, "nothing arrived");
@@ -375,12 +294,15 @@ fn sticky_sources(peer: IpAddr, pinned: IpAddr) -> Sticky {
     let batch_send = |to: Endpoint| {
         let mut batch = SendBatch::new(4, 4096);
         assert!(batch.push(to, b"batch"));
-        let report = batch.send(ours.as_fd(), &UdpOffload::none()).expect("send");
+        let mut kernel = BatchSender::default();
+        let report = kernel
+            .send(&mut batch, ours.as_fd(), &UdpOffload::none())
+            .expect("send");
         assert_eq!(
             report.sent,
             1,
             "{report:?} {:?} to {to}",
-            batch.take_last_error()
+            kernel.take_last_error()
         );
         report.unpinned
     };

@@ -9,12 +9,12 @@ use boringtun::noise::{Packet, TunnResult};
 
 use super::timers::initiate_to;
 use super::{Endpoint, Now, Transmit, transmit_to_peer};
-use crate::device::dispatch::{Incoming, classify, is_cookie_reply};
-use crate::device::drops::{DeviceDrop, Drops};
-use crate::device::peer::Peer;
-use crate::device::snapshot::{Identity, PeerSlot, Snapshot};
+use crate::dispatch::{Incoming, classify, is_cookie_reply};
+use crate::drops::{DeviceDrop, Drops};
 use crate::key::Key;
+use crate::peer::Peer;
 use crate::remap::{DropReason, PeerId};
+use crate::snapshot::{Identity, PeerSlot, Snapshot};
 
 /// Finds the peer of the handshake message `datagram` from `source`, lets its `Tunn`
 /// process it and sends what that answers (a response, a cookie reply, the keepalive that

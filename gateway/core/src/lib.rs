@@ -1,33 +1,57 @@
-//! The data-path core: everything the gateway does to packets and datagrams, synchronous and
-//! without IO. The shells ([`super::datapath`], [`super::handshake`], [`super::probe`])
-//! read the TUN device and the sockets, hand the core batches, and write what it produced.
+//! The gateway's data-path core (crate `kubetun-gateway-core`): everything the gateway does
+//! to packets and datagrams, synchronous and without IO. It has no tokio, socket or TUN
+//! dependency, so no syscall can reach it; the shells of `kubetun-gateway` read the TUN
+//! device and the sockets, hand the core batches, and write what it produced (as
+//! quinn-proto is to quinn).
 //!
 //! - [`egress::Egress`]: a batch of IP packets from the TUN device → probe-address check →
 //!   remap (view → real, peer by longest prefix) → per peer, under one `Tunn` lock per fill,
 //!   encryption straight into the [`Outbox`] arena (GSO runs form as datagrams are committed).
-//! - [`ingress::Ingress`]: a batch of received datagrams → classification by message type
-//!   and receiver index → handshake messages to a [`HandshakeSink`] (the shell's queue) →
-//!   per peer, under one `Tunn` lock per fill, decryption straight into the TUN write batch
-//!   → connectivity probes consumed (PONGs recorded, PINGs answered) → remap (source check,
-//!   ACL, real → view).
+//! - [`ingress::Ingress`]: a batch of received datagrams ([`batch::RecvBatch`]) →
+//!   classification by message type and receiver index → handshake messages to a
+//!   [`HandshakeSink`] (the shell's queue) → per peer, under one `Tunn` lock per fill,
+//!   decryption straight into the shell's TUN write batch ([`PacketSink`]) → connectivity
+//!   probes consumed (PONGs recorded, PINGs answered) → remap (source check, ACL, real →
+//!   view).
 //! - [`handshake::process`]: one handshake message → rate limiter, cookie, peer lookup,
 //!   `Tunn` → replies and the packets queued during the handshake.
 //! - [`timers`]: per peer, boringtun's timers and the persistent keepalive; the initiations
 //!   sent after an apply; the connectivity probes.
+//! - The models they work on: [`state`] (the desired state and its validation), [`plan`]
+//!   (state → next [`snapshot::Snapshot`], keeping sessions), [`peer`], [`path`] and
+//!   [`conncheck`] (per-peer runtime, path and probe state), [`role`] (active/standby),
+//!   [`dispatch`] (message classification), [`drops`] (counters by reason), [`key`],
+//!   [`endpoint`], [`clock::Now`], and the remap fast path, [`remap`] (`kubetun-remap`).
 //!
-//! What leaves the core is explicit: datagrams in the [`Outbox`] or the TUN batch (the two
-//! batch paths, which stop with [`Step::Flush`] when their arena is full and resume after
-//! the shell wrote it), single datagrams through [`Transmit`] (handshake replies, cookies,
-//! timer messages, probes), handshake messages through [`HandshakeSink`], and drops counted
-//! in [`super::drops::Drops`] by reason. Time comes in as [`Now`]; nothing here reads a clock, except that
-//! boringtun's `Tunn` and rate limiter read their own (see `ARCHITECTURE.md`).
+//! What leaves the core is explicit: datagrams in the [`Outbox`] or the [`PacketSink`] (the
+//! two batch paths, which stop with [`Step::Flush`] when their arena is full and resume
+//! after the shell wrote it), single datagrams through [`Transmit`] (handshake replies,
+//! cookies, timer messages, probes), handshake messages through [`HandshakeSink`], and drops
+//! counted in [`drops::Drops`] by reason. Time comes in as [`Now`]; nothing here reads a
+//! clock, except that boringtun's `Tunn` and rate limiter read their own (see
+//! `ARCHITECTURE.md`).
 //!
 //! Nothing here allocates after construction.
 
+pub mod batch;
+pub mod clock;
+pub mod conncheck;
+pub mod dispatch;
+pub mod drops;
 pub mod egress;
+pub mod endpoint;
 pub mod handshake;
 pub mod ingress;
+pub mod key;
+pub mod path;
+pub mod peer;
+pub mod plan;
+pub mod role;
+pub mod snapshot;
+pub mod state;
 pub mod timers;
+
+pub use kubetun_remap as remap;
 
 #[cfg(all(test, feature = "mock-clock"))]
 mod clock_tests;
@@ -36,11 +60,15 @@ mod sim_tests;
 #[cfg(test)]
 mod tests;
 
-use super::dispatch::is_initiation;
-use super::peer::Peer;
+use crate::batch::SendBatch;
 pub use crate::clock::Now;
-pub use crate::io::endpoint::Endpoint;
-use crate::io::udp_batch::SendBatch;
+use crate::dispatch::is_initiation;
+pub use crate::endpoint::Endpoint;
+use crate::peer::Peer;
+
+/// Whether boringtun's clock is frozen (the `mock-clock` feature, for tests): a binary that
+/// runs checks this at compile time and refuses to build.
+pub const MOCK_CLOCK: bool = cfg!(feature = "mock-clock");
 
 /// Largest IP packet or UDP datagram handled.
 pub const MAX_PACKET: usize = 65536;
@@ -70,6 +98,16 @@ pub trait Transmit {
     /// Sends `datagram` to `endpoint` without waiting; true when it left (a failure is the
     /// sender's to count).
     fn transmit(&mut self, datagram: &[u8], endpoint: Endpoint) -> bool;
+}
+
+/// Takes the packets decrypted from a receive batch: the shell's TUN write batch.
+pub trait PacketSink {
+    /// Space for the next packet (up to [`MAX_PACKET`] bytes), or `None` when the batch is
+    /// full and must be written first. Write the packet at the start, then
+    /// [`PacketSink::commit`] its length.
+    fn space(&mut self) -> Option<&mut [u8]>;
+    /// Adds the `len`-byte packet just written into [`PacketSink::space`].
+    fn commit(&mut self, len: usize);
 }
 
 /// Takes the handshake messages found in a receive batch.

@@ -6,10 +6,10 @@ use std::sync::atomic::Ordering;
 use boringtun::noise::TunnResult;
 
 use super::{Endpoint, Now, Transmit, transmit_to_peer};
-use crate::device::conncheck::Probe;
-use crate::device::dispatch::is_initiation;
-use crate::device::peer::Peer;
-use crate::device::snapshot::{PeerSlot, Snapshot};
+use crate::conncheck::Probe;
+use crate::dispatch::is_initiation;
+use crate::peer::Peer;
+use crate::snapshot::{PeerSlot, Snapshot};
 
 /// Runs boringtun's timers for every peer of `snapshot` (handshake retries, rekey, expiry,
 /// passive keepalive) and sends the persistent keepalive of those due at `now`. `out` must

@@ -15,7 +15,7 @@ use rand_core::RngCore as _;
 
 use super::conncheck::Prober;
 use super::path::PathState;
-use crate::io::endpoint::Endpoint;
+use crate::endpoint::Endpoint;
 use crate::key::Key;
 
 /// Runtime state of one peer. Created when the peer (or its key material) first appears in

@@ -16,7 +16,8 @@ use std::time::Duration;
 /// The deadline of a gateway that was never put under a lease.
 const FOREVER: u64 = u64::MAX;
 
-/// The active deadline, in [`crate::clock::mono_us`] microseconds; see the module docs.
+/// The active deadline, in microseconds of the monotonic clock of [`crate::clock::Now`]; see
+/// the module docs.
 #[derive(Debug)]
 pub struct Role {
     active_until_us: AtomicU64,

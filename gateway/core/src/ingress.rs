@@ -3,16 +3,16 @@
 
 use boringtun::noise::TunnResult;
 
+use super::PacketSink;
 use super::timers::send_probe;
 use super::{HandshakeSink, Now, PROBE_ROOM, Step, Transmit};
-use crate::device::conncheck::{self, Probe, ProbeKind};
-use crate::device::dispatch::{Incoming, MIN_DATA_LEN, classify};
-use crate::device::drops::{DeviceDrop, Drops};
-use crate::device::peer::Peer;
-use crate::device::snapshot::Snapshot;
-use crate::io::tun_offload::TunWriter;
-use crate::io::udp_batch::{Datagram, Position, RecvBatch};
+use crate::batch::{Datagram, Position, RecvBatch};
+use crate::conncheck::{self, Probe, ProbeKind};
+use crate::dispatch::{Incoming, MIN_DATA_LEN, classify};
+use crate::drops::{DeviceDrop, Drops};
+use crate::peer::Peer;
 use crate::remap::{DropReason, PeerId, Verdict};
+use crate::snapshot::Snapshot;
 
 /// One ingress task's batch state: the data messages grouped by peer and how far their
 /// decryption got.
@@ -77,7 +77,7 @@ impl Ingress {
         snapshot: &Snapshot,
         drops: &Drops,
         batch: &RecvBatch,
-        writer: &mut TunWriter,
+        writer: &mut impl PacketSink,
         transmit: &mut impl Transmit,
         now: Now,
     ) -> Step {

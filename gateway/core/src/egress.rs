@@ -3,11 +3,11 @@
 use boringtun::noise::TunnResult;
 
 use super::{HANDSHAKE_ROOM, Now, OVERHEAD, Outbox, Step};
-use crate::device::conncheck::is_probe_destination;
-use crate::device::dispatch::is_initiation;
-use crate::device::drops::{DeviceDrop, Drops};
-use crate::device::snapshot::Snapshot;
+use crate::conncheck::is_probe_destination;
+use crate::dispatch::is_initiation;
+use crate::drops::{DeviceDrop, Drops};
 use crate::remap::{DropReason, PeerId, Verdict};
+use crate::snapshot::Snapshot;
 
 /// One egress task's batch state: the routed packets grouped by peer and how far their
 /// encryption got.

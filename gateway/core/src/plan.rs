@@ -8,12 +8,11 @@ use std::sync::Arc;
 
 use rand_core::RngCore;
 
-use super::ApplyError;
 use super::peer::Peer;
 use super::snapshot::{Identity, IndexMap, PeerSlot, Snapshot};
 use crate::key::Key;
 use crate::remap::{self, PeerId, RemapTable, TableBuilder};
-use crate::state::{DesiredState, PeerConfig, RouteConfig};
+use crate::state::{DesiredState, PeerConfig, RouteConfig, StateError};
 use ipnet::IpNet;
 
 /// The snapshot implementing `next`, given the endpoints resolved for its peers (same order)
@@ -22,7 +21,7 @@ pub fn next_snapshot(
     current: &Snapshot,
     next: &DesiredState,
     resolved: &[Option<SocketAddr>],
-) -> Result<Snapshot, ApplyError> {
+) -> Result<Snapshot, StateError> {
     let plan = plan_peers(current, next)?;
     let fallbacks = Fallbacks::of(next, &plan.reused);
     let table = remap_table(next, &plan.ids, &current.remap, &fallbacks)?;
@@ -170,7 +169,7 @@ fn remap_table(
     ids: &[PeerId],
     previous: &RemapTable,
     fallbacks: &Fallbacks,
-) -> Result<RemapTable, ApplyError> {
+) -> Result<RemapTable, StateError> {
     let mut builder = TableBuilder::new();
     builder.local_prefixes(&state.interface.local_prefixes);
     builder.mss_clamp_mtu(Some(state.interface.mtu));
@@ -200,7 +199,7 @@ struct PeerPlan {
 /// preshared keys are unchanged and the key its `Tunn` uses is still one of the interface's
 /// (the private key, or during a rotation the previous one); it also keeps its id. New peers
 /// take the lowest free ids.
-fn plan_peers(current: &Snapshot, next: &DesiredState) -> Result<PeerPlan, ApplyError> {
+fn plan_peers(current: &Snapshot, next: &DesiredState) -> Result<PeerPlan, StateError> {
     let usable_keys: Vec<Key> = [
         next.interface.private_key,
         next.interface.previous_private_key,
@@ -245,7 +244,7 @@ fn plan_peers(current: &Snapshot, next: &DesiredState) -> Result<PeerPlan, Apply
                     next_free += 1;
                 }
                 if next_free > remap::MAX_PEER_ID {
-                    return Err(ApplyError::TooManyPeers);
+                    return Err(StateError::TooManyPeers);
                 }
                 taken.insert(next_free);
                 Ok(next_free)
@@ -599,7 +598,7 @@ mod tests {
         ));
         let next = state(vec![conflicting]);
         let error = next_snapshot(&empty(), &next, &[None]).expect_err("conflict");
-        assert!(matches!(error, ApplyError::Remap(_)), "{error}");
+        assert!(matches!(error, StateError::Remap(_)), "{error}");
         assert!(error.to_string().contains("two views"), "{error}");
     }
 

@@ -5,7 +5,7 @@
 //! address than the one the peer uses, and the peer roams away from the address it was given.
 //!
 //! The local address is a hint, never a requirement: when it is no longer on the host the send
-//! is retried without it ([`super::udp_batch`]), and the next datagram from the peer sets it
+//! is retried without it (by the shell that sends), and the next datagram from the peer sets it
 //! again.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
