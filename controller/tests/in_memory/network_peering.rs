@@ -1,9 +1,7 @@
 //! The peering handshake through the Network reconciler: mutual peerings become Ready on both
 //! sides, one-sided ones stay Pending, removing one side clears both, and the ACL follows.
 
-#![allow(clippy::unwrap_used)]
-
-mod network_common;
+use crate::network_common;
 
 use ipnet::IpNet;
 use kube::api::{ListParams, Patch, PatchParams};

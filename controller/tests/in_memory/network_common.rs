@@ -1,8 +1,6 @@
 //! Shared fixtures of the network controller scenarios: an in-memory API server that serves
 //! cluster-scoped NetworkIds with atomic creates, Network builders and a reconcile driver.
 
-#![allow(dead_code, clippy::unwrap_used)]
-
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

@@ -2,9 +2,7 @@
 //! (empty caches) on the same API server keeps every Network's ID and every NetworkId claim,
 //! writes nothing for them, and a Network created afterwards gets an ID nobody holds.
 
-#![allow(clippy::unwrap_used)]
-
-mod network_common;
+use crate::network_common;
 
 use std::collections::BTreeMap;
 

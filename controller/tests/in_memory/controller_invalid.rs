@@ -1,9 +1,7 @@
 //! Invalid NetworkConfigs end in a `Processed=False` condition a person can act on, never in
 //! a TunnelEndpoint; fixing the spec recovers.
 
-#![allow(clippy::unwrap_used)]
-
-mod controller_support;
+use crate::controller_support;
 
 use controller_support::{Cluster, announce, announce_spec, labelled, put, settle};
 use kubetun_controller::conditions;

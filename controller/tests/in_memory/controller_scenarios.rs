@@ -1,9 +1,7 @@
 //! Multi-cluster scenarios against in-memory API servers and fake gateways: the seed
 //! topology, deletion and re-creation, restarts of the controller and of the gateway.
 
-#![allow(clippy::unwrap_used)]
-
-mod controller_support;
+use crate::controller_support;
 
 use std::time::Duration;
 

@@ -1,9 +1,7 @@
 //! Network ID allocation against an in-memory API server: unique IDs, races, exhaustion,
 //! lost create responses, requested IDs, release and surplus claims.
 
-#![allow(clippy::unwrap_used)]
-
-mod network_common;
+use crate::network_common;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -2,9 +2,7 @@
 //! `collect` reads from two linked clusters passes every hop, and the report names the hop
 //! that a disconnected side, a deleted TunnelEndpoint or an unreachable API server breaks.
 
-#![allow(clippy::unwrap_used)]
-
-mod connector_support;
+use crate::connector_support;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -1,9 +1,7 @@
 //! `kubetun shortcut create` on an in-memory hub: what it writes, that a second run writes
 //! nothing, that it refuses foreign Secrets, and that the operator consumes what it wrote.
 
-#![allow(clippy::unwrap_used)]
-
-mod connector_support;
+use crate::connector_support;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

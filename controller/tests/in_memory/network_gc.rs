@@ -1,9 +1,7 @@
 //! The NetworkId sweep against an in-memory API server: orphaned claims are collected only
 //! after the grace period (injected time), claims of live Networks and foreign claims stay.
 
-#![allow(clippy::unwrap_used)]
-
-mod network_common;
+use crate::network_common;
 
 use std::sync::Arc;
 use std::time::Duration;

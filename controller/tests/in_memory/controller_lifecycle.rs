@@ -1,8 +1,6 @@
 //! Finalizer cleanup of a peer that is being deleted, and Network ACLs reaching the gateway.
 
-#![allow(clippy::unwrap_used)]
-
-mod controller_support;
+use crate::controller_support;
 
 use std::collections::BTreeSet;
 

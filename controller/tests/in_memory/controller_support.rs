@@ -1,8 +1,6 @@
 //! Scenario support: clusters as in-memory API servers with a fake gateway each, and a
 //! minimal stand-in for the connector that carries NetworkConfigs between them.
 
-#![allow(dead_code, clippy::unwrap_used)]
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -2,9 +2,7 @@
 //! Milan, every cluster with external CIDR 10.70.0.0/16; a shortcut Rome <-> Milan managed
 //! from Europe, with leaf clients handed in directly (or read from kubeconfig Secrets).
 
-#![allow(clippy::unwrap_used)]
-
-mod connector_support;
+use crate::connector_support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

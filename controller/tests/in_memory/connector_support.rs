@@ -2,8 +2,6 @@
 //! counts writes and can be made unreachable, the real controller driven by `sync_once` in a
 //! background loop, and a fake gateway reporting every peer connected.
 
-#![allow(dead_code, clippy::unwrap_used)]
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;

@@ -2,9 +2,7 @@
 //! mirror, idempotency, disconnect/reset scope, foreign objects, unreachable clusters and
 //! timeouts.
 
-#![allow(clippy::unwrap_used)]
-
-mod connector_support;
+use crate::connector_support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
