@@ -1,5 +1,5 @@
 //! Replicated gateways on a real API server, in network namespaces: what `kubetun-lab ha`
-//! runs and `tests/gateway_ha.rs` measures.
+//! runs and `tests/e2e/gateway_ha.rs` measures.
 //!
 //! Cluster A has three nodes on one L2 (100.64.10.0/24), each with a slice of the pod CIDR
 //! 10.1.0.0/16 and the routes a CNI would give it; a pod sits behind node 3. Nodes 1 and 2
