@@ -149,11 +149,24 @@ impl Gateway {
             },
             peers: vec![peer],
         };
+        Gateway::from_state(this.address, &state)
+    }
+
+    /// A gateway at `address` running `state`, each peer at the address it is configured with.
+    pub fn from_state(address: SocketAddr, state: &DesiredState) -> Gateway {
         state.validate().expect("valid state");
+        let resolved: Vec<Option<SocketAddr>> = state
+            .peers
+            .iter()
+            .map(|peer| match peer.endpoint {
+                Some(state::Endpoint::Addr(address)) => Some(address),
+                _ => None,
+            })
+            .collect();
         let initial = Snapshot::initial(DesiredState::default());
-        let snapshot = next_snapshot(&initial, &state, &[Some(other.address)]).expect("snapshot");
+        let snapshot = next_snapshot(&initial, state, &resolved).expect("snapshot");
         Gateway {
-            address: this.address,
+            address,
             snapshot,
             drops: Drops::default(),
             egress: Egress::new(BATCH),
