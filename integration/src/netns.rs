@@ -81,7 +81,7 @@ pub fn command_exists(program: &str) -> bool {
         .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
 }
 
-pub use kubetun_testenv::{bin_path, sibling_binary};
+pub use kubetun_testenv::{bin_path, sibling_binary, turn};
 
 /// Runs a command to completion; an unsuccessful exit is an error carrying its stderr.
 pub fn run(cmd: &mut Command) -> Result<Output> {

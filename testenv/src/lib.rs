@@ -9,6 +9,8 @@
 //!   plane restarts. Dropping the cluster stops its processes; a watchdog stops them when the
 //!   owning process dies without dropping it (a panicking or killed test leaves nothing).
 //! - [`bin_path`]: the workspace's programs, built next to the running test.
+//! - [`turn`]: turns for the groups of tests of one binary that run processes, so that
+//!   merged test binaries run as they did apart.
 //! - [`cluster_or_skip`]: the entry point for tests: a started cluster, or `None` with the
 //!   reason printed; under `CI=true` a missing binary is a failure, never a skip.
 //!
@@ -20,9 +22,11 @@
 
 mod binaries;
 mod pki;
+mod turns;
 mod workloads;
 
 pub use binaries::{Assets, DEFAULT_ASSETS_DIR, bin_path, sibling_binary};
+pub use turns::{Turn, turn};
 pub use workloads::{Workloads, fake_kubelet};
 
 use std::fmt::Write as _;

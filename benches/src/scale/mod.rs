@@ -7,7 +7,7 @@
 //! - [`services`]: one hub `kubetun-controller` importing the exported Services of many
 //!   linked clusters (convergence time, memory, API requests per Service, one change).
 //!
-//! `kubetun-scale` runs them at full size; `benches/tests/scale.rs` at a reduced size.
+//! `kubetun-scale` runs them at full size; `benches/tests/e2e/scale.rs` at a reduced size.
 
 pub mod gateway;
 pub mod hub;

@@ -37,10 +37,12 @@ use kubetun_integration::netns::{
     Netns, NsChild, command_exists, require_root, veth, wait_for_path,
 };
 
-#[path = "gateway_interop_matrix/restart.rs"]
 mod restart;
-#[path = "gateway_interop_matrix/roaming.rs"]
 mod roaming;
+
+/// The turn every case of the matrix takes (see `kubetun_testenv::turn`): the cases run side
+/// by side, never beside the harness or the scale tests.
+pub const TURNS: &str = "gateway_interop_matrix";
 
 /// The longest a first reply may take after both sides are configured.
 const FIRST_REPLY_BUDGET: Duration = Duration::from_millis(100);
@@ -772,58 +774,72 @@ macro_rules! peer_row {
 
         #[test]
         fn v4_kubetun_configured_first_kubetun_sends_first() {
+            let _turn = kubetun_integration::netns::turn(crate::gateway_interop_matrix::TURNS);
             matrix_case($peer, Family::V4, Who::Kubetun, Who::Kubetun);
         }
         #[test]
         fn v4_kubetun_configured_first_peer_sends_first() {
+            let _turn = kubetun_integration::netns::turn(crate::gateway_interop_matrix::TURNS);
             matrix_case($peer, Family::V4, Who::Kubetun, Who::Peer);
         }
         #[test]
         fn v4_peer_configured_first_kubetun_sends_first() {
+            let _turn = kubetun_integration::netns::turn(crate::gateway_interop_matrix::TURNS);
             matrix_case($peer, Family::V4, Who::Peer, Who::Kubetun);
         }
         #[test]
         fn v4_peer_configured_first_peer_sends_first() {
+            let _turn = kubetun_integration::netns::turn(crate::gateway_interop_matrix::TURNS);
             matrix_case($peer, Family::V4, Who::Peer, Who::Peer);
         }
         #[test]
         fn v6_kubetun_configured_first_kubetun_sends_first() {
+            let _turn = kubetun_integration::netns::turn(crate::gateway_interop_matrix::TURNS);
             matrix_case($peer, Family::V6, Who::Kubetun, Who::Kubetun);
         }
         #[test]
         fn v6_kubetun_configured_first_peer_sends_first() {
+            let _turn = kubetun_integration::netns::turn(crate::gateway_interop_matrix::TURNS);
             matrix_case($peer, Family::V6, Who::Kubetun, Who::Peer);
         }
         #[test]
         fn v6_peer_configured_first_kubetun_sends_first() {
+            let _turn = kubetun_integration::netns::turn(crate::gateway_interop_matrix::TURNS);
             matrix_case($peer, Family::V6, Who::Peer, Who::Kubetun);
         }
         #[test]
         fn v6_peer_configured_first_peer_sends_first() {
+            let _turn = kubetun_integration::netns::turn(crate::gateway_interop_matrix::TURNS);
             matrix_case($peer, Family::V6, Who::Peer, Who::Peer);
         }
         #[test]
         fn v4_roaming() {
+            let _turn = kubetun_integration::netns::turn(crate::gateway_interop_matrix::TURNS);
             roaming::roaming_case($peer, Family::V4);
         }
         #[test]
         fn v6_roaming() {
+            let _turn = kubetun_integration::netns::turn(crate::gateway_interop_matrix::TURNS);
             roaming::roaming_case($peer, Family::V6);
         }
         #[test]
         fn v4_second_address() {
+            let _turn = kubetun_integration::netns::turn(crate::gateway_interop_matrix::TURNS);
             second_address_case($peer, Family::V4);
         }
         #[test]
         fn v6_second_address() {
+            let _turn = kubetun_integration::netns::turn(crate::gateway_interop_matrix::TURNS);
             second_address_case($peer, Family::V6);
         }
         #[test]
         fn v4_restart() {
+            let _turn = kubetun_integration::netns::turn(crate::gateway_interop_matrix::TURNS);
             restart::restart_case($peer, Family::V4);
         }
         #[test]
         fn v6_restart() {
+            let _turn = kubetun_integration::netns::turn(crate::gateway_interop_matrix::TURNS);
             restart::restart_case($peer, Family::V6);
         }
     };

@@ -20,6 +20,7 @@ fn under_ci() -> bool {
 
 #[test]
 fn one_short_iteration_measures_every_implementation() {
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !require_root("harness::one_short_iteration_measures_every_implementation") {
         return;
     }

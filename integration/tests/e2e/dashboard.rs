@@ -147,6 +147,7 @@ fn check(
 
 #[test]
 fn metric_names_are_found_in_queries() {
+    let _turn = kubetun_integration::netns::turn(module_path!());
     assert_eq!(
         metric_names(
             "sum by (peer) (rate(kubetun_peer_rx_bytes_total{job=~\"x\"}[5m])) / kubetun_peers"
@@ -171,6 +172,7 @@ fn metric_names_are_found_in_queries() {
 
 #[test]
 fn controller_panels_query_exported_metrics() {
+    let _turn = kubetun_integration::netns::turn(module_path!());
     let (families, series) = exposed(&controller_exposition());
     assert!(
         families.contains("kubetun_controller_reconciliations"),
@@ -186,6 +188,7 @@ fn controller_panels_query_exported_metrics() {
 
 #[test]
 fn gateway_panels_query_exported_metrics() {
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !require_root("gateway_panels_query_exported_metrics") {
         return;
     }

@@ -240,7 +240,7 @@ const PROBE_MESSAGE: &str = "no reply to the last 5 connectivity probes (200 ms 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vanished_peer_turns_error_and_a_recreated_one_connected() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !require_root("a_vanished_peer_turns_error_and_a_recreated_one_connected") {
         return;
     }
@@ -380,7 +380,7 @@ async fn a_vanished_peer_turns_error_and_a_recreated_one_connected() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wireguard_go_peer_with_the_check_disabled_stays_connected() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !require_root("a_wireguard_go_peer_with_the_check_disabled_stays_connected") {
         return;
     }

@@ -177,7 +177,7 @@ async fn hub_bytes_during_burst(rome: &GatewayNs, hub: &GatewayClient) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hub_carries_a_cut_shortcut_and_gives_it_back_once_healed() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !require_root("gateway_fallback") {
         return;
     }

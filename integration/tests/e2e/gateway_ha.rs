@@ -41,7 +41,7 @@ async fn up(prefix: &str, dir: &std::path::Path) -> Option<HaLab> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_gateway_node_is_replaced_within_two_seconds_and_a_thawed_one_stays_standby() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     let dir = tempfile::tempdir().expect("tempdir");
     let Some(mut lab) = up("kha", dir.path()).await else {
         return;

@@ -210,7 +210,7 @@ fn base64_to_hex(key: &str) -> String {
 
 #[test]
 fn uapi_replies_match_wireguard_go_byte_for_byte() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !skip_unless_ready("uapi_replies_match_wireguard_go", &["wg", "wireguard-go"]) {
         return;
     }
@@ -281,7 +281,7 @@ fn uapi_replies_match_wireguard_go_byte_for_byte() {
 
 #[test]
 fn malformed_key_lines_never_reach_any_log_level() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !skip_unless_ready("malformed_key_lines_never_reach_any_log_level", &["wg"]) {
         return;
     }
@@ -369,7 +369,7 @@ fn malformed_key_lines_never_reach_any_log_level() {
 
 #[test]
 fn deleting_the_socket_stops_and_deleting_the_tun_device_fails() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !skip_unless_ready("deleting_the_socket_or_tun", &[]) {
         return;
     }
@@ -405,7 +405,7 @@ fn deleting_the_socket_stops_and_deleting_the_tun_device_fails() {
 
 #[test]
 fn the_launcher_exits_non_zero_with_the_childs_reason() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !skip_unless_ready("the_launcher_exits_non_zero", &[]) {
         return;
     }
@@ -469,7 +469,7 @@ fn setconf_allowed_ips(ns: &Netns, ifname: &str, file: &Path) -> Duration {
 
 #[test]
 fn hundred_thousand_allowed_ips_in_about_a_second_next_to_wireguard_go() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !skip_unless_ready("hundred_thousand_allowed_ips", &["wg", "wireguard-go"]) {
         return;
     }
@@ -507,7 +507,7 @@ fn hundred_thousand_allowed_ips_in_about_a_second_next_to_wireguard_go() {
 
 #[test]
 fn fifty_thousand_peers_apply_through_grpc() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !skip_unless_ready("fifty_thousand_peers_apply_through_grpc", &[]) {
         return;
     }
@@ -577,7 +577,7 @@ fn base64_encode(bytes: &[u8]) -> String {
 
 #[test]
 fn after_kill_9_and_restart_traffic_resumes_in_about_one_round_trip() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !skip_unless_ready("after_kill_9_and_restart", &["wg", "wireguard-go", "ping"]) {
         return;
     }
@@ -688,7 +688,7 @@ fn after_kill_9_and_restart_traffic_resumes_in_about_one_round_trip() {
 
 #[test]
 fn an_unanswered_dns_name_fails_the_apply_fast_with_a_log_line() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !skip_unless_ready("an_unanswered_dns_name_fails_fast", &[]) {
         return;
     }
@@ -783,7 +783,7 @@ fn an_unanswered_dns_name_fails_the_apply_fast_with_a_log_line() {
 
 #[test]
 fn host_configuration_that_fails_is_reported_and_retried_until_it_holds() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !skip_unless_ready("host_configuration_is_retried", &[]) {
         return;
     }

@@ -363,7 +363,7 @@ fn ping_and_iperf(a: &Side, a_addr: &str, b: &Side, b_addr: &str) {
 
 #[test]
 fn kubetun_initiates_to_wireguard_go() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     let Some((a, b)) = pair("i1", Implementation::Kubetun, Implementation::WireguardGo) else {
         return;
     };
@@ -374,7 +374,7 @@ fn kubetun_initiates_to_wireguard_go() {
 
 #[test]
 fn wireguard_go_initiates_to_kubetun() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     let Some((a, b)) = pair("i2", Implementation::WireguardGo, Implementation::Kubetun) else {
         return;
     };
@@ -393,7 +393,7 @@ fn wireguard_go_initiates_to_kubetun() {
 
 #[test]
 fn kubetun_to_kubetun() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     let Some((a, b)) = pair("i3", Implementation::Kubetun, Implementation::Kubetun) else {
         return;
     };
@@ -414,7 +414,7 @@ fn counter(metrics: &str, series: &str) -> u64 {
 
 #[test]
 fn source_outside_allowed_ips_is_dropped_and_counted() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     let Some((mut a, b)) = pair("i4", Implementation::Kubetun, Implementation::WireguardGo) else {
         return;
     };
@@ -487,7 +487,7 @@ fn source_outside_allowed_ips_is_dropped_and_counted() {
 
 #[test]
 fn restarted_peer_rehandshakes_and_traffic_resumes() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     let Some((a, mut b)) = pair("i5", Implementation::Kubetun, Implementation::Kubetun) else {
         return;
     };
@@ -534,7 +534,7 @@ fn restarted_peer_rehandshakes_and_traffic_resumes() {
 /// idempotent re-apply, rejection of an invalid state, and per-peer status.
 #[test]
 fn grpc_apply_remaps_against_wireguard_go_and_reports_status() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     use kubetun_controller::gateway_api as api;
     use kubetun_controller::gateway_client::GatewayClient;
 
@@ -635,7 +635,7 @@ fn grpc_apply_remaps_against_wireguard_go_and_reports_status() {
 /// IPv6 on both layers: the IPv6 socket carries the tunnel, and IPv6 packets cross it.
 #[test]
 fn ipv6_underlay_and_inner_packets_with_wireguard_go() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     let Some((a, b)) = pair("i7", Implementation::Kubetun, Implementation::WireguardGo) else {
         return;
     };
@@ -690,7 +690,7 @@ fn queues_and_sockets(side: &Side) -> (usize, usize) {
 /// data, and the TUN device has two queues and each family two sockets on the port.
 #[test]
 fn multiqueue_gateways_carry_several_flows_each_way() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     let Some((a, b)) = pair_with_queues(
         "q2",
         Implementation::Kubetun,
@@ -740,7 +740,7 @@ fn multiqueue_gateways_carry_several_flows_each_way() {
 /// `--queues 2` against wireguard-go, both directions initiating traffic.
 #[test]
 fn multiqueue_gateway_interoperates_with_wireguard_go() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     let Some((a, b)) = pair_with_queues(
         "q3",
         Implementation::Kubetun,
@@ -757,7 +757,7 @@ fn multiqueue_gateway_interoperates_with_wireguard_go() {
 /// `--queues 1` is the single-queue device: one TUN queue, one socket per family.
 #[test]
 fn single_queue_gateways_carry_traffic() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     let Some((a, b)) = pair_with_queues(
         "q1",
         Implementation::Kubetun,
@@ -778,7 +778,7 @@ fn single_queue_gateways_carry_traffic() {
 /// runtime, both ways: traffic, bulk and the idle ping.
 #[test]
 fn a_spin_window_gateway_carries_traffic() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     let Some((mut a, b)) = pair("sw", Implementation::Kubetun, Implementation::Kubetun) else {
         return;
     };

@@ -619,7 +619,7 @@ fn effective_caps(pid: u32, pod: &str) -> u64 {
 
 #[test]
 fn gateway_pods_from_the_manifest_tunnel_traffic_and_report_health() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !preconditions() {
         return;
     }

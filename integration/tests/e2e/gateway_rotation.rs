@@ -178,7 +178,7 @@ fn ping_counts(child: std::process::Child) -> (u32, u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rotation_moves_each_tunnel_when_its_peer_learns_the_key() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !require_root("gateway_rotation") {
         return;
     }

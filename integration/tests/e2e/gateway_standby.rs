@@ -81,7 +81,7 @@ async fn handshake_ms(client: &GatewayClient) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_stays_silent_until_held_and_falls_back_at_the_deadline() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !require_root("gateway_standby") {
         return;
     }

@@ -155,7 +155,7 @@ fn rotate(rome: &ClusterState, remotes: &[&ClusterState]) -> Result<serde_json::
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotating_keys_keeps_traffic_and_leaves_no_old_key() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !apiserver_lab::can_run("key_rotation::rotating_keys_keeps_traffic_and_leaves_no_old_key") {
         return;
     }

@@ -27,7 +27,7 @@ fn state_dir(dir: &Path) -> PathBuf {
 
 #[test]
 fn seed_topology_links_remaps_and_tears_down() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !require_root("lab::seed_topology_links_remaps_and_tears_down") {
         return;
     }

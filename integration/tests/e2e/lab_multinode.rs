@@ -140,7 +140,7 @@ fn has_link(ns: &str, link: &str) -> bool {
 
 #[test]
 fn pods_off_the_gateway_node_reach_the_peer_before_and_after_the_gateway_moves() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !require_root("lab_multinode") {
         return;
     }

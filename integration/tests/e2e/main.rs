@@ -11,16 +11,16 @@
 //!   a soak (`reliability_soak`).
 //! - The lab: in namespaces (`lab`, `lab_multinode`, `route_agent`, `netns_fixtures`) and on
 //!   real API servers (`real_apiservers`, `key_rotation`; fixture `apiserver_lab`).
-//! - Static: `deploy/` against the binaries (`deploy_sync`), the dashboard against the
-//!   metrics (`dashboard`).
+//! - `deploy/` against the binaries (`deploy_sync`, static), the dashboard against the
+//!   metrics of a running gateway (`dashboard`).
 //!
-//! Every test that runs processes holds [`serial`] for its whole run: each uses the
-//! machine's cores, namespaces and ports as if alone, and some measure time. Only the static
-//! checks run beside them.
+//! Every test that runs processes holds a turn of its module for its whole run
+//! (`kubetun_testenv::turn(module_path!())`): the tests of one module (one binary before)
+//! run side by side as before, never beside another module's, since each uses the machine's
+//! cores, namespaces and ports as if alone and some measure time. `deploy_sync` (static) takes
+//! none.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-
-use std::sync::{Condvar, Mutex, PoisonError};
 
 mod apiserver_lab;
 mod gateway_ns;
@@ -44,29 +44,3 @@ mod reliability_flood;
 mod reliability_gateway;
 mod reliability_soak;
 mod route_agent;
-
-static BUSY: Mutex<bool> = Mutex::new(false);
-static FREE: Condvar = Condvar::new();
-
-/// The turn of one test that runs processes; the next one's starts when it is dropped (also
-/// when the test panics).
-#[derive(Debug)]
-#[must_use = "the turn ends when the guard is dropped"]
-pub struct Serial(());
-
-/// Waits for the turn (see the module docs).
-pub fn serial() -> Serial {
-    let mut busy = BUSY.lock().unwrap_or_else(PoisonError::into_inner);
-    while *busy {
-        busy = FREE.wait(busy).unwrap_or_else(PoisonError::into_inner);
-    }
-    *busy = true;
-    Serial(())
-}
-
-impl Drop for Serial {
-    fn drop(&mut self) {
-        *BUSY.lock().unwrap_or_else(PoisonError::into_inner) = false;
-        FREE.notify_one();
-    }
-}

@@ -4,7 +4,7 @@ use kubetun_integration::netns::{Netns, require_root, veth};
 
 #[test]
 fn veth_pair_pings_and_namespaces_are_removed_on_drop() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !require_root("veth_pair_pings_and_namespaces_are_removed_on_drop") {
         return;
     }

@@ -153,7 +153,7 @@ fn log_since(path: &Path, from_line: usize) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seed_lab_on_real_apiservers_survives_faults() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !apiserver_lab::can_run("real_apiservers::seed_lab_on_real_apiservers_survives_faults") {
         return;
     }
@@ -488,7 +488,7 @@ async fn rbac_is_enough_and_no_more(cluster: &ClusterState) {
 /// nothing.
 #[tokio::test]
 async fn deploy_applies_with_kubectl_kustomize() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     let Some(cluster) = kubetun_testenv::cluster_or_skip("deploy").await else {
         return;
     };

@@ -154,7 +154,7 @@ fn base64_decode(text: &str) -> [u8; 32] {
 
 #[test]
 fn handshake_flood_gets_cookies_not_cpu_and_the_real_peer_is_served() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !require_root("handshake flood") {
         return;
     }

@@ -371,7 +371,7 @@ fn ping_counts(output: &str) -> (u32, u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarts_lose_nothing_and_secrets_stay_secret() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     let Some((mut a, mut b)) = connected_pair("rlr").await else {
         return;
     };
@@ -599,7 +599,7 @@ fn uapi_get_as_nobody(socket: &Path) -> (i32, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn control_sockets_are_private_to_the_gateway_user() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !require_root("control socket permissions") {
         return;
     }

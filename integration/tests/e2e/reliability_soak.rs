@@ -154,7 +154,7 @@ fn mean(samples: &[u64]) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hundred_peers_table_swaps_and_traffic_without_leak_or_loss() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !require_root("soak") {
         return;
     }

@@ -165,7 +165,7 @@ fn scenario(prefix: &str, attachment: Attachment) {
 
 #[test]
 fn direct_routes_follow_the_gateway_and_clean_up() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !netns::require_root("route agent, direct attachment") {
         return;
     }
@@ -174,7 +174,7 @@ fn direct_routes_follow_the_gateway_and_clean_up() {
 
 #[test]
 fn overlay_routes_follow_the_gateway_and_clean_up() {
-    let _serial = crate::serial();
+    let _turn = kubetun_integration::netns::turn(module_path!());
     if !netns::require_root("route agent, VXLAN overlay") {
         return;
     }
