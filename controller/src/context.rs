@@ -22,7 +22,7 @@ use crate::ipam::{Ipam, IpamConfig};
 use crate::keys::GatewayKeys;
 use crate::planner::{self, GatewaySettings, ROLE_LABEL, ROLE_REMOTE};
 use crate::reconcile::cache::Cache;
-use crate::runtime::{self, ReconcileError as _};
+use crate::runtime::{self, ApiHealth, ReconcileError as _};
 
 pub use crate::runtime::FailureLabels;
 
@@ -180,7 +180,8 @@ impl Context {
         };
         let kind = crate::reconcile::KIND;
         Ok(Arc::new(
-            Self::with_state(kind, client, state).counting_failures(failures),
+            Self::with_state(kind, client.clone(), ApiHealth::new(client), state)
+                .counting_failures(failures),
         ))
     }
 }

@@ -416,12 +416,19 @@ impl<S> Deref for Context<S> {
 }
 
 impl<S> Context<S> {
-    /// The context of controller `kind`: the default [`ErrorBackoff`], its own [`ApiHealth`],
-    /// no recorder, the system clock, failures not counted.
-    pub fn with_state(kind: &'static str, client: kube::Client, state: S) -> Self {
+    /// The context of controller `kind`: the default [`ErrorBackoff`], no recorder, the
+    /// system clock, failures not counted. `health` is the process's view of the API server
+    /// (the one its watches report to; a test's own): no default, since a context with an
+    /// [`ApiHealth`] nobody reports to would warn about every object during an outage.
+    pub fn with_state(
+        kind: &'static str,
+        client: kube::Client,
+        health: ApiHealth,
+        state: S,
+    ) -> Self {
         Self {
             kind,
-            health: ApiHealth::new(client.clone()),
+            health,
             client,
             backoff: ErrorBackoff::default(),
             recorder: None,
@@ -435,13 +442,6 @@ impl<S> Context<S> {
     #[must_use]
     pub fn with_backoff(mut self, backoff: ErrorBackoff) -> Self {
         self.backoff = backoff;
-        self
-    }
-
-    /// Shares the process's view of the API server (quiet error policy while it is away).
-    #[must_use]
-    pub fn with_health(mut self, health: ApiHealth) -> Self {
-        self.health = health;
         self
     }
 
@@ -632,11 +632,19 @@ mod tests {
         let backoff = || ErrorBackoff::new(Duration::from_secs(1), Duration::from_secs(4));
         let failures = Family::<FailureLabels, Counter>::default();
         let counting = Arc::new(
-            Context::with_state("networkconfig", client.clone(), ())
-                .with_backoff(backoff())
-                .counting_failures(failures.clone()),
+            Context::with_state(
+                "networkconfig",
+                client.clone(),
+                ApiHealth::new(client.clone()),
+                (),
+            )
+            .with_backoff(backoff())
+            .counting_failures(failures.clone()),
         );
-        let quiet = Arc::new(Context::with_state("shortcut", client, ()).with_backoff(backoff()));
+        let quiet = Arc::new(
+            Context::with_state("shortcut", client.clone(), ApiHealth::new(client), ())
+                .with_backoff(backoff()),
+        );
         let object = Arc::new(k8s_openapi::api::core::v1::ConfigMap {
             metadata: kube::api::ObjectMeta {
                 name: Some("a".to_owned()),

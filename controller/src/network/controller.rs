@@ -66,16 +66,14 @@ pub async fn run(
 
     let recorder = Recorder::new(client.clone(), Reporter::from(EVENT_REPORTER));
     let network_ctx = Arc::new(
-        Context::new(client.clone(), &opts)?
+        Context::new(client.clone(), &opts, health.clone())?
             .with_id_cache(id_store.clone())
-            .with_recorder(recorder.clone())
-            .with_health(health.clone()),
+            .with_recorder(recorder.clone()),
     );
     let id_ctx = Arc::new(
-        NetworkIdContext::new(client)
+        NetworkIdContext::new(client, health.clone())
             .with_namespace(namespace)
-            .with_recorder(recorder)
-            .with_health(health.clone()),
+            .with_recorder(recorder),
     );
 
     let network_loop = network_controller

@@ -30,7 +30,7 @@ use super::ids::{IdRange, parse_canonical};
 use super::peering::{NetworkKey, Peer, peering_statuses};
 use super::{NetworkError, NetworkOptions};
 use crate::conditions;
-use crate::runtime;
+use crate::runtime::{self, ApiHealth};
 
 /// Finalizer on every Network: its ID is released before the Network goes away.
 pub const FINALIZER: &str = "net.kubetun.io/network-id";
@@ -107,13 +107,17 @@ pub type Context = runtime::Context<Networks>;
 
 impl Context {
     /// A context with the system clock and no Events.
-    pub fn new(client: Client, opts: &NetworkOptions) -> Result<Self, NetworkError> {
+    pub fn new(
+        client: Client,
+        opts: &NetworkOptions,
+        health: ApiHealth,
+    ) -> Result<Self, NetworkError> {
         let range = IdRange::new(opts.min_vni, opts.max_vni)?;
         let state = Networks {
             allocator: IdAllocator::new(client.clone(), range, opts.max_attempts),
             known_ids: None,
         };
-        Ok(Self::with_state(NETWORK_KIND, client, state))
+        Ok(Self::with_state(NETWORK_KIND, client, health, state))
     }
 
     /// Lets allocation skip IDs a NetworkId cache already knows as taken.
@@ -143,12 +147,12 @@ pub type NetworkIdContext = runtime::Context<NetworkIds>;
 
 impl NetworkIdContext {
     /// A context with the system clock, the default GC grace period and no Events.
-    pub fn new(client: Client) -> Self {
+    pub fn new(client: Client, health: ApiHealth) -> Self {
         let state = NetworkIds {
             gc_grace: gc::DEFAULT_GRACE_PERIOD,
             namespace: None,
         };
-        Self::with_state(NETWORK_ID_KIND, client, state)
+        Self::with_state(NETWORK_ID_KIND, client, health, state)
     }
 
     /// Replaces the GC grace period.

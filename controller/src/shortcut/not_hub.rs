@@ -34,12 +34,12 @@ pub type NotHubContext = runtime::Context<NotHub>;
 
 impl NotHubContext {
     /// The context of cluster `cluster_id`'s controller.
-    pub fn new(client: kube::Client, cluster_id: impl Into<String>) -> Self {
+    pub fn new(client: kube::Client, cluster_id: impl Into<String>, health: ApiHealth) -> Self {
         let state = NotHub {
             cluster_id: cluster_id.into(),
         };
         let backoff = ErrorBackoff::new(Intervals::default().backoff_base, NOT_HUB_RETRY_MAX);
-        Self::with_state(KIND, client, state).with_backoff(backoff)
+        Self::with_state(KIND, client, health, state).with_backoff(backoff)
     }
 }
 
@@ -110,9 +110,7 @@ pub async fn run_not_hub(
 ) -> Result<(), ShortcutError> {
     let shortcuts: Api<ShortcutConnection> = Api::namespaced(client.clone(), &namespace);
     super::require_crd(&shortcuts).await?;
-    // The process's view of the API server, as every controller's: a failed status write
-    // while it is away is expected and logged quietly, not warned about once per object.
-    let ctx = Arc::new(NotHubContext::new(client, cluster_id).with_health(health.clone()));
+    let ctx = Arc::new(NotHubContext::new(client, cluster_id, health.clone()));
     runtime::controller(
         shortcuts,
         watcher::Config::default(),

@@ -57,7 +57,7 @@ pub type Context = runtime::Context<Operator>;
 impl Context {
     /// A context with default intervals, no leaf watches and no hub id; Events about
     /// ShortcutConnections (a direction switching path) go through the hub.
-    pub fn new(hub: kube::Client, leaves: Arc<dyn LeafClients>) -> Self {
+    pub fn new(hub: kube::Client, leaves: Arc<dyn LeafClients>, health: ApiHealth) -> Self {
         let intervals = Intervals::default();
         let recorder = Recorder::new(hub.clone(), Reporter::from(EVENT_REPORTER));
         let state = Operator {
@@ -66,7 +66,7 @@ impl Context {
             intervals,
             leaf_watches: LeafWatches::default(),
         };
-        Self::with_state(KIND, hub, state)
+        Self::with_state(KIND, hub, health, state)
             .with_backoff(intervals.backoff())
             .with_recorder(recorder)
     }
@@ -450,10 +450,13 @@ pub async fn run(
     super::require_crd(&shortcuts).await?;
     let (leaf_watches, leaf_changes) = LeafWatches::new();
     let ctx = Arc::new(
-        Context::new(client.clone(), Arc::new(SecretKubeconfigs::new(client)))
-            .with_hub_id(hub_id)
-            .with_leaf_watches(leaf_watches)
-            .with_health(health.clone()),
+        Context::new(
+            client.clone(),
+            Arc::new(SecretKubeconfigs::new(client)),
+            health.clone(),
+        )
+        .with_hub_id(hub_id)
+        .with_leaf_watches(leaf_watches),
     );
     let controller = runtime::controller(
         shortcuts,

@@ -11,6 +11,7 @@ use kube::ResourceExt;
 use kube_fake_client::Error as FakeError;
 use kubetun_controller::network::allocator::CLAIM_UID_LABEL;
 use kubetun_controller::network::reconciler::{FINALIZER, condition, reason};
+use kubetun_controller::runtime::ApiHealth;
 use kubetun_crds::{ClaimRef, GROUP, NetworkId, NetworkIdSpec, NetworkPhase};
 use network_common::*;
 
@@ -369,9 +370,13 @@ async fn allocations_and_exhaustion_are_published_as_events_once() {
         },
     );
     let ctx = Arc::new(
-        kubetun_controller::network::Context::new(client.clone(), &options(200, 200))
-            .unwrap()
-            .with_recorder(recorder),
+        kubetun_controller::network::Context::new(
+            client.clone(),
+            &options(200, 200),
+            ApiHealth::new(client.clone()),
+        )
+        .unwrap()
+        .with_recorder(recorder),
     );
     for _ in 0..2 {
         reconcile(&client, &ctx, "a").await.unwrap();
@@ -501,8 +506,12 @@ async fn an_unusable_range_is_refused_up_front() {
     use kubetun_controller::network::NetworkError;
     let client = fake_api(vec![], vec![]).await;
     for (min, max) in [(0, 10), (300, 200), (1, 1 << 24)] {
-        let err = kubetun_controller::network::Context::new(client.clone(), &options(min, max))
-            .unwrap_err();
+        let err = kubetun_controller::network::Context::new(
+            client.clone(),
+            &options(min, max),
+            ApiHealth::new(client.clone()),
+        )
+        .unwrap_err();
         assert!(
             matches!(err, NetworkError::InvalidRange(_)),
             "{min}..={max}: {err}"

@@ -11,6 +11,7 @@ use kube::{Client, ResourceExt};
 use kube_fake_client::{ClientBuilder, Error as FakeError, interceptor};
 use kubetun_controller::network::reconciler::FINALIZER;
 use kubetun_controller::network::{Context, NetworkOptions, reconcile_network};
+use kubetun_controller::runtime::ApiHealth;
 use kubetun_crds::{Network, NetworkId, NetworkPeering, NetworkRef, NetworkSpec};
 
 pub const NS: &str = "kubetun";
@@ -137,7 +138,7 @@ pub fn options(min: u32, max: u32) -> NetworkOptions {
 }
 
 pub fn context(client: &Client, opts: NetworkOptions) -> Arc<Context> {
-    Arc::new(Context::new(client.clone(), &opts).unwrap())
+    Arc::new(Context::new(client.clone(), &opts, ApiHealth::new(client.clone())).unwrap())
 }
 
 pub fn at(second: i64) -> Timestamp {

@@ -11,6 +11,7 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kubetun_controller::network::allocator::CLAIM_UID_LABEL;
 use kubetun_controller::network::{NetworkIdContext, reconcile_network_id};
+use kubetun_controller::runtime::ApiHealth;
 use kubetun_crds::{ClaimRef, GROUP, NetworkId, NetworkIdSpec};
 use network_common::*;
 
@@ -38,7 +39,7 @@ fn claim(id: u32, group: &str, name: &str, uid: &str) -> NetworkId {
 
 fn context_at(client: &kube::Client, now: i64) -> Arc<NetworkIdContext> {
     Arc::new(
-        NetworkIdContext::new(client.clone())
+        NetworkIdContext::new(client.clone(), ApiHealth::new(client.clone()))
             .with_gc_grace(GRACE)
             .with_clock(move || at(now)),
     )
@@ -100,7 +101,7 @@ async fn foreign_and_out_of_scope_claims_are_left_alone() {
     let client = fake_api(vec![], vec![claim(304, GROUP, "gone", "uid-gone")]).await;
     let nid = network_ids(&client).get("304").await.unwrap();
     let scoped = Arc::new(
-        NetworkIdContext::new(client.clone())
+        NetworkIdContext::new(client.clone(), ApiHealth::new(client.clone()))
             .with_gc_grace(GRACE)
             .with_clock(|| at(CREATED + 3600))
             .with_namespace(Some("elsewhere".to_owned())),

@@ -12,6 +12,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use kubetun_cli::Error;
 use kubetun_cli::shortcut::{LeafRequest, ShortcutRequest, apply_shortcut, secret_name};
 use kubetun_controller::conditions;
+use kubetun_controller::runtime::ApiHealth;
 use kubetun_controller::shortcut::{
     self, Context, LEAF_REACHABLE, SHORTCUT_LABEL, SecretKubeconfigs, reason,
 };
@@ -163,6 +164,7 @@ async fn the_operator_reads_the_secrets_create_wrote() {
     let ctx = Arc::new(Context::new(
         hub.clone(),
         Arc::new(SecretKubeconfigs::new(hub.clone())),
+        ApiHealth::new(hub.clone()),
     ));
     let api: Api<ShortcutConnection> = Api::namespaced(hub, NAMESPACE);
 

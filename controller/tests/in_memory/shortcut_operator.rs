@@ -17,7 +17,7 @@ use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
 use kubetun_controller::conditions;
 use kubetun_controller::connector::Connector;
-use kubetun_controller::runtime;
+use kubetun_controller::runtime::{self, ApiHealth};
 use kubetun_controller::shortcut::{
     self, Context, FINALIZER, LEAF_REACHABLE, LeafError, READY, SecretKubeconfigs, reason,
 };
@@ -98,6 +98,7 @@ fn injected(topology: &Topology) -> Arc<Context> {
     Arc::new(Context::new(
         topology.europe.client.clone(),
         Arc::new(leaves),
+        ApiHealth::new(topology.europe.client.clone()),
     ))
 }
 
@@ -315,6 +316,7 @@ async fn kubeconfig_secrets_that_are_missing_or_broken_are_named() {
     let ctx = Arc::new(Context::new(
         hub.clone(),
         Arc::new(SecretKubeconfigs::new(hub.clone())),
+        ApiHealth::new(hub.clone()),
     ));
 
     let sc = api.get("rome-milan").await.unwrap();
