@@ -1,5 +1,5 @@
 //! The state-file oracle, shared by the fuzz target (`fuzz_targets/state_file.rs`) and the
-//! stable replay of the committed corpus (`controller/cli/tests/reliability_state_file.rs`).
+//! stable replay of the committed corpus (`controller/cli/tests/cli/state_file.rs`).
 //!
 //! It panics when `kubetun gateway apply -f` would misbehave on the input: the parser panics,
 //! a refusal does not name the file, an accepted state has no version, the gateway cannot

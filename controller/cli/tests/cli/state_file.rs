@@ -2,7 +2,7 @@
 //! the fuzz oracle in the normal test suite, so every input that ever mattered stays covered
 //! without a nightly toolchain.
 
-#[path = "../fuzz/oracle.rs"]
+#[path = "../../fuzz/oracle.rs"]
 mod oracle;
 
 use std::path::Path;

@@ -2,8 +2,6 @@
 //! kustomization lists them all, RBAC covers every kubetun resource the controller touches,
 //! and the pod is wired as documented (shared control socket, TUN device, probes, UDP port).
 
-#![allow(clippy::unwrap_used)]
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 

@@ -3,8 +3,6 @@
 //! status subresources, scope) is in place, and every example in `deploy/examples/` parses
 //! into its Rust type and passes the schema's patterns and required fields.
 
-#![allow(clippy::unwrap_used)]
-
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -1,0 +1,5 @@
+//! The `kubetun` CLI, one test binary: its answers to bad input (`reliability`) and the
+//! state-file fuzz corpus replayed through the fuzz oracle (`state_file`).
+
+mod reliability;
+mod state_file;
