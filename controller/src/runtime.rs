@@ -14,7 +14,7 @@
 //! - [`Context`]: what every controller's reconcile and error policy get: the client, the
 //!   controller's kind, its [`ErrorBackoff`], the [`ApiHealth`], a recorder and a clock,
 //!   around the controller's own state.
-//! - [`error_policy`]: the one `error_policy` of every controller ([`requeue_failed`]); the
+//! - [`error_policy`]: the one `error_policy` of every controller (back off, log); the
 //!   error type says whether a failure is transient and how it is labelled
 //!   ([`ReconcileError`]).
 //! - [`ErrorBackoff`]: per-object exponential requeue delays for [`error_policy`].
@@ -490,12 +490,13 @@ impl<S> Context<S> {
 
     /// Forgets the failures of `object` after a successful reconcile.
     pub fn reconciled(&self, object: &impl Resource) {
-        reconciled(&self.backoff, self.kind, &object_key(object));
+        self.backoff
+            .succeeded(&backoff_key(self.kind, &object_key(object)));
     }
 }
 
 /// The one `error_policy` of every controller: counts the failure where the context says so
-/// ([`Context::counting_failures`]), then [`requeue_failed`].
+/// ([`Context::counting_failures`]), backs off per object and logs the failure.
 pub fn error_policy<K, E, S>(object: Arc<K>, error: &E, ctx: Arc<Context<S>>) -> Action
 where
     K: Resource,
@@ -527,7 +528,7 @@ pub fn object_key(object: &impl Resource) -> String {
 
 /// A failed reconcile, as [`error_policy`] reports it to [`requeue_failed`].
 #[derive(Debug)]
-pub struct Failure<'a> {
+struct Failure<'a> {
     /// The kind reconciled (`networkconfig`, `shortcut`, …), the log field's name.
     pub kind: &'static str,
     /// The object (`namespace/name` or `name`), also its backoff key.
@@ -541,12 +542,12 @@ pub struct Failure<'a> {
 /// The core of [`error_policy`]: back off per object and log the failure, at `warn` unless
 /// the API server is away or the error is transient, since [`ApiHealth`] says that once and
 /// each failed retry is no news. The error's causes are in the line.
-pub fn requeue_failed(
+fn requeue_failed(
     failure: &Failure<'_>,
     backoff: &ErrorBackoff,
     health: Option<&ApiHealth>,
 ) -> Action {
-    let delay = backoff.failed(&format!("{}/{}", failure.kind, failure.key));
+    let delay = backoff.failed(&backoff_key(failure.kind, failure.key));
     let error = error_chain(failure.error);
     let (kind, key) = (failure.kind, failure.key);
     if failure.transient || health.is_some_and(ApiHealth::is_down) {
@@ -557,9 +558,9 @@ pub fn requeue_failed(
     Action::requeue(delay)
 }
 
-/// Forgets the failures of `kind` `key` after a successful reconcile.
-pub fn reconciled(backoff: &ErrorBackoff, kind: &str, key: &str) {
-    backoff.succeeded(&format!("{kind}/{key}"));
+/// The [`ErrorBackoff`] key of object `key` of controller `kind`.
+fn backoff_key(kind: &str, key: &str) -> String {
+    format!("{kind}/{key}")
 }
 
 /// `error` and its causes on one line, each cause once (a cause whose text the line holds
@@ -602,7 +603,7 @@ mod tests {
             Action::requeue(Duration::from_secs(1)),
             "objects back off independently"
         );
-        reconciled(&backoff, "networkconfig", "a");
+        backoff.succeeded(&backoff_key("networkconfig", "a"));
         assert_eq!(
             requeue_failed(&failure("a"), &backoff, None),
             Action::requeue(Duration::from_secs(1))
