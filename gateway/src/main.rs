@@ -132,6 +132,16 @@ struct IoArgs {
         value_parser = clap::value_parser!(u32).range(0..=10_000)
     )]
     spin_window_us: u32,
+    /// Threads one peer's long run of packets (16 and more) is encrypted or decrypted on,
+    /// the data-path task's own included: a single peer then uses several cores. 0 (the
+    /// default): one per core; 1: none beside the task.
+    #[arg(
+        long,
+        env = "KUBETUN_CRYPTO_WORKERS",
+        default_value_t = 0,
+        value_parser = clap::value_parser!(u16).range(0..=16)
+    )]
+    crypto_workers: u16,
 }
 
 impl IoArgs {
@@ -143,6 +153,7 @@ impl IoArgs {
             batch_size: usize::from(self.batch_size),
             queues: usize::from(self.queues),
             spin_window: Duration::from_micros(u64::from(self.spin_window_us)),
+            crypto_workers: usize::from(self.crypto_workers),
         }
     }
 }

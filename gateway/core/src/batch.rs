@@ -334,6 +334,21 @@ impl SendBatch {
         });
     }
 
+    /// How many arena bytes are committed: taken before committing datagrams whose bytes are
+    /// written afterwards through [`Self::committed_mut`].
+    pub fn used(&self) -> usize {
+        self.used
+    }
+
+    /// The bytes committed since `from` (an earlier [`Self::used`]), to write datagrams whose
+    /// lengths were committed first, e.g. by several threads at once.
+    ///
+    /// # Panics
+    /// If `from` is past what is committed.
+    pub fn committed_mut(&mut self, from: usize) -> &mut [u8] {
+        &mut self.data[from..self.used]
+    }
+
     /// Copies `datagram` in and commits it; `false` (nothing added) when the batch is full.
     pub fn push(&mut self, dest: impl Into<Endpoint>, datagram: &[u8]) -> bool {
         let Some(space) = self.space(datagram.len()) else {

@@ -1,13 +1,19 @@
-//! Egress: IP packets read from the TUN device → remap → `Tunn` → datagrams in the outbox.
+//! Egress: IP packets read from the TUN device → remap → sealed with the peer's session (or
+//! `Tunn::encapsulate` without one) → datagrams in the outbox.
 
-use boringtun::noise::TunnResult;
+use boringtun::noise::{Nonces, Session, Tunn, TunnResult};
+use parking_lot::Mutex;
 
 use super::{HANDSHAKE_ROOM, Now, OVERHEAD, Outbox, Step};
+use crate::batch::SendBatch;
 use crate::conncheck::is_probe_destination;
 use crate::dispatch::is_initiation;
 use crate::drops::{DeviceDrop, Drops};
+use crate::endpoint::Endpoint;
+use crate::peer::Peer;
 use crate::remap::{DropReason, PeerId, Verdict};
 use crate::snapshot::Snapshot;
+use crate::workers::{MAX_PARTS, Workers, part_end, parts_for};
 
 /// One egress task's batch state: the routed packets grouped by peer and how far their
 /// encryption got.
@@ -62,15 +68,19 @@ impl Egress {
         self.routed.sort_unstable();
     }
 
-    /// Encrypts the routed packets into `outbox`, one peer after the other, under one `Tunn`
-    /// lock per outbox fill. [`Step::Flush`] when an arena filled up: send the outbox and
-    /// call again with the same batch.
-    pub fn encrypt<P: AsRef<[u8]>>(
+    /// Encrypts the routed packets into `outbox`, one peer after the other, in read order.
+    /// With a session, the peer's `Tunn` lock is held only to lay the datagrams out and tick
+    /// its timers; the packets are sealed after it is released, a long run in parts on
+    /// `workers` (see [`crate::workers`]). Without one, `Tunn::encapsulate` queues them
+    /// and initiates a handshake. [`Step::Flush`] when an arena filled up: send the outbox
+    /// and call again with the same batch.
+    pub fn encrypt<P: AsRef<[u8]> + Sync>(
         &mut self,
         snapshot: &Snapshot,
         drops: &Drops,
         packets: &[P],
         outbox: &mut Outbox,
+        workers: &impl Workers,
         now: Now,
     ) -> Step {
         while self.next < self.routed.len() {
@@ -96,51 +106,190 @@ impl Egress {
                 self.next = end;
                 continue;
             };
-            let (mut bytes, mut datagrams, mut rejected) = (0usize, 0u64, 0u64);
-            {
-                let out = outbox.batch_for(&endpoint);
-                let mut cell = peer.tunn.lock();
-                let tunn = cell.0.get();
-                while self.next < end {
-                    let index = self.routed[self.next].1;
-                    let packet = packets[usize::from(index)].as_ref();
-                    let needed = (packet.len() + OVERHEAD).max(HANDSHAKE_ROOM);
-                    let Some(space) = out.space(needed) else {
-                        if out.is_empty() {
-                            // Larger than an empty arena: cannot be sent at all.
-                            rejected += 1;
-                            self.next += 1;
-                            continue;
-                        }
-                        break;
-                    };
-                    self.next += 1;
-                    match tunn.encapsulate(packet, space) {
-                        TunnResult::WriteToNetwork(datagram) => {
-                            let len = datagram.len();
-                            if is_initiation(datagram) {
-                                peer.record_initiation(now.unix_ms);
-                            }
-                            out.commit(endpoint, len);
-                            bytes += len;
-                            datagrams += 1;
-                        }
-                        TunnResult::Done => {} // queued until the handshake completes
-                        TunnResult::Err(error) => {
-                            tracing::trace!(?error, "encapsulate failed");
-                            rejected += 1;
-                        }
-                        TunnResult::WriteToTunnelV4(..) | TunnResult::WriteToTunnelV6(..) => {}
-                    }
+            let out = outbox.batch_for(&endpoint);
+            let mut cell = peer.tunn.lock();
+            let tunn = cell.0.get();
+            let sent = match tunn.current_session() {
+                Some(session) => {
+                    let from = out.used();
+                    let run = self.lay_out(packets, end, out, endpoint);
+                    tunn.mark_sent(run.datagrams, run.datagrams, run.plaintext);
+                    drop(cell);
+                    let routed = &self.routed[self.next - run.datagrams..self.next];
+                    seal(&session, routed, packets, out.committed_mut(from), workers);
+                    run
                 }
-            }
+                None => self.encapsulate(tunn, peer, packets, end, out, endpoint, now),
+            };
             // Counted when queued; a failed send is counted as a `udp_send` drop.
-            peer.record_sent_batch(bytes, datagrams, now.unix_ms);
-            drops.device_many(DeviceDrop::Rejected, rejected);
+            peer.record_sent_batch(sent.bytes, sent.datagrams as u64, now.unix_ms);
+            drops.device_many(DeviceDrop::Rejected, sent.rejected);
             if self.next < end {
                 return Step::Flush;
             }
         }
         Step::Done
     }
+
+    /// Commits a datagram of the right length for each packet of the peer's group (up to
+    /// `end`) that fits into `out`, in order, to be sealed into afterwards.
+    fn lay_out<P: AsRef<[u8]>>(
+        &mut self,
+        packets: &[P],
+        end: usize,
+        out: &mut SendBatch,
+        endpoint: Endpoint,
+    ) -> Sent {
+        let mut sent = Sent::default();
+        while self.next < end {
+            let packet = packets[usize::from(self.routed[self.next].1)].as_ref();
+            let len = packet.len() + OVERHEAD;
+            if out.space(len).is_none() {
+                if out.is_empty() {
+                    // Larger than an empty arena (and first of the run): cannot be sent at all.
+                    sent.rejected += 1;
+                    self.next += 1;
+                    continue;
+                }
+                break;
+            }
+            out.commit(endpoint, len);
+            self.next += 1;
+            sent.datagrams += 1;
+            sent.bytes += len;
+            sent.plaintext += packet.len();
+        }
+        sent
+    }
+
+    /// Hands the peer's packets (up to `end`) to `Tunn::encapsulate` under its lock: the
+    /// path without a session, where boringtun queues them and initiates a handshake.
+    #[allow(clippy::too_many_arguments)] // the batch's state, the peer and its lock, the arena
+    fn encapsulate<P: AsRef<[u8]>>(
+        &mut self,
+        tunn: &mut Tunn,
+        peer: &Peer,
+        packets: &[P],
+        end: usize,
+        out: &mut SendBatch,
+        endpoint: Endpoint,
+        now: Now,
+    ) -> Sent {
+        let mut sent = Sent::default();
+        while self.next < end {
+            let packet = packets[usize::from(self.routed[self.next].1)].as_ref();
+            let needed = (packet.len() + OVERHEAD).max(HANDSHAKE_ROOM);
+            let Some(space) = out.space(needed) else {
+                if out.is_empty() {
+                    sent.rejected += 1;
+                    self.next += 1;
+                    continue;
+                }
+                break;
+            };
+            self.next += 1;
+            match tunn.encapsulate(packet, space) {
+                TunnResult::WriteToNetwork(datagram) => {
+                    let len = datagram.len();
+                    if is_initiation(datagram) {
+                        peer.record_initiation(now.unix_ms);
+                    }
+                    out.commit(endpoint, len);
+                    sent.bytes += len;
+                    sent.datagrams += 1;
+                }
+                TunnResult::Done => {} // queued until the handshake completes
+                TunnResult::Err(error) => {
+                    tracing::trace!(?error, "encapsulate failed");
+                    sent.rejected += 1;
+                }
+                TunnResult::WriteToTunnelV4(..) | TunnResult::WriteToTunnelV6(..) => {}
+            }
+        }
+        sent
+    }
+}
+
+/// What one peer's run put into the arena.
+#[derive(Debug, Default, Clone, Copy)]
+struct Sent {
+    /// Datagrams committed.
+    datagrams: usize,
+    /// Their bytes.
+    bytes: usize,
+    /// The packets' bytes (what boringtun counts as sent).
+    plaintext: usize,
+    /// Packets that could not be sent.
+    rejected: u64,
+}
+
+/// One part of a run, sealed by one worker.
+struct Part<'a, P> {
+    nonces: Nonces<'a>,
+    routed: &'a [(PeerId, u16)],
+    region: &'a mut [u8],
+    packets: &'a [P],
+}
+
+impl<P: AsRef<[u8]>> Part<'_, P> {
+    fn seal(mut self) {
+        let mut region = self.region;
+        for (_, index) in self.routed {
+            let packet = self.packets[usize::from(*index)].as_ref();
+            let (datagram, rest) = region.split_at_mut(packet.len() + OVERHEAD);
+            self.nonces
+                .seal(packet, datagram)
+                .expect("a nonce was reserved for every packet");
+            region = rest;
+        }
+    }
+}
+
+/// Seals the packets `routed` names into `region`, where their datagrams are laid out in
+/// order, with nonces reserved in that order: in parts on `workers` when the run is long.
+fn seal<P: AsRef<[u8]> + Sync>(
+    session: &Session,
+    routed: &[(PeerId, u16)],
+    packets: &[P],
+    region: &mut [u8],
+    workers: &impl Workers,
+) {
+    let mut nonces = session.reserve(routed.len() as u64);
+    let parts = parts_for(routed.len(), workers);
+    if parts == 1 {
+        Part {
+            nonces,
+            routed,
+            region,
+            packets,
+        }
+        .seal();
+        return;
+    }
+    let jobs: [Mutex<Option<Part<'_, P>>>; MAX_PARTS] = std::array::from_fn(|_| Mutex::new(None));
+    let (mut routed_left, mut region_left) = (routed, region);
+    let mut start = 0;
+    for (part, job) in jobs.iter().enumerate().take(parts) {
+        let end = part_end(routed.len(), parts, part);
+        let (this, rest) = routed_left.split_at(end - start);
+        let bytes = this
+            .iter()
+            .map(|(_, index)| packets[usize::from(*index)].as_ref().len() + OVERHEAD)
+            .sum();
+        let (region, region_rest) = std::mem::take(&mut region_left).split_at_mut(bytes);
+        let rest_nonces = nonces.split_off(this.len() as u64);
+        let nonces = std::mem::replace(&mut nonces, rest_nonces);
+        *job.lock() = Some(Part {
+            nonces,
+            routed: this,
+            region,
+            packets,
+        });
+        (routed_left, region_left, start) = (rest, region_rest, end);
+    }
+    workers.run(parts, &|part| {
+        if let Some(job) = jobs[part].lock().take() {
+            job.seal();
+        }
+    });
 }

@@ -1,7 +1,9 @@
-//! Ingress: received datagrams → classification → `Tunn` → probes consumed → remap → IP
-//! packets in the TUN write batch; handshake messages to the handshake queue.
+//! Ingress: received datagrams → classification → opened with the peer's session → probes
+//! consumed → remap → IP packets in the TUN write batch; handshake messages to the handshake
+//! queue.
 
-use boringtun::noise::TunnResult;
+use boringtun::noise::{Packet, Session, Tunn};
+use parking_lot::Mutex;
 
 use super::PacketSink;
 use super::timers::send_probe;
@@ -10,20 +12,31 @@ use crate::batch::{Datagram, Position, RecvBatch};
 use crate::conncheck::{self, Probe, ProbeKind};
 use crate::dispatch::{Incoming, MIN_DATA_LEN, classify};
 use crate::drops::{DeviceDrop, Drops};
+use crate::endpoint::Endpoint;
 use crate::peer::Peer;
 use crate::remap::{DropReason, PeerId, Verdict};
 use crate::snapshot::Snapshot;
+use crate::workers::{MAX_PARTS, Workers, part_end, parts_for};
 
 /// One ingress task's batch state: the data messages grouped by peer and how far their
 /// decryption got.
 #[derive(Debug)]
 pub struct Ingress {
-    /// `(peer, arrival sequence, place in the batch)`, sorted: each peer's messages in
-    /// arrival order.
-    pending: Vec<(PeerId, u32, Position)>,
+    /// `(peer, arrival sequence, receiver index, place in the batch)`, sorted: each peer's
+    /// messages in arrival order.
+    pending: Vec<(PeerId, u32, u32, Position)>,
     /// The next entry of `pending` to decrypt.
     next: usize,
+    /// Where a long run is opened in parts on several workers before it is copied to the
+    /// TUN batch in order (a short run is opened straight into the TUN batch).
+    opened: Box<[u8]>,
+    /// Per datagram of such a run: its plaintext's length in `opened`, or `None` when it
+    /// was refused.
+    lengths: Vec<Option<u32>>,
 }
+
+/// Room for the plaintext of a run opened in parts: about 176 full-size datagrams.
+const OPENED_ROOM: usize = 256 * 1024;
 
 impl Ingress {
     /// Room for `datagrams` datagrams per batch.
@@ -31,6 +44,8 @@ impl Ingress {
         Self {
             pending: Vec::with_capacity(datagrams),
             next: 0,
+            opened: vec![0; OPENED_ROOM].into_boxed_slice(),
+            lengths: Vec::with_capacity(datagrams),
         }
     }
 
@@ -49,7 +64,15 @@ impl Ingress {
         for (sequence, datagram) in batch.datagrams().enumerate() {
             match classify(datagram.bytes) {
                 Incoming::Data { receiver } => match snapshot.by_index.get(&receiver) {
-                    Some(id) => self.pending.push((*id, sequence as u32, datagram.position)),
+                    Some(id) => {
+                        // The whole receiver index names the session (a data message's
+                        // header is at least `MIN_DATA_LEN` bytes long).
+                        let session = u32::from_le_bytes(
+                            datagram.bytes[4..8].try_into().expect("four bytes"),
+                        );
+                        self.pending
+                            .push((*id, sequence as u32, session, datagram.position));
+                    }
                     None => {
                         drops.device(DeviceDrop::UnknownReceiver);
                         report_unknown_session(snapshot, &datagram, handshakes);
@@ -69,9 +92,12 @@ impl Ingress {
     }
 
     /// Decrypts the data messages into `writer`, peer by peer, in arrival order per peer,
-    /// under one `Tunn` lock per batch fill, translating each packet (source check, ACL,
-    /// real → view) in place. Probe PINGs are answered through `transmit`. [`Step::Flush`]
+    /// translating each packet (source check, ACL, real → view) in place. A run of one
+    /// peer's messages on one session is opened outside the peer's `Tunn` lock, a long run
+    /// in parts on `workers`; the lock is taken to find the session and, after the run, to
+    /// tick boringtun's timers. Probe PINGs are answered through `transmit`. [`Step::Flush`]
     /// when the TUN batch is full: write it, then call again.
+    #[allow(clippy::too_many_arguments)] // the batch, its two outputs, the workers, the time
     pub fn decrypt(
         &mut self,
         snapshot: &Snapshot,
@@ -79,6 +105,7 @@ impl Ingress {
         batch: &RecvBatch,
         writer: &mut impl PacketSink,
         transmit: &mut impl Transmit,
+        workers: &impl Workers,
         now: Now,
     ) -> Step {
         while self.next < self.pending.len() {
@@ -86,7 +113,7 @@ impl Ingress {
             let end = self.next
                 + self.pending[self.next..]
                     .iter()
-                    .take_while(|(peer, _, _)| *peer == id)
+                    .take_while(|(peer, ..)| *peer == id)
                     .count();
             let lost = (end - self.next) as u64;
             let Some(slot) = snapshot.peer(id) else {
@@ -99,65 +126,279 @@ impl Ingress {
                 self.next = end;
                 continue;
             };
-            let mut probes = ProbeInbox::default();
-            let (mut bytes, mut accepted, mut rejected) = (0usize, 0u64, 0u64);
-            let mut last_source = None;
-            {
-                let mut cell = peer.tunn.lock();
-                let tunn = cell.0.get();
-                while self.next < end {
-                    let position = self.pending[self.next].2;
-                    let Some(space) = writer.space() else { break };
-                    self.next += 1;
-                    let datagram = batch.get(position);
-                    match tunn.decapsulate(Some(datagram.source.ip()), datagram.bytes, space) {
-                        TunnResult::WriteToTunnelV4(packet, _)
-                        | TunnResult::WriteToTunnelV6(packet, _) => {
-                            bytes += datagram.bytes.len();
-                            accepted += 1;
-                            last_source = Some(datagram.reply_to());
-                            if probes.take(drops, peer, packet, now) {
-                                continue; // a connectivity probe, the gateway's own
-                            }
-                            let len = packet.len();
-                            match snapshot.remap.ingress(id, packet) {
-                                Verdict::Deliver => writer.commit(len),
-                                Verdict::Drop(reason) => {
-                                    tracing::trace!(%reason, peer = id, "ingress drop");
-                                    drops.remap(reason);
-                                }
-                                Verdict::Forward(_) => drops.remap(DropReason::BadPacket),
-                            }
-                        }
-                        TunnResult::Done => {
-                            // A keepalive.
-                            bytes += datagram.bytes.len();
-                            accepted += 1;
-                            last_source = Some(datagram.reply_to());
-                        }
-                        TunnResult::WriteToNetwork(_) => {
-                            // Transport data never asks for a reply; nothing to send.
-                            tracing::trace!("unexpected reply to a data message");
-                        }
-                        TunnResult::Err(error) => {
-                            tracing::trace!(?error, source = %datagram.source, "datagram rejected");
-                            rejected += 1;
-                        }
-                    }
+            let mut run = Run {
+                snapshot,
+                drops,
+                peer,
+                id,
+                now,
+                probes: ProbeInbox::default(),
+                tally: Tally::default(),
+            };
+            while self.next < end && writer.room() > 0 {
+                let receiver = self.pending[self.next].2;
+                let run_end = self.next
+                    + self.pending[self.next..end]
+                        .iter()
+                        .take_while(|entry| entry.2 == receiver)
+                        .count();
+                let session = peer
+                    .tunn
+                    .lock()
+                    .0
+                    .made()
+                    .and_then(|tunn| tunn.session_for(receiver));
+                let Some(session) = session else {
+                    // Expired, replaced long ago, or never ours: what `decapsulate` refuses.
+                    run.tally.rejected += (run_end - self.next) as u64;
+                    self.next = run_end;
+                    continue;
+                };
+                let before = run.tally;
+                let run_end = run_end.min(self.next + writer.room());
+                if parts_for(run_end - self.next, workers) > 1 {
+                    self.open_in_parts(&session, batch, run_end, &mut run, writer, workers);
+                } else {
+                    self.open_in_place(&session, batch, run_end, &mut run, writer);
+                }
+                let accepted = run.tally.accepted - before.accepted;
+                let data = run.tally.data - before.data;
+                let plaintext = run.tally.plaintext - before.plaintext;
+                if let Some(tunn) = peer.tunn.lock().0.made_mut() {
+                    tunn.mark_received(receiver, accepted as usize, data, plaintext);
                 }
             }
-            peer.record_received_batch(bytes, accepted);
-            if let Some(source) = last_source {
+            let Run {
+                tally, mut probes, ..
+            } = run;
+            peer.record_received_batch(tally.bytes, tally.accepted);
+            if let Some(source) = tally.last_source {
                 peer.roam(source);
             }
             probes.answer(peer, transmit, now);
-            drops.device_many(DeviceDrop::Rejected, rejected);
+            drops.device_many(DeviceDrop::Rejected, tally.rejected);
             if self.next < end {
                 return Step::Flush;
             }
         }
         Step::Done
     }
+
+    /// Opens the run's datagrams (up to `end`, at most the writer's room) one by one
+    /// straight into the TUN batch.
+    fn open_in_place(
+        &mut self,
+        session: &Session,
+        batch: &RecvBatch,
+        end: usize,
+        run: &mut Run<'_>,
+        writer: &mut impl PacketSink,
+    ) {
+        while self.next < end {
+            let datagram = batch.get(self.pending[self.next].3);
+            self.next += 1;
+            let Some(space) = writer.space() else {
+                unreachable!("the run fits into the writer's room")
+            };
+            match open(session, datagram.bytes, space) {
+                Some(len) => {
+                    if let Some(len) = run.accept(&datagram, &mut space[..len]) {
+                        writer.commit(len);
+                    }
+                }
+                None => run.tally.rejected += 1,
+            }
+        }
+    }
+
+    /// Opens the run's datagrams (up to `end`, at most the writer's room and what
+    /// [`OPENED_ROOM`] holds) in parts on `workers`, then hands them to the TUN batch in
+    /// arrival order.
+    fn open_in_parts(
+        &mut self,
+        session: &Session,
+        batch: &RecvBatch,
+        end: usize,
+        run: &mut Run<'_>,
+        writer: &mut impl PacketSink,
+        workers: &impl Workers,
+    ) {
+        let mut room = self.opened.len();
+        let fits = self.pending[self.next..end]
+            .iter()
+            .take_while(|entry| {
+                let need = batch.get(entry.3).bytes.len();
+                room = room.saturating_sub(need);
+                room > 0
+            })
+            .count();
+        let entries = &self.pending[self.next..self.next + fits.max(1)];
+        self.lengths.clear();
+        self.lengths.resize(entries.len(), None);
+        let parts = parts_for(entries.len(), workers);
+        let jobs: [Mutex<Option<OpenPart<'_>>>; MAX_PARTS] =
+            std::array::from_fn(|_| Mutex::new(None));
+        let (mut entries_left, mut opened_left, mut lengths_left) =
+            (entries, &mut self.opened[..], &mut self.lengths[..]);
+        let mut start = 0;
+        for (part, job) in jobs.iter().enumerate().take(parts) {
+            let part_end = part_end(entries.len(), parts, part);
+            let (these, rest) = entries_left.split_at(part_end - start);
+            let bytes = these
+                .iter()
+                .map(|entry| batch.get(entry.3).bytes.len())
+                .sum();
+            let (opened, opened_rest) = std::mem::take(&mut opened_left).split_at_mut(bytes);
+            let (lengths, lengths_rest) =
+                std::mem::take(&mut lengths_left).split_at_mut(these.len());
+            *job.lock() = Some(OpenPart {
+                session,
+                batch,
+                entries: these,
+                opened,
+                lengths,
+            });
+            (entries_left, opened_left, lengths_left, start) =
+                (rest, opened_rest, lengths_rest, part_end);
+        }
+        workers.run(parts, &|part| {
+            if let Some(job) = jobs[part].lock().take() {
+                job.open();
+            }
+        });
+        let mut offset = 0;
+        for (entry, length) in entries.iter().zip(&self.lengths) {
+            let datagram = batch.get(entry.3);
+            let slot = offset..offset + datagram.bytes.len();
+            offset = slot.end;
+            let Some(len) = *length else {
+                run.tally.rejected += 1;
+                continue;
+            };
+            let plaintext = &mut self.opened[slot][..len as usize];
+            if let Some(len) = run.accept(&datagram, plaintext) {
+                let Some(space) = writer.space() else {
+                    unreachable!("the run fits into the writer's room")
+                };
+                space[..len].copy_from_slice(&plaintext[..len]);
+                writer.commit(len);
+            }
+        }
+        self.next += entries.len();
+    }
+}
+
+/// Opens `datagram` (a data message) with `session` into `dst`: the plaintext's length, or
+/// `None` when it is malformed, forged or a replay.
+fn open(session: &Session, datagram: &[u8], dst: &mut [u8]) -> Option<usize> {
+    match Tunn::parse_incoming_packet(datagram) {
+        Ok(Packet::PacketData(data)) => match session.receive_packet_data(data, dst) {
+            Ok(plaintext) => Some(plaintext.len()),
+            Err(error) => {
+                tracing::trace!(?error, "datagram rejected");
+                None
+            }
+        },
+        _ => None,
+    }
+}
+
+/// One part of a run, opened by one worker.
+struct OpenPart<'a> {
+    session: &'a Session,
+    batch: &'a RecvBatch,
+    entries: &'a [(PeerId, u32, u32, Position)],
+    opened: &'a mut [u8],
+    lengths: &'a mut [Option<u32>],
+}
+
+impl OpenPart<'_> {
+    fn open(self) {
+        let mut opened = self.opened;
+        for (entry, length) in self.entries.iter().zip(self.lengths) {
+            let datagram = self.batch.get(entry.3).bytes;
+            let (slot, rest) = opened.split_at_mut(datagram.len());
+            *length = open(self.session, datagram, slot).map(|len| len as u32);
+            opened = rest;
+        }
+    }
+}
+
+/// What one peer's datagrams of a batch came to.
+#[derive(Debug, Default, Clone, Copy)]
+struct Tally {
+    /// Bytes of the datagrams accepted.
+    bytes: usize,
+    /// Datagrams accepted (keepalives included).
+    accepted: u64,
+    /// Of them, IP packets.
+    data: usize,
+    /// Their bytes.
+    plaintext: usize,
+    /// Datagrams refused.
+    rejected: u64,
+    /// Where the last accepted one came from.
+    last_source: Option<Endpoint>,
+}
+
+/// One peer's share of a batch, as its opened datagrams are accepted.
+struct Run<'a> {
+    snapshot: &'a Snapshot,
+    drops: &'a Drops,
+    peer: &'a Peer,
+    id: PeerId,
+    now: Now,
+    probes: ProbeInbox,
+    tally: Tally,
+}
+
+impl Run<'_> {
+    /// Takes the plaintext of an authenticated datagram: a keepalive, a probe, or an IP
+    /// packet that is translated in place. The length to hand to the TUN device, if any.
+    fn accept(&mut self, datagram: &Datagram<'_>, plaintext: &mut [u8]) -> Option<usize> {
+        self.tally.bytes += datagram.bytes.len();
+        self.tally.accepted += 1;
+        self.tally.last_source = Some(datagram.reply_to());
+        if plaintext.is_empty() {
+            return None; // a keepalive
+        }
+        let Some(len) = ip_length(plaintext) else {
+            // Authentic, but not an IP packet whole: what `decapsulate` refuses.
+            self.tally.rejected += 1;
+            return None;
+        };
+        self.tally.data += 1;
+        self.tally.plaintext += len;
+        let packet = &mut plaintext[..len];
+        if self.probes.take(self.drops, self.peer, packet, self.now) {
+            return None; // a connectivity probe, the gateway's own
+        }
+        match self.snapshot.remap.ingress(self.id, packet) {
+            Verdict::Deliver => Some(len),
+            Verdict::Drop(reason) => {
+                tracing::trace!(%reason, peer = self.id, "ingress drop");
+                self.drops.remap(reason);
+                None
+            }
+            Verdict::Forward(_) => {
+                self.drops.remap(DropReason::BadPacket);
+                None
+            }
+        }
+    }
+}
+
+/// The length an IP packet's header gives, when it is whole in `plaintext` (what boringtun
+/// truncates a decrypted packet to; WireGuard pads to 16 bytes).
+fn ip_length(plaintext: &[u8]) -> Option<usize> {
+    let len = match plaintext.first()? >> 4 {
+        4 if plaintext.len() >= 20 => usize::from(u16::from_be_bytes([plaintext[2], plaintext[3]])),
+        6 if plaintext.len() >= 40 => {
+            40 + usize::from(u16::from_be_bytes([plaintext[4], plaintext[5]]))
+        }
+        _ => return None,
+    };
+    (len <= plaintext.len()).then_some(len)
 }
 
 /// A data message for a session we do not have, from where a peer was configured to be: the

@@ -50,6 +50,7 @@ pub mod role;
 pub mod snapshot;
 pub mod state;
 pub mod timers;
+pub mod workers;
 
 pub use kubetun_remap as remap;
 
@@ -108,6 +109,8 @@ pub trait PacketSink {
     fn space(&mut self) -> Option<&mut [u8]>;
     /// Adds the `len`-byte packet just written into [`PacketSink::space`].
     fn commit(&mut self, len: usize);
+    /// How many more packets fit before the batch must be written.
+    fn room(&self) -> usize;
 }
 
 /// Takes the handshake messages found in a receive batch.

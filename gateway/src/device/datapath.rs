@@ -94,8 +94,14 @@ pub async fn tun_loop(shared: Arc<Shared>, queue: usize) {
         }
         let snapshot = cache.load();
         egress.route(snapshot, &shared.drops, reader.packets_mut());
-        while egress.encrypt(snapshot, &shared.drops, reader.packets(), &mut outbox, now)
-            == Step::Flush
+        while egress.encrypt(
+            snapshot,
+            &shared.drops,
+            reader.packets(),
+            &mut outbox,
+            &shared.workers,
+            now,
+        ) == Step::Flush
         {
             flush_outbox(&shared, &mut outbox, &mut batch_sender, queue).await;
         }
@@ -186,6 +192,7 @@ pub async fn udp_loop(shared: Arc<Shared>, socket: Arc<WgSocket>, queue: usize) 
                     &inbound,
                     &mut writer,
                     &mut sender,
+                    &shared.workers,
                     now,
                 )
             };

@@ -14,6 +14,7 @@ mod resolve;
 mod retired;
 pub mod shared;
 pub mod spin;
+pub mod workers;
 
 /// The pure data-path core and its models, in their own crate so that no IO can reach them.
 pub use kubetun_gateway_core as core;
@@ -172,6 +173,8 @@ impl Device {
             role: Role::default(),
             replan: tokio::sync::Notify::new(),
             activity: spin::Activity::default(),
+            workers: workers::CryptoWorkers::new(io.crypto_workers())
+                .map_err(DeviceError::Worker)?,
         });
         handshake::spawn_worker(Arc::downgrade(&shared), handshake_queue)
             .map_err(DeviceError::Worker)?;

@@ -35,6 +35,8 @@ pub struct Shared {
     pub replan: tokio::sync::Notify,
     /// Batches read, for the spin window ([`super::spin`]).
     pub activity: super::spin::Activity,
+    /// The threads a peer's long run is sealed and opened on beside its task.
+    pub workers: super::workers::CryptoWorkers,
 }
 
 impl Shared {

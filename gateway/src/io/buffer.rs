@@ -128,6 +128,11 @@ impl BufferPool {
         Some(buffer)
     }
 
+    /// How many buffers are free.
+    pub fn free(&self) -> usize {
+        self.buffers.len() - self.used
+    }
+
     /// Marks the buffer last returned by [`BufferPool::next_free`] as used, with `len`
     /// visible bytes.
     pub fn commit(&mut self, len: usize) {

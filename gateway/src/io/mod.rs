@@ -52,6 +52,9 @@ pub struct IoOptions {
     /// ([`crate::device::spin`]); zero parks at once. Only on a current-thread runtime,
     /// where one thread polls every descriptor.
     pub spin_window: std::time::Duration,
+    /// Threads one peer's long run of packets is sealed or opened on, the data-path task's
+    /// own included ([`crate::device::workers`]); 0 means one per core, 1 none beside it.
+    pub crypto_workers: usize,
 }
 
 impl Default for IoOptions {
@@ -63,6 +66,7 @@ impl Default for IoOptions {
             batch_size: DEFAULT_BATCH_SIZE,
             queues: DEFAULT_QUEUES,
             spin_window: std::time::Duration::ZERO,
+            crypto_workers: 0,
         }
     }
 }
@@ -71,6 +75,15 @@ impl IoOptions {
     /// The batch size clamped to what the batch structures hold.
     pub fn batch(&self) -> usize {
         self.batch_size.clamp(1, udp_batch::MAX_BATCH)
+    }
+
+    /// Crypto workers per run: [`Self::crypto_workers`], or one per core when that is 0.
+    pub fn crypto_workers(&self) -> usize {
+        match self.crypto_workers {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            workers => workers,
+        }
+        .min(kubetun_gateway_core::workers::MAX_PARTS)
     }
 
     /// The number of queues clamped to `1..=`[`MAX_QUEUES`].

@@ -265,6 +265,10 @@ impl PacketSink for TunWriter {
     fn commit(&mut self, len: usize) {
         TunWriter::commit(self, len);
     }
+
+    fn room(&self) -> usize {
+        self.pool.free()
+    }
 }
 
 /// Writes each packet; a failed write does not stop the others (except a device that is

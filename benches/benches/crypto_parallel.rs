@@ -1,0 +1,338 @@
+//! One peer on several cores: the IO-free data-path core (`kubetun-gateway-core`) encrypting
+//! a batch of full-size packets on one gateway and decrypting it on the other, with the
+//! crypto on 1 worker (the calling thread) and on 2 (the caller and one helper thread), for
+//! one peer and for two. No sockets, no TUN: the batches go from one core's arena to the
+//! other's in memory, so what is measured is the remap, the crypto and the batch handling.
+//!
+//! `cargo bench -p kubetun-benches --bench crypto_parallel`.
+
+use std::hint::black_box;
+use std::net::SocketAddr;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use kubetun_gateway::device::core::batch::RecvBatch;
+use kubetun_gateway::device::core::drops::Drops;
+use kubetun_gateway::device::core::egress::Egress;
+use kubetun_gateway::device::core::ingress::Ingress;
+use kubetun_gateway::device::core::plan::next_snapshot;
+use kubetun_gateway::device::core::snapshot::Snapshot;
+use kubetun_gateway::device::core::state::{
+    DesiredState, Endpoint as EndpointConfig, InterfaceConfig, PeerConfig, RouteConfig,
+};
+use kubetun_gateway::device::core::workers::{Alone, Workers};
+use kubetun_gateway::device::core::{
+    Endpoint, HandshakeSink, MAX_PACKET, Now, OVERHEAD, Outbox, PacketSink, Step, Transmit,
+    handshake,
+};
+use kubetun_gateway::device::workers::CryptoWorkers;
+use kubetun_gateway::key::Key;
+
+/// Packets per batch: the data path's default batch.
+const BATCH: usize = 128;
+/// A full-size packet inside a 1420-byte tunnel MTU.
+const PACKET: usize = 1420;
+
+/// One gateway's data-path state, as a data-path task holds it.
+struct Gateway {
+    address: SocketAddr,
+    snapshot: Snapshot,
+    drops: Drops,
+    egress: Egress,
+    ingress: Ingress,
+    outbox: Outbox,
+    inbound: RecvBatch,
+    writer: Sink,
+}
+
+/// The TUN write batch: `BATCH` slots, emptied after every batch.
+struct Sink {
+    slots: Vec<u8>,
+    lengths: Vec<usize>,
+}
+
+impl PacketSink for Sink {
+    fn space(&mut self) -> Option<&mut [u8]> {
+        let used = self.lengths.len();
+        (used < BATCH).then(|| &mut self.slots[used * MAX_PACKET..(used + 1) * MAX_PACKET])
+    }
+
+    fn commit(&mut self, len: usize) {
+        self.lengths.push(len);
+    }
+
+    fn room(&self) -> usize {
+        BATCH - self.lengths.len()
+    }
+}
+
+/// Datagrams that leave a core outside its batches (handshake messages).
+#[derive(Default)]
+struct Wire(Vec<(Endpoint, Vec<u8>)>);
+
+impl Transmit for Wire {
+    fn transmit(&mut self, datagram: &[u8], endpoint: Endpoint) -> bool {
+        self.0.push((endpoint, datagram.to_vec()));
+        true
+    }
+}
+
+impl HandshakeSink for Wire {
+    fn offer(&mut self, source: Endpoint, datagram: &[u8]) -> bool {
+        self.0.push((source, datagram.to_vec()));
+        true
+    }
+}
+
+struct Site {
+    address: SocketAddr,
+    key: Key,
+    real: &'static str,
+    view: &'static str,
+}
+
+fn site(n: u8) -> Site {
+    let (real, view) = match n {
+        1 => ("10.10.0.0/24", "10.110.0.0/24"),
+        2 => ("10.20.0.0/24", "10.120.0.0/24"),
+        _ => ("10.30.0.0/24", "10.130.0.0/24"),
+    };
+    Site {
+        address: SocketAddr::from(([192, 0, 2, n], 51820)),
+        key: Key::generate_private(),
+        real,
+        view,
+    }
+}
+
+impl Gateway {
+    fn new(this: &Site, peers: &[&Site]) -> Self {
+        let state = DesiredState {
+            version: "bench".to_owned(),
+            interface: InterfaceConfig {
+                private_key: Some(this.key),
+                listen_port: this.address.port(),
+                ..InterfaceConfig::default()
+            },
+            peers: peers
+                .iter()
+                .map(|peer| {
+                    let mut config = PeerConfig::new(peer.key.public_key());
+                    config.endpoint = Some(EndpointConfig::Addr(peer.address));
+                    config.routes = vec![RouteConfig::remapped(
+                        peer.real.parse().expect("real"),
+                        peer.view.parse().expect("view"),
+                    )];
+                    config
+                })
+                .collect(),
+        };
+        let resolved: Vec<_> = peers.iter().map(|peer| Some(peer.address)).collect();
+        let snapshot = next_snapshot(
+            &Snapshot::initial(DesiredState::default()),
+            &state,
+            &resolved,
+        )
+        .expect("snapshot");
+        Self {
+            address: this.address,
+            snapshot,
+            drops: Drops::default(),
+            egress: Egress::new(BATCH),
+            ingress: Ingress::new(BATCH),
+            outbox: Outbox::new(BATCH),
+            inbound: RecvBatch::new(BATCH),
+            writer: Sink {
+                slots: vec![0; BATCH * MAX_PACKET],
+                lengths: Vec::with_capacity(BATCH),
+            },
+        }
+    }
+
+    /// Encrypts `packets` (remapped in place): the datagrams, by destination.
+    fn send(
+        &mut self,
+        packets: &mut [Vec<u8>],
+        workers: &impl Workers,
+    ) -> Vec<(Endpoint, Vec<u8>)> {
+        let mut sent = Vec::new();
+        self.egress.route(&self.snapshot, &self.drops, packets);
+        loop {
+            let step = self.egress.encrypt(
+                &self.snapshot,
+                &self.drops,
+                packets,
+                &mut self.outbox,
+                workers,
+                now(),
+            );
+            sent.extend(self.outbox.datagrams().map(|(to, d)| (to, d.to_vec())));
+            self.outbox.clear();
+            if step == Step::Done {
+                return sent;
+            }
+        }
+    }
+
+    /// Takes one batch of datagrams from `from` that `fill` puts into the receive batch;
+    /// handshake messages are processed and their replies returned. The packets written.
+    fn receive(
+        &mut self,
+        from: SocketAddr,
+        workers: &impl Workers,
+    ) -> (usize, Vec<(Endpoint, Vec<u8>)>) {
+        let mut handshakes = Wire::default();
+        let mut replies = Wire::default();
+        self.ingress
+            .classify(&self.snapshot, &self.drops, &self.inbound, &mut handshakes);
+        let mut written = 0;
+        loop {
+            let step = self.ingress.decrypt(
+                &self.snapshot,
+                &self.drops,
+                &self.inbound,
+                &mut self.writer,
+                &mut replies,
+                workers,
+                now(),
+            );
+            written += self.writer.lengths.len();
+            self.writer.lengths.clear();
+            if step == Step::Done {
+                break;
+            }
+        }
+        let mut out = vec![0u8; MAX_PACKET + OVERHEAD];
+        for (source, message) in handshakes.0 {
+            let source = Endpoint::reply(from, source.local);
+            handshake::process(
+                &self.snapshot,
+                &self.drops,
+                source,
+                &message,
+                &mut out,
+                &mut replies,
+                now(),
+            );
+        }
+        (written, replies.0)
+    }
+
+    fn deliver(
+        &mut self,
+        from: SocketAddr,
+        datagrams: &[(Endpoint, Vec<u8>)],
+        workers: &impl Workers,
+    ) -> (usize, Vec<(Endpoint, Vec<u8>)>) {
+        let (mut written, mut replies) = (0, Vec::new());
+        for chunk in datagrams.chunks(BATCH) {
+            self.inbound.clear();
+            for (_, datagram) in chunk {
+                assert!(self.inbound.push(from, datagram), "room in the batch");
+            }
+            let (n, r) = self.receive(from, workers);
+            written += n;
+            replies.extend(r);
+        }
+        (written, replies)
+    }
+}
+
+fn now() -> Now {
+    Now {
+        unix_ms: 1_000_000,
+        mono_us: 1_000_000_000,
+    }
+}
+
+fn packet(src: &str, dst: &str, n: usize) -> Vec<u8> {
+    let src: std::net::Ipv4Addr = src.parse().expect("src");
+    let dst: std::net::Ipv4Addr = dst.parse().expect("dst");
+    let mut out = Vec::with_capacity(PACKET);
+    etherparse::PacketBuilder::ipv4(src.octets(), dst.octets(), 64)
+        .udp(40000, 9000)
+        .write(&mut out, &vec![n as u8; PACKET - 28])
+        .expect("packet");
+    out
+}
+
+/// Gateway A with a peer per remote site, each remote with A as its peer, handshakes done.
+fn link(remotes: usize) -> (Gateway, Vec<Gateway>, Vec<Site>) {
+    let a_site = site(1);
+    let sites: Vec<Site> = (0..remotes).map(|n| site(2 + n as u8)).collect();
+    let mut a = Gateway::new(&a_site, &sites.iter().collect::<Vec<_>>());
+    let mut bs: Vec<Gateway> = sites.iter().map(|s| Gateway::new(s, &[&a_site])).collect();
+    for (b, s) in bs.iter_mut().zip(&sites) {
+        let mut first = vec![packet("10.10.0.5", &s.view.replace("0/24", "7"), 0)];
+        let mut to_b = a.send(&mut first, &Alone);
+        for _ in 0..4 {
+            let (_, replies) = b.deliver(a.address, &to_b, &Alone);
+            if replies.is_empty() {
+                break;
+            }
+            let (_, back) = a.deliver(b.address, &replies, &Alone);
+            to_b = back;
+        }
+    }
+    (a, bs, sites)
+}
+
+fn bench(c: &mut Criterion) {
+    let two = CryptoWorkers::new(2).expect("a helper thread");
+    let mut group = c.benchmark_group("crypto_parallel");
+    group.throughput(Throughput::Bytes((BATCH * PACKET) as u64));
+    for remotes in [1usize, 2] {
+        let (mut a, mut bs, sites) = link(remotes);
+        let template: Vec<Vec<u8>> = (0..BATCH)
+            .map(|n| {
+                packet(
+                    "10.10.0.5",
+                    &sites[n % remotes].view.replace("0/24", "7"),
+                    n,
+                )
+            })
+            .collect();
+        let mut measure =
+            |name: &str,
+             workers: &dyn Fn(&mut Gateway, &mut [Gateway], &mut [Vec<u8>]) -> usize| {
+                // A round must deliver every packet, or the figure would flatter a broken path.
+                assert_eq!(
+                    workers(&mut a, &mut bs, &mut template.clone()),
+                    BATCH,
+                    "{name}"
+                );
+                group.bench_function(format!("{remotes} peer(s), {name}"), |bencher| {
+                    bencher.iter(|| black_box(workers(&mut a, &mut bs, &mut template.clone())));
+                });
+            };
+        measure("1 worker", &|a, bs, packets| {
+            one_round(a, bs, packets, &Alone)
+        });
+        measure("2 workers", &|a, bs, packets| {
+            one_round(a, bs, packets, &two)
+        });
+    }
+    group.finish();
+}
+
+/// A's batch encrypted, then each remote decrypting its share: the packets delivered.
+fn one_round(
+    a: &mut Gateway,
+    bs: &mut [Gateway],
+    packets: &mut [Vec<u8>],
+    workers: &impl Workers,
+) -> usize {
+    let sent = a.send(packets, workers);
+    bs.iter_mut()
+        .map(|b| {
+            let mine: Vec<_> = sent
+                .iter()
+                .filter(|(to, _)| to.remote == b.address)
+                .cloned()
+                .collect();
+            b.deliver(a.address, &mine, workers).0
+        })
+        .sum()
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
