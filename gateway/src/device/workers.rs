@@ -56,9 +56,17 @@ unsafe impl Send for OfferRef {}
 #[derive(Default)]
 struct Inner {
     offered: Mutex<Option<OfferRef>>,
+    /// Offers made so far: a helper that just finished watches it for a while.
+    offers: AtomicUsize,
     wake: Condvar,
     stop: AtomicBool,
 }
+
+/// How long a helper that finished its parts watches for the next offer before it sleeps.
+/// Under load offers come every few tens of µs (each batch's runs, both directions), and a
+/// sleeping helper takes about as long to wake on a virtual machine as a run takes to seal;
+/// an idle gateway's helpers sleep after this.
+const WATCH: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// `width - 1` helper threads; the caller of [`Workers::run`] is the other worker.
 pub struct CryptoWorkers {
@@ -92,7 +100,10 @@ impl CryptoWorkers {
 
 /// A helper's life: wait for an offer with parts left, join it, work, leave; until stopped.
 fn help(inner: &Inner) {
+    // The offer last joined (a count of offers), so an offer made while we worked is seen.
+    let mut joined = 0;
     loop {
+        watch(inner, joined);
         let offer = {
             let mut offered = inner.offered.lock();
             loop {
@@ -105,6 +116,7 @@ fn help(inner: &Inner) {
                     let live = unsafe { &*offer.0 };
                     if live.next.load(Ordering::Relaxed) < live.parts {
                         live.joined.fetch_add(1, Ordering::Relaxed);
+                        joined = inner.offers.load(Ordering::Relaxed);
                         break offer;
                     }
                 }
@@ -117,6 +129,16 @@ fn help(inner: &Inner) {
         let leave = Leave(&live.joined);
         live.work();
         drop(leave);
+    }
+}
+
+/// Spins until an offer after the one `joined` names is made, or [`WATCH`] passes.
+fn watch(inner: &Inner, joined: usize) {
+    let start = std::time::Instant::now();
+    while inner.offers.load(Ordering::Relaxed) == joined && start.elapsed() < WATCH {
+        for _ in 0..32 {
+            std::hint::spin_loop();
+        }
     }
 }
 
@@ -149,6 +171,7 @@ impl Workers for CryptoWorkers {
                 // SAFETY (lifetime erased): withdrawn below before `offer` goes out of scope.
                 let erased = (&raw const offer).cast::<Offer<'static>>();
                 *slot = Some(OfferRef(erased));
+                self.inner.offers.fetch_add(1, Ordering::Relaxed);
                 true
             }
         };
