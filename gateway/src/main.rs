@@ -134,7 +134,7 @@ struct IoArgs {
     spin_window_us: u32,
     /// Threads one peer's long run of packets (16 and more) is encrypted or decrypted on,
     /// the data-path task's own included: a single peer then uses several cores. 0 (the
-    /// default): one per core; 1: none beside the task.
+    /// default): half the cores, so none beside the task below four cores; 1: none.
     #[arg(
         long,
         env = "KUBETUN_CRYPTO_WORKERS",

@@ -29,6 +29,15 @@ pub const DEFAULT_QUEUES: usize = 1;
 /// Most data-path queues (a TUN device has at most 256; more than the cores buys nothing).
 pub const MAX_QUEUES: usize = 64;
 
+/// Crypto workers unless configured otherwise: half the cores (1, no helper thread, below
+/// four). The other half is the kernel's: the same traffic costs it about as much CPU
+/// (TUN, UDP, softirq) as the crypto costs us. On the two-core benchmark machine, where two
+/// gateways and both iperf3 ends share the cores, a helper cut single-stream TCP by a
+/// quarter (RESULTS.md), so there is none.
+pub fn default_crypto_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |cores| (cores.get() / 2).max(1))
+}
+
 /// Which I/O techniques the data path uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IoOptions {
@@ -53,7 +62,8 @@ pub struct IoOptions {
     /// where one thread polls every descriptor.
     pub spin_window: std::time::Duration,
     /// Threads one peer's long run of packets is sealed or opened on, the data-path task's
-    /// own included ([`crate::device::workers`]); 0 means one per core, 1 none beside it.
+    /// own included ([`crate::device::workers`]); 0 means [`default_crypto_workers`], 1 none
+    /// beside it.
     pub crypto_workers: usize,
 }
 
@@ -77,10 +87,11 @@ impl IoOptions {
         self.batch_size.clamp(1, udp_batch::MAX_BATCH)
     }
 
-    /// Crypto workers per run: [`Self::crypto_workers`], or one per core when that is 0.
+    /// Crypto workers per run: [`Self::crypto_workers`], or [`default_crypto_workers`] when
+    /// that is 0.
     pub fn crypto_workers(&self) -> usize {
         match self.crypto_workers {
-            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            0 => default_crypto_workers(),
             workers => workers,
         }
         .min(kubetun_gateway_core::workers::MAX_PARTS)
