@@ -27,6 +27,9 @@ use kubetun_gateway::device::core::{
 use kubetun_gateway::device::workers::CryptoWorkers;
 use kubetun_gateway::key::Key;
 
+/// One round through A and its remotes with some workers: the packets delivered.
+type Round<'a> = dyn Fn(&mut Gateway, &mut [Gateway], &mut [Vec<u8>]) -> usize + 'a;
+
 /// Packets per batch: the data path's default batch.
 const BATCH: usize = 128;
 /// A full-size packet inside a 1420-byte tunnel MTU.
@@ -293,22 +296,20 @@ fn bench(c: &mut Criterion) {
             .collect();
         // What the TUN reader would hand over: the packets copied into buffers of their own.
         let mut packets = template.clone();
-        let mut measure =
-            |name: &str,
-             workers: &dyn Fn(&mut Gateway, &mut [Gateway], &mut [Vec<u8>]) -> usize| {
-                let mut round = || {
-                    for (packet, original) in packets.iter_mut().zip(&template) {
-                        packet.clear();
-                        packet.extend_from_slice(original);
-                    }
-                    workers(&mut a, &mut bs, &mut packets)
-                };
-                // A round must deliver every packet, or the figure would flatter a broken path.
-                assert_eq!(round(), BATCH, "{name}");
-                group.bench_function(format!("{remotes} peer(s), {name}"), |bencher| {
-                    bencher.iter(|| black_box(round()));
-                });
+        let mut measure = |name: &str, workers: &Round<'_>| {
+            let mut round = || {
+                for (packet, original) in packets.iter_mut().zip(&template) {
+                    packet.clear();
+                    packet.extend_from_slice(original);
+                }
+                workers(&mut a, &mut bs, &mut packets)
             };
+            // A round must deliver every packet, or the figure would flatter a broken path.
+            assert_eq!(round(), BATCH, "{name}");
+            group.bench_function(format!("{remotes} peer(s), {name}"), |bencher| {
+                bencher.iter(|| black_box(round()));
+            });
+        };
         measure("1 worker", &|a, bs, packets| {
             one_round(a, bs, packets, &Alone)
         });
