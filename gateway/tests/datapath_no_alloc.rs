@@ -721,18 +721,18 @@ fn the_device_loop_does_not_allocate_per_packet() {
         .with_test_writer()
         .try_init();
 
-    // One data-path queue, and two (multi-queue TUN device, SO_REUSEPORT sockets).
+    // One data-path queue, two (multi-queue TUN device, SO_REUSEPORT sockets), and one
+    // whose long runs are sealed and opened in parts on a crypto helper thread.
     let mut failures = Vec::new();
-    for queues in [1, 2] {
+    for (queues, crypto_workers) in [(1, 1), (2, 1), (1, 2)] {
         let io = IoOptions {
             queues,
+            crypto_workers,
             ..IoOptions::default()
         };
-        failures.extend(
-            measure_device_loop(io)
-                .into_iter()
-                .map(|failure| format!("{queues} queue(s): {failure}")),
-        );
+        failures.extend(measure_device_loop(io).into_iter().map(|failure| {
+            format!("{queues} queue(s), {crypto_workers} crypto worker(s): {failure}")
+        }));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -5,12 +5,15 @@
 //! quinn-proto is to quinn).
 //!
 //! - [`egress::Egress`]: a batch of IP packets from the TUN device → probe-address check →
-//!   remap (view → real, peer by longest prefix) → per peer, under one `Tunn` lock per fill,
-//!   encryption straight into the [`Outbox`] arena (GSO runs form as datagrams are committed).
+//!   remap (view → real, peer by longest prefix) → per peer, the datagrams laid out in the
+//!   [`Outbox`] arena under the peer's `Tunn` lock (GSO runs form as they are committed),
+//!   then sealed there with the session's nonces outside it, a long run in parts on
+//!   [`workers::Workers`].
 //! - [`ingress::Ingress`]: a batch of received datagrams ([`batch::RecvBatch`]) →
 //!   classification by message type and receiver index → handshake messages to a
-//!   [`HandshakeSink`] (the shell's queue) → per peer, under one `Tunn` lock per fill,
-//!   decryption straight into the shell's TUN write batch ([`PacketSink`]) → connectivity
+//!   [`HandshakeSink`] (the shell's queue) → per peer and session, opened outside the
+//!   `Tunn` lock into the shell's TUN write batch ([`PacketSink`]; a long run in parts on
+//!   the workers, then copied in order) → connectivity
 //!   probes consumed (PONGs recorded, PINGs answered) → remap (source check, ACL, real →
 //!   view).
 //! - [`handshake::process`]: one handshake message → rate limiter, cookie, peer lookup,
