@@ -2,7 +2,6 @@
 //! `Tunn::encapsulate` without one) → datagrams in the outbox.
 
 use boringtun::noise::{Nonces, Session, Tunn, TunnResult};
-use parking_lot::Mutex;
 
 use super::{HANDSHAKE_ROOM, Now, OVERHEAD, Outbox, Step};
 use crate::batch::SendBatch;
@@ -13,7 +12,7 @@ use crate::endpoint::Endpoint;
 use crate::peer::Peer;
 use crate::remap::{DropReason, PeerId, Verdict};
 use crate::snapshot::Snapshot;
-use crate::workers::{MAX_PARTS, Workers, part_end, parts_for};
+use crate::workers::{Workers, part_end, parts_for, run_parts};
 
 /// One egress task's batch state: the routed packets grouped by peer and how far their
 /// encryption got.
@@ -266,10 +265,8 @@ fn seal<P: AsRef<[u8]> + Sync>(
         .seal();
         return;
     }
-    let jobs: [Mutex<Option<Part<'_, P>>>; MAX_PARTS] = std::array::from_fn(|_| Mutex::new(None));
-    let (mut routed_left, mut region_left) = (routed, region);
-    let mut start = 0;
-    for (part, job) in jobs.iter().enumerate().take(parts) {
+    let (mut routed_left, mut region_left, mut start) = (routed, region, 0);
+    let cut = (0..parts).map(|part| {
         let end = part_end(routed.len(), parts, part);
         let (this, rest) = routed_left.split_at(end - start);
         let bytes = this
@@ -279,17 +276,13 @@ fn seal<P: AsRef<[u8]> + Sync>(
         let (region, region_rest) = std::mem::take(&mut region_left).split_at_mut(bytes);
         let rest_nonces = nonces.split_off(this.len() as u64);
         let nonces = std::mem::replace(&mut nonces, rest_nonces);
-        *job.lock() = Some(Part {
+        (routed_left, region_left, start) = (rest, region_rest, end);
+        Part {
             nonces,
             routed: this,
             region,
             packets,
-        });
-        (routed_left, region_left, start) = (rest, region_rest, end);
-    }
-    workers.run(parts, &|part| {
-        if let Some(job) = jobs[part].lock().take() {
-            job.seal();
         }
     });
+    run_parts(workers, cut, Part::seal);
 }

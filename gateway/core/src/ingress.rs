@@ -3,7 +3,6 @@
 //! queue.
 
 use boringtun::noise::{Packet, Session, Tunn};
-use parking_lot::Mutex;
 
 use super::PacketSink;
 use super::timers::send_probe;
@@ -16,7 +15,7 @@ use crate::endpoint::Endpoint;
 use crate::peer::Peer;
 use crate::remap::{DropReason, PeerId, Verdict};
 use crate::snapshot::Snapshot;
-use crate::workers::{MAX_PARTS, Workers, part_end, parts_for};
+use crate::workers::{Workers, part_end, parts_for, run_parts};
 
 /// One ingress task's batch state: the data messages grouped by peer and how far their
 /// decryption got.
@@ -228,22 +227,21 @@ impl Ingress {
             .iter()
             .take_while(|entry| {
                 let need = batch.get(entry.3).bytes.len();
+                let fits = need <= room;
                 room = room.saturating_sub(need);
-                room > 0
+                fits
             })
             .count();
-        let entries = &self.pending[self.next..self.next + fits.max(1)];
+        // A datagram is at most 64 KiB: the first always fits.
+        let entries = &self.pending[self.next..self.next + fits];
         self.lengths.clear();
         self.lengths.resize(entries.len(), None);
         let parts = parts_for(entries.len(), workers);
-        let jobs: [Mutex<Option<OpenPart<'_>>>; MAX_PARTS] =
-            std::array::from_fn(|_| Mutex::new(None));
-        let (mut entries_left, mut opened_left, mut lengths_left) =
-            (entries, &mut self.opened[..], &mut self.lengths[..]);
-        let mut start = 0;
-        for (part, job) in jobs.iter().enumerate().take(parts) {
-            let part_end = part_end(entries.len(), parts, part);
-            let (these, rest) = entries_left.split_at(part_end - start);
+        let (mut entries_left, mut opened_left, mut lengths_left, mut start) =
+            (entries, &mut self.opened[..], &mut self.lengths[..], 0);
+        let cut = (0..parts).map(|part| {
+            let end = part_end(entries.len(), parts, part);
+            let (these, rest) = entries_left.split_at(end - start);
             let bytes = these
                 .iter()
                 .map(|entry| batch.get(entry.3).bytes.len())
@@ -251,21 +249,17 @@ impl Ingress {
             let (opened, opened_rest) = std::mem::take(&mut opened_left).split_at_mut(bytes);
             let (lengths, lengths_rest) =
                 std::mem::take(&mut lengths_left).split_at_mut(these.len());
-            *job.lock() = Some(OpenPart {
+            (entries_left, opened_left, lengths_left, start) =
+                (rest, opened_rest, lengths_rest, end);
+            OpenPart {
                 session,
                 batch,
                 entries: these,
                 opened,
                 lengths,
-            });
-            (entries_left, opened_left, lengths_left, start) =
-                (rest, opened_rest, lengths_rest, part_end);
-        }
-        workers.run(parts, &|part| {
-            if let Some(job) = jobs[part].lock().take() {
-                job.open();
             }
         });
+        run_parts(workers, cut, OpenPart::open);
         let mut offset = 0;
         for (entry, length) in entries.iter().zip(&self.lengths) {
             let datagram = batch.get(entry.3);

@@ -7,6 +7,8 @@
 //! are reserved in read order before any part is sealed, and every part writes into its own
 //! place of the arena, so the datagrams leave in read order whichever thread sealed them.
 
+use parking_lot::Mutex;
+
 /// Fewest packets a part is worth: a thread handing work to another costs a few
 /// microseconds, about what sealing eight full-size packets costs.
 pub const MIN_PART: usize = 8;
@@ -44,6 +46,26 @@ pub fn parts_for(len: usize, workers: &impl Workers) -> usize {
         0 | 1 => 1,
         width => (len / MIN_PART).clamp(1, (2 * width).min(MAX_PARTS)),
     }
+}
+
+/// Runs `work` on each of `parts` (at most [`MAX_PARTS`] are taken) on `workers`, and
+/// returns when all are done. The parts wait on the caller's stack, one lock each.
+pub fn run_parts<T: Send>(
+    workers: &impl Workers,
+    parts: impl IntoIterator<Item = T>,
+    work: impl Fn(T) + Sync,
+) {
+    let slots: [Mutex<Option<T>>; MAX_PARTS] = std::array::from_fn(|_| Mutex::new(None));
+    let mut count = 0;
+    for (slot, part) in slots.iter().zip(parts) {
+        *slot.lock() = Some(part);
+        count += 1;
+    }
+    workers.run(count, &|index| {
+        if let Some(part) = slots[index].lock().take() {
+            work(part);
+        }
+    });
 }
 
 /// The end of part `part` of `parts` over `len` items (the parts differ by at most one).
