@@ -68,10 +68,11 @@ impl Egress {
     }
 
     /// Encrypts the routed packets into `outbox`, one peer after the other, in read order.
-    /// With a session, the peer's `Tunn` lock is held only to lay the datagrams out and tick
-    /// its timers; the packets are sealed after it is released, a long run in parts on
-    /// `workers` (see [`crate::workers`]). Without one, `Tunn::encapsulate` queues them
-    /// and initiates a handshake. [`Step::Flush`] when an arena filled up: send the outbox
+    /// With several `workers` and a session, the peer's `Tunn` lock is held only to lay the
+    /// datagrams out and tick its timers; the packets are sealed after it is released, a
+    /// long run in parts (see [`crate::workers`]). With one worker, `Tunn::encapsulate`
+    /// seals them under the lock; without a session, it queues them and initiates a
+    /// handshake. [`Step::Flush`] when an arena filled up: send the outbox
     /// and call again with the same batch.
     pub fn encrypt<P: AsRef<[u8]> + Sync>(
         &mut self,
@@ -108,7 +109,10 @@ impl Egress {
             let out = outbox.batch_for(&endpoint);
             let mut cell = peer.tunn.lock();
             let tunn = cell.0.get();
-            let sent = match tunn.current_session() {
+            // One worker gains nothing from sealing outside the lock: `encapsulate` under it,
+            // as before the workers existed.
+            let session = (workers.width() > 1).then(|| tunn.current_session());
+            let sent = match session.flatten() {
                 Some(session) => {
                     let from = out.used();
                     let run = self.lay_out(packets, end, out, endpoint);
@@ -161,8 +165,9 @@ impl Egress {
         sent
     }
 
-    /// Hands the peer's packets (up to `end`) to `Tunn::encapsulate` under its lock: the
-    /// path without a session, where boringtun queues them and initiates a handshake.
+    /// Hands the peer's packets (up to `end`) to `Tunn::encapsulate` under its lock: the path
+    /// of a single worker, and without a session, where boringtun queues them and initiates
+    /// a handshake.
     #[allow(clippy::too_many_arguments)] // the batch's state, the peer and its lock, the arena
     fn encapsulate<P: AsRef<[u8]>>(
         &mut self,

@@ -2,7 +2,7 @@
 //! consumed → remap → IP packets in the TUN write batch; handshake messages to the handshake
 //! queue.
 
-use boringtun::noise::{Packet, Session, Tunn};
+use boringtun::noise::{Packet, Session, Tunn, TunnResult};
 
 use super::PacketSink;
 use super::timers::send_probe;
@@ -91,10 +91,11 @@ impl Ingress {
     }
 
     /// Decrypts the data messages into `writer`, peer by peer, in arrival order per peer,
-    /// translating each packet (source check, ACL, real → view) in place. A run of one
-    /// peer's messages on one session is opened outside the peer's `Tunn` lock, a long run
-    /// in parts on `workers`; the lock is taken to find the session and, after the run, to
-    /// tick boringtun's timers. Probe PINGs are answered through `transmit`. [`Step::Flush`]
+    /// translating each packet (source check, ACL, real → view) in place. With several
+    /// `workers`, a run of one peer's messages on one session is opened outside the peer's
+    /// `Tunn` lock, a long run in parts; the lock is taken to find the session and, after
+    /// the run, to tick boringtun's timers. With one worker, `Tunn::decapsulate` opens them
+    /// under one lock. Probe PINGs are answered through `transmit`. [`Step::Flush`]
     /// when the TUN batch is full: write it, then call again.
     #[allow(clippy::too_many_arguments)] // the batch, its two outputs, the workers, the time
     pub fn decrypt(
@@ -134,6 +135,10 @@ impl Ingress {
                 probes: ProbeInbox::default(),
                 tally: Tally::default(),
             };
+            if workers.width() == 1 {
+                // One worker gains nothing from opening outside the lock.
+                self.decapsulate(batch, end, &mut run, writer);
+            }
             while self.next < end && writer.room() > 0 {
                 let receiver = self.pending[self.next].2;
                 let run_end = self.next
@@ -181,6 +186,42 @@ impl Ingress {
             }
         }
         Step::Done
+    }
+
+    /// Hands the peer's datagrams (up to `end`, while the writer has room) to
+    /// `Tunn::decapsulate` under one lock: the path of a single worker.
+    fn decapsulate(
+        &mut self,
+        batch: &RecvBatch,
+        end: usize,
+        run: &mut Run<'_>,
+        writer: &mut impl PacketSink,
+    ) {
+        let mut cell = run.peer.tunn.lock();
+        let tunn = cell.0.get();
+        while self.next < end {
+            let Some(space) = writer.space() else { break };
+            let datagram = batch.get(self.pending[self.next].3);
+            self.next += 1;
+            match tunn.decapsulate(Some(datagram.source.ip()), datagram.bytes, space) {
+                TunnResult::WriteToTunnelV4(packet, _) | TunnResult::WriteToTunnelV6(packet, _) => {
+                    if let Some(len) = run.accept(&datagram, packet) {
+                        writer.commit(len);
+                    }
+                }
+                TunnResult::Done => {
+                    run.accept(&datagram, &mut []); // a keepalive
+                }
+                TunnResult::WriteToNetwork(_) => {
+                    // Transport data never asks for a reply; nothing to send.
+                    tracing::trace!("unexpected reply to a data message");
+                }
+                TunnResult::Err(error) => {
+                    tracing::trace!(?error, source = %datagram.source, "datagram rejected");
+                    run.tally.rejected += 1;
+                }
+            }
+        }
     }
 
     /// Opens the run's datagrams (up to `end`, at most the writer's room) one by one

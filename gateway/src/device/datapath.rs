@@ -13,10 +13,12 @@
 //! multi-queue TUN device, and N [`udp_loop`]s per address family, one per socket of the
 //! family's `SO_REUSEPORT` group ([`super::net`]). The `tun_loop` of queue `i` sends on
 //! socket `i` of a family, the `udp_loop`s of socket `i` write to TUN queue `i`. The tasks
-//! share nothing but the snapshot, the sockets, the peers and the crypto workers; two of
-//! them working for the same peer hold its `Tunn` mutex only to take its session and tick
-//! its timers, and seal or open their runs in parallel. Within one task, a long run of one
-//! peer is cut into parts for [`Shared::workers`](super::shared::Shared::workers).
+//! share nothing but the snapshot, the sockets, the peers and the crypto workers. With more
+//! than one crypto worker, two tasks working for the same peer hold its `Tunn` mutex only
+//! to take its session and tick its timers, and seal or open their runs in parallel, and
+//! within one task a long run of one peer is cut into parts for
+//! [`Shared::workers`](super::shared::Shared::workers); with one, they serialize on the
+//! mutex, which `encapsulate`/`decapsulate` hold for a whole run.
 //!
 //! Why the packets of one flow stay in order, N > 1 included:
 //!
