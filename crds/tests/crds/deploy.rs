@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Namespace, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Namespace, PodSpec, Service, ServiceAccount,
+};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kubetun_crds::{CIDR_PATTERN, GROUP, all_crds};
@@ -208,16 +210,20 @@ fn rbac_covers_what_the_controller_does_and_binds_the_service_account() {
     }
 }
 
-fn container<'a>(deployment: &'a Deployment, name: &str) -> &'a Container {
-    let spec = deployment
+fn pod_spec(deployment: &Deployment) -> &PodSpec {
+    deployment
         .spec
         .as_ref()
         .unwrap()
         .template
         .spec
         .as_ref()
-        .unwrap();
-    spec.containers
+        .unwrap()
+}
+
+fn container<'a>(deployment: &'a Deployment, name: &str) -> &'a Container {
+    pod_spec(deployment)
+        .containers
         .iter()
         .find(|c| c.name == name)
         .unwrap_or_else(|| panic!("no {name} container"))
@@ -249,14 +255,7 @@ fn port_number(c: &Container, port: &IntOrString) -> i32 {
 fn the_pod_is_wired_as_documented() {
     let all = manifests();
     let deployment: Deployment = one(&all, "Deployment");
-    let pod = deployment
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap();
+    let pod = pod_spec(&deployment);
     assert_eq!(pod.service_account_name.as_deref(), Some(SERVICE_ACCOUNT));
     assert_eq!(deployment.spec.as_ref().unwrap().replicas, Some(1));
 

@@ -422,8 +422,7 @@ impl SendBatch {
         self.messages[self.cursor..]
             .iter()
             .flat_map(move |message| {
-                let bytes = &self.data[message.start..message.start + message.len];
-                bytes
+                self.bytes(message)
                     .chunks(message.segment.max(1))
                     .map(move |datagram| (message.dest, datagram))
             })

@@ -138,39 +138,8 @@ impl Ingress {
             if workers.width() == 1 {
                 // One worker gains nothing from opening outside the lock.
                 self.decapsulate(batch, end, &mut run, writer);
-            }
-            while self.next < end && writer.room() > 0 {
-                let receiver = self.pending[self.next].2;
-                let run_end = self.next
-                    + self.pending[self.next..end]
-                        .iter()
-                        .take_while(|entry| entry.2 == receiver)
-                        .count();
-                let session = peer
-                    .tunn
-                    .lock()
-                    .0
-                    .made()
-                    .and_then(|tunn| tunn.session_for(receiver));
-                let Some(session) = session else {
-                    // Expired, replaced long ago, or never ours: what `decapsulate` refuses.
-                    run.tally.rejected += (run_end - self.next) as u64;
-                    self.next = run_end;
-                    continue;
-                };
-                let before = run.tally;
-                let run_end = run_end.min(self.next + writer.room());
-                if parts_for(run_end - self.next, workers) > 1 {
-                    self.open_in_parts(&session, batch, run_end, &mut run, writer, workers);
-                } else {
-                    self.open_in_place(&session, batch, run_end, &mut run, writer);
-                }
-                let accepted = run.tally.accepted - before.accepted;
-                let data = run.tally.data - before.data;
-                let plaintext = run.tally.plaintext - before.plaintext;
-                if let Some(tunn) = peer.tunn.lock().0.made_mut() {
-                    tunn.mark_received(receiver, accepted as usize, data, plaintext);
-                }
+            } else {
+                self.open_with_sessions(batch, end, &mut run, writer, workers);
             }
             let Run {
                 tally, mut probes, ..
@@ -186,6 +155,49 @@ impl Ingress {
             }
         }
         Step::Done
+    }
+
+    /// Opens the peer's datagrams (up to `end`, while the writer has room) run by run, a run
+    /// being the datagrams of one session: the session is taken under the peer's `Tunn`
+    /// lock, the run opened outside it (in parts on `workers` when long), then boringtun's
+    /// timers are ticked for it under the lock.
+    fn open_with_sessions(
+        &mut self,
+        batch: &RecvBatch,
+        end: usize,
+        run: &mut Run<'_>,
+        writer: &mut impl PacketSink,
+        workers: &impl Workers,
+    ) {
+        let tunn = &run.peer.tunn;
+        while self.next < end && writer.room() > 0 {
+            let receiver = self.pending[self.next].2;
+            let run_end = self.next
+                + self.pending[self.next..end]
+                    .iter()
+                    .take_while(|entry| entry.2 == receiver)
+                    .count();
+            let session = tunn.lock().0.made().and_then(|t| t.session_for(receiver));
+            let Some(session) = session else {
+                // Expired, replaced long ago, or never ours: what `decapsulate` refuses.
+                run.tally.rejected += (run_end - self.next) as u64;
+                self.next = run_end;
+                continue;
+            };
+            let before = run.tally;
+            let run_end = run_end.min(self.next + writer.room());
+            if parts_for(run_end - self.next, workers) > 1 {
+                self.open_in_parts(&session, batch, run_end, run, writer, workers);
+            } else {
+                self.open_in_place(&session, batch, run_end, run, writer);
+            }
+            let accepted = (run.tally.accepted - before.accepted) as usize;
+            let data = run.tally.data - before.data;
+            let plaintext = run.tally.plaintext - before.plaintext;
+            if let Some(t) = tunn.lock().0.made_mut() {
+                t.mark_received(receiver, accepted, data, plaintext);
+            }
+        }
     }
 
     /// Hands the peer's datagrams (up to `end`, while the writer has room) to
