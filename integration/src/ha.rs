@@ -445,6 +445,20 @@ impl HaLab {
         self.silence_since(&train, stopped_at, "the API-server outage")
     }
 
+    /// Freezes the API server for `frozen_for` (it accepts connections and answers nothing,
+    /// then answers late) under a ping train; the longest silence of the train from the
+    /// freeze until 3 s after the thaw.
+    pub async fn api_stall(&mut self, frozen_for: Duration) -> Result<Duration, HaError> {
+        let train = self.ping_train()?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let frozen_at = unix_now();
+        self.cluster.freeze_apiserver(true);
+        tokio::time::sleep(frozen_for).await;
+        self.cluster.freeze_apiserver(false);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        self.silence_since(&train, frozen_at, "the API-server stall")
+    }
+
     /// The longest silence of `train` from `since` (Unix seconds) until now; an error when
     /// no reply came after `what`.
     fn silence_since(
@@ -583,11 +597,15 @@ impl HaLab {
         Ok(())
     }
 
-    fn log(&self, name: &str) -> Result<std::fs::File, HaError> {
-        Ok(std::fs::OpenOptions::new()
+    /// Appends `cmd`'s stdout (where the daemons log) and stderr (their exit reason) to the
+    /// log `name` in the lab's directory.
+    fn log_to(&self, cmd: &mut std::process::Command, name: &str) -> Result<(), HaError> {
+        let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.dir.join(name))?)
+            .open(self.dir.join(name))?;
+        cmd.stdout(log.try_clone()?).stderr(log);
+        Ok(())
     }
 
     /// Starts what of replica `replica` is not running: its gateway (standby) and controller.
@@ -621,9 +639,10 @@ impl HaLab {
                 .args(["--manage-routes", "--replica", &node.name])
                 .args(["--node-ip", &node.l2])
                 .env("RUST_LOG", "info")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(self.log(&format!("controller-{}.log", replica + 1))?);
+                // The exit reason without a backtrace: the log's tail is the story.
+                .env("RUST_LIB_BACKTRACE", "0")
+                .stdin(Stdio::null());
+            self.log_to(&mut cmd, &format!("controller-{}.log", replica + 1))?;
             self.replicas[replica].controller = Some(NsChild::spawn(&mut cmd)?);
         }
         Ok(())
@@ -658,9 +677,8 @@ impl HaLab {
             .args(["--gateway-lease", DEFAULT_LEASE_NAME])
             .args(["--attachment", "direct"])
             .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(self.log(&format!("agent-{}.log", index + 1))?);
+            .stdin(Stdio::null());
+        self.log_to(&mut cmd, &format!("agent-{}.log", index + 1))?;
         let child = NsChild::spawn(&mut cmd)?;
         if self.agents.len() <= index {
             self.agents.resize_with(index + 1, || None);
@@ -774,6 +792,34 @@ impl Drop for HaLab {
             replica.gateway = None;
         }
         self.relays.clear();
+        if std::thread::panicking() {
+            self.print_log_tails();
+        }
+    }
+}
+
+impl HaLab {
+    /// The last lines of every process's log, for a failed test's output (the lab's
+    /// directory goes with the test).
+    fn print_log_tails(&self) {
+        const LINES: usize = 40;
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut logs: Vec<_> = entries
+            .filter_map(Result::ok)
+            .map(|entry| entry.path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "log"))
+            .collect();
+        logs.sort();
+        for log in logs {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            println!("--- last lines of {}:", log.display());
+            for line in &lines[lines.len().saturating_sub(LINES)..] {
+                println!("{line}");
+            }
+        }
     }
 }
 

@@ -318,6 +318,25 @@ impl TestCluster {
         self.write_pids();
     }
 
+    /// Freezes (SIGSTOP) or thaws (SIGCONT) the API server: while frozen it accepts
+    /// connections (the kernel completes them) but answers nothing, as a server does that
+    /// is starting or starved; thawed, it answers what waited, late.
+    pub fn freeze_apiserver(&self, frozen: bool) {
+        let Some(pid) = self
+            .apiserver
+            .as_ref()
+            .and_then(|p| i32::try_from(p.pid).ok())
+        else {
+            return;
+        };
+        let signal = if frozen {
+            Signal::SIGSTOP
+        } else {
+            Signal::SIGCONT
+        };
+        let _ = kill(Pid::from_raw(pid), signal);
+    }
+
     /// Starts the API server again on the same port, certificates and data.
     pub async fn start_apiserver(&mut self) -> Result<(), Error> {
         if self.apiserver.is_some() {

@@ -171,7 +171,9 @@ impl Elector {
     pub async fn release(&mut self) {
         self.election.resign();
         self.hold(Duration::ZERO).await;
-        let Ok(Some(mut lease)) = self.bounded(self.api.get_opt(&self.name)).await else {
+        let answer_by = Instant::now() + self.election.timing().renew_deadline * 2;
+        let Ok(Some(mut lease)) = self.bounded(answer_by, self.api.get_opt(&self.name)).await
+        else {
             return;
         };
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
@@ -183,7 +185,10 @@ impl Elector {
             annotations.remove(NODE_IP_ANNOTATION);
         }
         match self
-            .bounded(self.api.replace(&self.name, &PostParams::default(), &lease))
+            .bounded(
+                answer_by,
+                self.api.replace(&self.name, &PostParams::default(), &lease),
+            )
             .await
         {
             Ok(_) => tracing::info!(lease = self.name, "gateway lease released"),
@@ -198,7 +203,8 @@ impl Elector {
 
     /// One read, decision and (if due) write; then the gateway's role follows the outcome.
     ///
-    /// When the API server stops answering (or answers errors) while this replica leads, its
+    /// When the API server stops answering (answers errors, or answers too late to keep the
+    /// gateway held) while this replica leads, its
     /// gateway stays active (re-held every step for the renew deadline) until the API server
     /// answers again: then the replica renews, or steps down if another one took the Lease
     /// meanwhile. An API-server restart thus costs no traffic. Candidates forget what they
@@ -214,8 +220,18 @@ impl Elector {
         // the replica that holds it would carry no traffic. The probe is a Hold for the
         // time this replica may still carry traffic (zero on standby), so it also keeps
         // the role.
-        let gateway_alive = self.hold(self.active_for(started)).await;
-        let step = match self.try_step(started, gateway_alive).await {
+        let held_for = self.active_for(started);
+        let gateway_alive = self.hold(held_for).await;
+        // An active replica's requests must be answered while its gateway is still held,
+        // with time left for the next Hold: an API server that answers later (starting,
+        // starved, frozen) counts as away, and the gateway is held on instead of lapsing
+        // in the middle of the step.
+        let answer_by = if was_active {
+            started + held_for.saturating_sub(HOLD_DEADLINE)
+        } else {
+            started + self.election.timing().renew_deadline * 2
+        };
+        let step = match self.try_step(started, answer_by, gateway_alive).await {
             Ok(step) => step,
             // Away, starting (a restarted API server answers 403 until its RBAC caches are
             // filled) or refusing: nobody can write the Lease meanwhile, so whoever leads
@@ -239,7 +255,9 @@ impl Elector {
                 );
                 self.sticky_since = Some(now);
             }
-            (Step::Unreachable, _) => {}
+            // Only a renewal in time or another holder ends an outage: a conflict or a
+            // renewal that came too late leaves the next read to tell.
+            (Step::Unreachable | Step::Unsure, _) => {}
             (_, Some(since)) => {
                 tracing::info!(
                     lease = self.name,
@@ -286,9 +304,12 @@ impl Elector {
     async fn try_step(
         &mut self,
         started: Instant,
+        answer_by: Instant,
         gateway_alive: bool,
     ) -> Result<Step, LeaseError> {
-        let current = self.bounded(self.api.get_opt(&self.name)).await?;
+        let current = self
+            .bounded(answer_by, self.api.get_opt(&self.name))
+            .await?;
         let observed = current.as_ref().map(observed);
         let holder = observed
             .as_ref()
@@ -312,8 +333,9 @@ impl Elector {
             }
             Decision::Claim { takeover } => {
                 let lease = self.claim_record(current, takeover);
+                let sent = Instant::now();
                 let written = self
-                    .bounded(async {
+                    .bounded(answer_by, async {
                         if lease.metadata.resource_version.is_some() {
                             self.api
                                 .replace(&self.name, &PostParams::default(), &lease)
@@ -325,7 +347,7 @@ impl Elector {
                     .await;
                 match written {
                     Ok(lease) => {
-                        self.election.claimed(started);
+                        self.election.claimed(sent);
                         // A record that named this replica already was renewed, not taken.
                         if holder.as_deref() != Some(self.election.identity()) {
                             let previous = holder.or_else(|| self.last_holder.take());
@@ -343,15 +365,18 @@ impl Elector {
         }
     }
 
-    /// `request` within the renew deadline: a later answer could not count anyway.
+    /// `request` within the renew deadline and by `answer_by`: a later answer could not
+    /// count anyway.
     async fn bounded<T>(
         &self,
+        answer_by: Instant,
         request: impl std::future::Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, LeaseError> {
-        let deadline = self.election.timing().renew_deadline;
-        tokio::time::timeout(deadline, request)
+        let started = Instant::now();
+        let deadline = answer_by.min(started + self.election.timing().renew_deadline);
+        tokio::time::timeout_at(deadline.into(), request)
             .await
-            .map_err(|_| LeaseError::Timeout(deadline))?
+            .map_err(|_| LeaseError::Timeout(deadline.saturating_duration_since(started)))?
             .map_err(LeaseError::from)
     }
 

@@ -1,7 +1,8 @@
 //! Replicated gateways on a real API server (`kubetun_integration::ha`): the active replica's
 //! node is killed (`kill -9` of gateway, controller and route agent) or cut off (links down,
 //! API server unreachable), and a 20 ms ping train from the remote cluster measures how long
-//! traffic stops; then a split brain: the active replica's controller freezes while its
+//! traffic stops; the API server restarted and stalled (frozen, then answering late) under
+//! the active replica; then a split brain: the active replica's controller freezes while its
 //! gateway runs on, connected, and thaws once the other replica holds the lease.
 //! Needs root (namespaces, TUN) and the API-server binaries (`.ci/setup` installs them).
 
@@ -14,6 +15,10 @@ use kubetun_integration::netns::require_root;
 const GOAL: f64 = 2.0;
 /// The longest silence allowed when a failed node comes back: no blackhole.
 const RETURN_GAP: Duration = Duration::from_millis(500);
+/// The longest silence allowed through a stalled API server: a few pings of the train, so a
+/// gateway that lapses for a moment (a hold that ran out while the step waited for the API
+/// server: ~190 ms) fails it.
+const STALL_GAP: Duration = Duration::from_millis(150);
 
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
@@ -125,6 +130,34 @@ async fn a_failed_gateway_node_is_replaced_within_two_seconds_and_a_thawed_one_s
         lab.failover_events().await.expect("events").len(),
         events.len(),
         "no takeover after the outage"
+    );
+
+    // A stalled API server (accepting, answering nothing, then answering late, as one that
+    // is starting or starved) costs no traffic and no failover either.
+    let holder = lab
+        .wait_settled(Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let gap = lab
+        .api_stall(Duration::from_secs(3))
+        .await
+        .unwrap_or_else(|e| panic!("API stall: {e}"));
+    println!("API server frozen for 3 s: longest silence {gap:?}");
+    assert!(
+        gap < STALL_GAP,
+        "an API-server stall interrupted traffic: {gap:?}"
+    );
+    assert_eq!(
+        lab.wait_settled(Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|e| panic!("{e}")),
+        holder,
+        "the holder kept the Lease through the stall"
+    );
+    assert_eq!(
+        lab.failover_events().await.expect("events").len(),
+        events.len(),
+        "no takeover after the stall"
     );
 
     // Split brain: the active controller freezes, its gateway runs on and is connected.
