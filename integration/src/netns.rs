@@ -371,6 +371,12 @@ pub fn spawn_gateway(
     })
 }
 
+/// Removes the socket a killed earlier run left at `path` (one of the test's own interface
+/// names), so that [`wait_for_path`] waits for the new daemon's instead of finding it.
+pub fn remove_stale_socket(path: &std::path::Path) {
+    let _ = std::fs::remove_file(path);
+}
+
 /// Waits until `path` exists (a socket a daemon creates when ready) or `timeout` passes.
 pub fn wait_for_path(path: &std::path::Path, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;

@@ -22,7 +22,8 @@ use kubetun_controller::gateway_api::{self, ConnCheck, ConnectionState, DesiredS
 use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::keys::GatewayKey;
 use kubetun_integration::netns::{
-    Netns, NsChild, bin_path, command_exists, require_root, veth, wait_for_path,
+    Netns, NsChild, bin_path, command_exists, remove_stale_socket, require_root, veth,
+    wait_for_path,
 };
 
 const PORT: u32 = 51820;
@@ -101,6 +102,7 @@ impl Side {
     }
 
     fn start_wireguard_go(&mut self) {
+        remove_stale_socket(&self.uapi_socket());
         let mut cmd = self.ns().command("wireguard-go");
         cmd.args(["-f", &self.ifname])
             .stdin(Stdio::null())

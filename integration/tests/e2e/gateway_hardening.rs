@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use kubetun_integration::netns::{Netns, bin_path, command_exists, require_root, veth};
+use kubetun_integration::netns::{
+    Netns, bin_path, command_exists, remove_stale_socket, require_root, veth,
+};
 
 const STARTUP: Duration = Duration::from_secs(10);
 /// The gRPC client's usual per-call deadline.
@@ -112,6 +114,7 @@ fn grpc_client(
 }
 
 fn wireguard_go(ns: &Netns, ifname: &str) -> Proc {
+    remove_stale_socket(&uapi_socket(ifname));
     let mut cmd = ns.command("wireguard-go");
     cmd.args(["-f", ifname])
         .env("WG_PROCESS_FOREGROUND", "1")

@@ -10,7 +10,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use kubetun_integration::netns::{
-    Netns, NsChild, bin_path, command_exists, require_root, veth, wait_for_path,
+    Netns, NsChild, bin_path, command_exists, remove_stale_socket, require_root, veth,
+    wait_for_path,
 };
 
 /// The tunnel's inner addresses and the underlay addresses of the two sides.
@@ -116,6 +117,7 @@ impl Side {
                 cmd
             }
             Implementation::WireguardGo => {
+                remove_stale_socket(&self.uapi_socket());
                 let mut cmd = self.ns.command("wireguard-go");
                 cmd.args(["-f", &self.ifname]);
                 cmd
