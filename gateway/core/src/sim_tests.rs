@@ -569,3 +569,38 @@ fn a_standby_side_is_silent_until_promoted_and_lapses_at_its_deadline() {
     assert!(!net.delivered[0].contains(&lost));
     assert_eq!(net.gateways[0].drop_count("standby"), 8);
 }
+
+/// A replica on standby for longer than a session lives (180 s) and then promoted: its
+/// boringtun timers did not run meanwhile, so the session its promotion makes must not be
+/// dated back to when standby began (it would expire at the next tick and the peer's next
+/// packet would be lost to a second handshake).
+#[test]
+fn a_side_promoted_after_a_long_standby_keeps_the_session_its_promotion_made() {
+    let mut net = Net::new();
+    net.reset_limiters = true;
+    net.send(End::A, 1);
+    net.drain().expect("clean wire");
+    net.hold(End::A, Duration::ZERO);
+    net.tick(200);
+    net.drain().expect("clean wire");
+
+    net.hold(End::A, Duration::from_secs(60));
+    net.drain().expect("clean wire");
+    let handshakes = net.gateways[1].peer().stats.handshakes.load(Relaxed);
+    net.tick(1);
+    let (a, b) = (net.send(End::A, 1)[0], net.send(End::B, 1)[0]);
+    net.drain().expect("clean wire");
+    assert!(
+        net.delivered[1].contains(&a),
+        "A's first packet after promotion"
+    );
+    assert!(
+        net.delivered[0].contains(&b),
+        "B's first packet after promotion"
+    );
+    assert_eq!(
+        net.gateways[1].peer().stats.handshakes.load(Relaxed),
+        handshakes,
+        "the promotion's session lasted; no second handshake"
+    );
+}

@@ -55,7 +55,8 @@ pub fn reset_rate_limiters(snapshot: &Snapshot) {
 }
 
 /// Sends a handshake initiation to `slot`'s peer if it has an endpoint, no session and no
-/// handshake in flight, or with `force` whenever it has an endpoint; true when one was sent.
+/// handshake in flight, or with `force` (a promotion) whenever it has an endpoint; true when
+/// one was sent.
 /// `out` must hold 148 bytes.
 pub fn initiate_session(
     slot: &PeerSlot,
@@ -89,6 +90,13 @@ pub fn initiate_to(
         let tunn = cell.0.get();
         if !force && tunn.stats().0.is_some() {
             return false;
+        }
+        if force {
+            // A promoted replica's timers did not run on standby (the shells skip them), and
+            // boringtun dates a new session by its last timer run: bring that up to date, or
+            // a session made after a standby longer than 180 s expires at the next tick.
+            // What the timers would send now is superseded by this initiation.
+            let _superseded = tunn.update_timers(out);
         }
         match tunn.format_handshake_initiation(out, force) {
             TunnResult::WriteToNetwork(datagram) => datagram.len(),
