@@ -43,6 +43,8 @@ struct Side {
     queues: Option<u16>,
     /// kubetun's `--spin-window-us`; `None` leaves the default (off).
     spin_window_us: Option<u32>,
+    /// kubetun's `--crypto-workers`; `None` leaves the default (none below four cores).
+    crypto_workers: Option<usize>,
     _keys: tempfile::TempDir,
 }
 
@@ -86,6 +88,7 @@ impl Side {
             metrics_port: None,
             queues: None,
             spin_window_us: None,
+            crypto_workers: None,
             _keys: keys,
         }
     }
@@ -113,6 +116,9 @@ impl Side {
                 }
                 if let Some(window) = self.spin_window_us {
                     cmd.arg("--spin-window-us").arg(window.to_string());
+                }
+                if let Some(workers) = self.crypto_workers {
+                    cmd.arg("--crypto-workers").arg(workers.to_string());
                 }
                 cmd
             }
@@ -788,6 +794,23 @@ fn a_spin_window_gateway_carries_traffic() {
     a.spin_window_us = Some(200);
     a.start();
     connect(&a, &b, Endpoints::Both);
+    ping_and_iperf(&a, TUNNEL_A, &b, TUNNEL_B);
+    ping_and_iperf(&b, TUNNEL_B, &a, TUNNEL_A);
+}
+
+/// Crypto helpers (`--crypto-workers 2`: one peer's runs sealed and opened outside its lock,
+/// long runs in parts on two threads, as on a node of four cores or more) against
+/// wireguard-go, bulk traffic both ways.
+#[test]
+fn a_gateway_with_crypto_helpers_interoperates_with_wireguard_go() {
+    let _turn = kubetun_integration::netns::turn(module_path!());
+    let Some((mut a, b)) = pair("cw", Implementation::Kubetun, Implementation::WireguardGo) else {
+        return;
+    };
+    a.stop();
+    a.crypto_workers = Some(2);
+    a.start();
+    connect(&a, &b, Endpoints::AKnowsB);
     ping_and_iperf(&a, TUNNEL_A, &b, TUNNEL_B);
     ping_and_iperf(&b, TUNNEL_B, &a, TUNNEL_A);
 }
