@@ -47,24 +47,40 @@ struct Gateway {
     writer: Sink,
 }
 
-/// The TUN write batch: `BATCH` slots, emptied after every batch.
+/// The TUN write batch: `BATCH` buffers, one per packet, emptied after every batch.
 struct Sink {
-    slots: Vec<u8>,
+    slots: Vec<Box<[u8]>>,
     lengths: Vec<usize>,
 }
 
 impl PacketSink for Sink {
+    type Slot = Box<[u8]>;
+
     fn space(&mut self) -> Option<&mut [u8]> {
-        let used = self.lengths.len();
-        (used < BATCH).then(|| &mut self.slots[used * MAX_PACKET..(used + 1) * MAX_PACKET])
+        self.free_slots().first_mut().map(|slot| &mut slot[..])
     }
 
     fn commit(&mut self, len: usize) {
-        self.lengths.push(len);
+        self.commit_slot(0, len);
     }
 
     fn room(&self) -> usize {
         BATCH - self.lengths.len()
+    }
+
+    fn free_slots(&mut self) -> &mut [Box<[u8]>] {
+        let used = self.lengths.len();
+        &mut self.slots[used..]
+    }
+
+    fn slot_space(slot: &mut Box<[u8]>) -> &mut [u8] {
+        slot
+    }
+
+    fn commit_slot(&mut self, skip: usize, len: usize) {
+        let used = self.lengths.len();
+        self.slots.swap(used, used + skip);
+        self.lengths.push(len);
     }
 }
 
@@ -145,7 +161,9 @@ impl Gateway {
             outbox: Outbox::new(BATCH),
             inbound: RecvBatch::new(BATCH),
             writer: Sink {
-                slots: vec![0; BATCH * MAX_PACKET],
+                slots: (0..BATCH)
+                    .map(|_| vec![0; MAX_PACKET].into_boxed_slice())
+                    .collect(),
                 lengths: Vec::with_capacity(BATCH),
             },
         }

@@ -26,16 +26,10 @@ pub struct Ingress {
     pending: Vec<(PeerId, u32, u32, Position)>,
     /// The next entry of `pending` to decrypt.
     next: usize,
-    /// Where a long run is opened in parts on several workers before it is copied to the
-    /// TUN batch in order (a short run is opened straight into the TUN batch).
-    opened: Box<[u8]>,
-    /// Per datagram of such a run: its plaintext's length in `opened`, or `None` when it
-    /// was refused.
+    /// Per datagram of a run opened in parts: its plaintext's length in its slot of the
+    /// TUN batch, or `None` when it was refused.
     lengths: Vec<Option<u32>>,
 }
-
-/// Room for the plaintext of a run opened in parts: about 176 full-size datagrams.
-const OPENED_ROOM: usize = 256 * 1024;
 
 impl Ingress {
     /// Room for `datagrams` datagrams per batch.
@@ -43,7 +37,6 @@ impl Ingress {
         Self {
             pending: Vec::with_capacity(datagrams),
             next: 0,
-            opened: vec![0; OPENED_ROOM].into_boxed_slice(),
             lengths: Vec::with_capacity(datagrams),
         }
     }
@@ -263,72 +256,56 @@ impl Ingress {
         }
     }
 
-    /// Opens the run's datagrams (up to `end`, at most the writer's room and what
-    /// [`OPENED_ROOM`] holds) in parts on `workers`, then hands them to the TUN batch in
-    /// arrival order.
-    fn open_in_parts(
+    /// Opens the run's datagrams (up to `end`, at most the writer's room) in parts on
+    /// `workers`, each straight into its own slot of the TUN batch; then accepts them in
+    /// arrival order, committing the slots of the packets that pass.
+    fn open_in_parts<W: PacketSink>(
         &mut self,
         session: &Session,
         batch: &RecvBatch,
         end: usize,
         run: &mut Run<'_>,
-        writer: &mut impl PacketSink,
+        writer: &mut W,
         workers: &impl Workers,
     ) {
-        let mut room = self.opened.len();
-        let fits = self.pending[self.next..end]
-            .iter()
-            .take_while(|entry| {
-                let need = batch.get(entry.3).bytes.len();
-                let fits = need <= room;
-                room = room.saturating_sub(need);
-                fits
-            })
-            .count();
-        // A datagram is at most 64 KiB: the first always fits.
-        let entries = &self.pending[self.next..self.next + fits];
+        let entries = &self.pending[self.next..end];
         self.lengths.clear();
         self.lengths.resize(entries.len(), None);
         let parts = parts_for(entries.len(), workers);
-        let (mut entries_left, mut opened_left, mut lengths_left, mut start) =
-            (entries, &mut self.opened[..], &mut self.lengths[..], 0);
+        let (mut entries_left, mut slots_left, mut lengths_left, mut start) = (
+            entries,
+            &mut writer.free_slots()[..entries.len()],
+            &mut self.lengths[..],
+            0,
+        );
         let cut = (0..parts).map(|part| {
             let end = part_end(entries.len(), parts, part);
             let (these, rest) = entries_left.split_at(end - start);
-            let bytes = these
-                .iter()
-                .map(|entry| batch.get(entry.3).bytes.len())
-                .sum();
-            let (opened, opened_rest) = std::mem::take(&mut opened_left).split_at_mut(bytes);
+            let (slots, slots_rest) = std::mem::take(&mut slots_left).split_at_mut(these.len());
             let (lengths, lengths_rest) =
                 std::mem::take(&mut lengths_left).split_at_mut(these.len());
-            (entries_left, opened_left, lengths_left, start) =
-                (rest, opened_rest, lengths_rest, end);
-            OpenPart {
+            (entries_left, slots_left, lengths_left, start) = (rest, slots_rest, lengths_rest, end);
+            OpenPart::<W> {
                 session,
                 batch,
                 entries: these,
-                opened,
+                slots,
                 lengths,
             }
         });
         run_parts(workers, cut, OpenPart::open);
-        let mut offset = 0;
-        for (entry, length) in entries.iter().zip(&self.lengths) {
-            let datagram = batch.get(entry.3);
-            let slot = offset..offset + datagram.bytes.len();
-            offset = slot.end;
+        let mut committed = 0;
+        for (index, (entry, length)) in entries.iter().zip(&self.lengths).enumerate() {
             let Some(len) = *length else {
                 run.tally.rejected += 1;
                 continue;
             };
-            let plaintext = &mut self.opened[slot][..len as usize];
-            if let Some(len) = run.accept(&datagram, plaintext) {
-                let Some(space) = writer.space() else {
-                    unreachable!("the run fits into the writer's room")
-                };
-                space[..len].copy_from_slice(&plaintext[..len]);
-                writer.commit(len);
+            let skip = index - committed;
+            let slot = &mut writer.free_slots()[skip];
+            let plaintext = &mut W::slot_space(slot)[..len as usize];
+            if let Some(len) = run.accept(&batch.get(entry.3), plaintext) {
+                writer.commit_slot(skip, len);
+                committed += 1;
             }
         }
         self.next += entries.len();
@@ -350,23 +327,21 @@ fn open(session: &Session, datagram: &[u8], dst: &mut [u8]) -> Option<usize> {
     }
 }
 
-/// One part of a run, opened by one worker.
-struct OpenPart<'a> {
+/// One part of a run, opened by one worker into its own slots of the TUN batch.
+struct OpenPart<'a, W: PacketSink> {
     session: &'a Session,
     batch: &'a RecvBatch,
     entries: &'a [(PeerId, u32, u32, Position)],
-    opened: &'a mut [u8],
+    slots: &'a mut [W::Slot],
     lengths: &'a mut [Option<u32>],
 }
 
-impl OpenPart<'_> {
+impl<W: PacketSink> OpenPart<'_, W> {
     fn open(self) {
-        let mut opened = self.opened;
-        for (entry, length) in self.entries.iter().zip(self.lengths) {
+        let slots = self.slots.iter_mut().zip(self.lengths);
+        for (entry, (slot, length)) in self.entries.iter().zip(slots) {
             let datagram = self.batch.get(entry.3).bytes;
-            let (slot, rest) = opened.split_at_mut(datagram.len());
-            *length = open(self.session, datagram, slot).map(|len| len as u32);
-            opened = rest;
+            *length = open(self.session, datagram, W::slot_space(slot)).map(|len| len as u32);
         }
     }
 }

@@ -105,7 +105,14 @@ pub trait Transmit {
 }
 
 /// Takes the packets decrypted from a receive batch: the shell's TUN write batch.
+///
+/// The batch is a row of slots, one packet each. A packet is written either into
+/// [`PacketSink::space`] (the next slot) and committed, or, when several workers open a run
+/// at once, into [`PacketSink::free_slots`] side by side and committed slot by slot in
+/// order, the slots of refused packets skipped.
 pub trait PacketSink {
+    /// One packet's buffer, apart from the others so that workers can fill several at once.
+    type Slot: Send;
     /// Space for the next packet (up to [`MAX_PACKET`] bytes), or `None` when the batch is
     /// full and must be written first. Write the packet at the start, then
     /// [`PacketSink::commit`] its length.
@@ -114,6 +121,15 @@ pub trait PacketSink {
     fn commit(&mut self, len: usize);
     /// How many more packets fit before the batch must be written.
     fn room(&self) -> usize;
+    /// The free slots ([`PacketSink::room`] of them), in the order they would be committed.
+    fn free_slots(&mut self) -> &mut [Self::Slot];
+    /// Where a slot's packet goes (up to [`MAX_PACKET`] bytes, from the start).
+    fn slot_space(slot: &mut Self::Slot) -> &mut [u8];
+    /// Adds the `len`-byte packet in the free slot `skip` places after the first free one:
+    /// that slot changes places with the first free one, the free slots after it keep
+    /// theirs. So committing the accepted slots of one [`PacketSink::free_slots`] in order,
+    /// each at its index less the number committed before it, adds them in that order.
+    fn commit_slot(&mut self, skip: usize, len: usize);
 }
 
 /// Takes the handshake messages found in a receive batch.

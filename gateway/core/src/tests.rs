@@ -84,33 +84,49 @@ pub(super) fn side_b() -> Side {
 /// decryption stops with [`Step::Flush`] as it does there.
 #[derive(Debug)]
 struct TunBatch {
+    /// The packets committed, in order.
     packets: Vec<Vec<u8>>,
-    space: Vec<u8>,
+    /// One buffer per packet of the batch; the first `packets.len()` are used.
+    slots: Vec<Vec<u8>>,
 }
 
 impl Default for TunBatch {
     fn default() -> Self {
         Self {
             packets: Vec::with_capacity(BATCH),
-            space: vec![0; MAX_PACKET],
+            slots: vec![vec![0; MAX_PACKET]; BATCH],
         }
     }
 }
 
 impl PacketSink for TunBatch {
+    type Slot = Vec<u8>;
+
     fn space(&mut self) -> Option<&mut [u8]> {
-        if self.packets.len() == BATCH {
-            return None;
-        }
-        Some(&mut self.space)
+        self.free_slots().first_mut().map(|slot| &mut slot[..])
     }
 
     fn commit(&mut self, len: usize) {
-        self.packets.push(self.space[..len].to_vec());
+        self.commit_slot(0, len);
     }
 
     fn room(&self) -> usize {
         BATCH - self.packets.len()
+    }
+
+    fn free_slots(&mut self) -> &mut [Vec<u8>] {
+        let used = self.packets.len();
+        &mut self.slots[used..]
+    }
+
+    fn slot_space(slot: &mut Vec<u8>) -> &mut [u8] {
+        slot
+    }
+
+    fn commit_slot(&mut self, skip: usize, len: usize) {
+        let used = self.packets.len();
+        self.slots.swap(used, used + skip);
+        self.packets.push(self.slots[used][..len].to_vec());
     }
 }
 

@@ -46,6 +46,11 @@ impl PacketBuf {
     pub fn reset(&mut self) {
         self.len = self.storage.len();
     }
+
+    /// The whole capacity, whatever the visible length.
+    pub fn whole_mut(&mut self) -> &mut [u8] {
+        &mut self.storage
+    }
 }
 
 impl std::fmt::Debug for PacketBuf {
@@ -140,6 +145,18 @@ impl BufferPool {
         self.used += 1;
     }
 
+    /// The free buffers, in the order they would be used (their lengths as they were).
+    pub fn free_mut(&mut self) -> &mut [PacketBuf] {
+        &mut self.buffers[self.used..]
+    }
+
+    /// Marks the free buffer `skip` places after the first free one as the next one used,
+    /// with `len` visible bytes: it changes places with the first free one.
+    pub fn commit_at(&mut self, skip: usize, len: usize) {
+        self.buffers.swap(self.used, self.used + skip);
+        self.commit(len);
+    }
+
     /// The buffers in use, in commit order.
     pub fn used_mut(&mut self) -> &mut [PacketBuf] {
         &mut self.buffers[..self.used]
@@ -164,6 +181,22 @@ impl BufferPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn committing_later_free_buffers_keeps_their_order_and_leaves_no_hole() {
+        let mut pool = BufferPool::new(5, 8);
+        for (n, buffer) in pool.free_mut().iter_mut().enumerate() {
+            buffer.whole_mut()[0] = n as u8;
+        }
+        // Buffers 0 and 2 are refused, 1, 3 and 4 committed in order: each at its index
+        // less the number committed before it.
+        for (index, committed) in [(1, 0), (3, 1), (4, 2)] {
+            pool.commit_at(index - committed, 1);
+        }
+        let firsts: Vec<u8> = pool.used_slice().iter().map(|b| b.as_ref()[0]).collect();
+        assert_eq!(firsts, [1, 3, 4]);
+        assert_eq!(pool.free(), 2);
+    }
 
     #[test]
     fn expands_within_capacity_without_reallocating() {

@@ -256,8 +256,11 @@ impl TunWriter {
     }
 }
 
-/// The core decrypts straight into the writer's buffers.
+/// The core decrypts straight into the writer's buffers, several at once when workers open
+/// a run in parts.
 impl PacketSink for TunWriter {
+    type Slot = PacketBuf;
+
     fn space(&mut self) -> Option<&mut [u8]> {
         TunWriter::space(self)
     }
@@ -268,6 +271,18 @@ impl PacketSink for TunWriter {
 
     fn room(&self) -> usize {
         self.pool.free()
+    }
+
+    fn free_slots(&mut self) -> &mut [PacketBuf] {
+        self.pool.free_mut()
+    }
+
+    fn slot_space(slot: &mut PacketBuf) -> &mut [u8] {
+        &mut slot.whole_mut()[WRITE_OFFSET..WRITE_OFFSET + MAX_IP_PACKET]
+    }
+
+    fn commit_slot(&mut self, skip: usize, len: usize) {
+        self.pool.commit_at(skip, WRITE_OFFSET + len);
     }
 }
 

@@ -103,3 +103,39 @@ fn one_peers_run_is_sealed_and_opened_on_two_threads_and_stays_in_order() {
     let received = a.receive(sb.address, &payloads(&back), now);
     assert_eq!(received.packets.len(), 1);
 }
+
+/// A long run opened in parts, straight into the TUN batch's slots, with forged datagrams
+/// among it: those are refused and counted, and the others reach the batch whole and in
+/// arrival order, leaving no hole where a refused one was opened.
+#[test]
+fn refused_datagrams_in_a_run_opened_in_parts_leave_no_hole() {
+    let now = at(1_000_000);
+    let (mut a, mut b, _) = connected(0, now);
+    a.workers = Threads::new(2);
+    b.workers = Threads::new(2);
+    let payload = |n: usize| (n as u16).to_be_bytes().repeat(50 + n);
+    let packets = (0..BATCH)
+        .map(|n| udp("10.10.0.5", "10.120.0.7", &payload(n)))
+        .collect();
+    let mut sent = a.send(packets, now);
+    let forged = |n: usize| n % 5 == 2;
+    for (n, (_, datagram)) in sent.iter_mut().enumerate() {
+        if forged(n) {
+            let last = datagram.len() - 1;
+            datagram[last] ^= 1;
+        }
+    }
+    let received = b.receive(a.address, &payloads(&sent), now);
+    assert_eq!(b.workers.take_distinct(), 2, "opened by two threads");
+    let kept: Vec<usize> = (0..BATCH).filter(|&n| !forged(n)).collect();
+    assert_eq!(
+        b.drop_count("rejected"),
+        (BATCH - kept.len()) as u64,
+        "the forged ones"
+    );
+    assert_eq!(received.packets.len(), kept.len());
+    for (packet, n) in received.packets.iter().zip(kept) {
+        let (_, _, got) = parse_udp(packet);
+        assert_eq!(got, payload(n), "packet {n} whole and in arrival order");
+    }
+}
