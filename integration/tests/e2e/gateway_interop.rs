@@ -782,20 +782,33 @@ fn single_queue_gateways_carry_traffic() {
     ping_and_iperf(&b, TUNNEL_B, &a, TUNNEL_A);
 }
 
+/// A kubetun gateway restarted with `configure` applied, against `peer`: ping and bulk
+/// traffic both ways.
+fn configured_kubetun_carries_traffic(
+    tag: &str,
+    peer: Implementation,
+    endpoints: Endpoints,
+    configure: impl FnOnce(&mut Side),
+) {
+    let Some((mut a, b)) = pair(tag, Implementation::Kubetun, peer) else {
+        return;
+    };
+    a.stop();
+    configure(&mut a);
+    a.start();
+    connect(&a, &b, endpoints);
+    ping_and_iperf(&a, TUNNEL_A, &b, TUNNEL_B);
+    ping_and_iperf(&b, TUNNEL_B, &a, TUNNEL_A);
+}
+
 /// The opt-in spin window (one thread that polls after traffic) against the default
 /// runtime, both ways: traffic, bulk and the idle ping.
 #[test]
 fn a_spin_window_gateway_carries_traffic() {
     let _turn = kubetun_integration::netns::turn(module_path!());
-    let Some((mut a, b)) = pair("sw", Implementation::Kubetun, Implementation::Kubetun) else {
-        return;
-    };
-    a.stop();
-    a.spin_window_us = Some(200);
-    a.start();
-    connect(&a, &b, Endpoints::Both);
-    ping_and_iperf(&a, TUNNEL_A, &b, TUNNEL_B);
-    ping_and_iperf(&b, TUNNEL_B, &a, TUNNEL_A);
+    configured_kubetun_carries_traffic("sw", Implementation::Kubetun, Endpoints::Both, |a| {
+        a.spin_window_us = Some(200);
+    });
 }
 
 /// Crypto helpers (`--crypto-workers 2`: one peer's runs sealed and opened outside its lock,
@@ -804,13 +817,10 @@ fn a_spin_window_gateway_carries_traffic() {
 #[test]
 fn a_gateway_with_crypto_helpers_interoperates_with_wireguard_go() {
     let _turn = kubetun_integration::netns::turn(module_path!());
-    let Some((mut a, b)) = pair("cw", Implementation::Kubetun, Implementation::WireguardGo) else {
-        return;
-    };
-    a.stop();
-    a.crypto_workers = Some(2);
-    a.start();
-    connect(&a, &b, Endpoints::AKnowsB);
-    ping_and_iperf(&a, TUNNEL_A, &b, TUNNEL_B);
-    ping_and_iperf(&b, TUNNEL_B, &a, TUNNEL_A);
+    configured_kubetun_carries_traffic(
+        "cw",
+        Implementation::WireguardGo,
+        Endpoints::AKnowsB,
+        |a| a.crypto_workers = Some(2),
+    );
 }
