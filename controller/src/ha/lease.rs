@@ -204,10 +204,9 @@ impl Elector {
     /// One read, decision and (if due) write; then the gateway's role follows the outcome.
     ///
     /// When the API server stops answering (answers errors, or answers too late to keep the
-    /// gateway held) while this replica leads, its
-    /// gateway stays active (re-held every step for the renew deadline) until the API server
-    /// answers again: then the replica renews, or steps down if another one took the Lease
-    /// meanwhile. An API-server restart thus costs no traffic. Candidates forget what they
+    /// gateway held) while this replica leads, its gateway stays active (re-held every step
+    /// for the renew deadline) until the API server answers again: then the replica renews,
+    /// or steps down if another one took the Lease meanwhile. An API-server restart thus costs no traffic. Candidates forget what they
     /// observed when a read fails, so after an outage they wait a whole lease duration
     /// again and the holder renews first. The price: a holder cut off from the API server
     /// alone stays active beside the replica that takes over, until it reaches the API
