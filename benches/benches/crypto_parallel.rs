@@ -56,14 +56,6 @@ struct Sink {
 impl PacketSink for Sink {
     type Slot = Box<[u8]>;
 
-    fn space(&mut self) -> Option<&mut [u8]> {
-        self.free_slots().first_mut().map(|slot| &mut slot[..])
-    }
-
-    fn commit(&mut self, len: usize) {
-        self.commit_slot(0, len);
-    }
-
     fn room(&self) -> usize {
         BATCH - self.lengths.len()
     }

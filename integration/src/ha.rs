@@ -71,6 +71,16 @@ pub enum HaError {
     Step(String),
 }
 
+/// What A's API server goes through while the replicas run ([`HaLab::api_fault`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApiFault {
+    /// Killed (`kill -9`), down for `down_for`, started again.
+    Restart { down_for: Duration },
+    /// Frozen (SIGSTOP) for `frozen_for`: it accepts connections and answers nothing, then
+    /// answers what waited, late, as a server does that is starting or starved.
+    Stall { frozen_for: Duration },
+}
+
 /// How a gateway node fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
@@ -432,31 +442,26 @@ impl HaLab {
         })
     }
 
-    /// Stops A's API server (`kill -9`) for `down_for` and starts it again; returns the
-    /// longest silence of the ping train meanwhile and for 3 s after.
-    pub async fn api_outage(&mut self, down_for: Duration) -> Result<Duration, HaError> {
+    /// Puts A's API server through `fault` under a ping train; the longest silence of the
+    /// train from the fault until 3 s after the API server is back.
+    pub async fn api_fault(&mut self, fault: ApiFault) -> Result<Duration, HaError> {
         let train = self.ping_train()?;
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let stopped_at = unix_now();
-        self.cluster.stop_apiserver(true).await;
-        tokio::time::sleep(down_for).await;
-        self.cluster.start_apiserver().await?;
+        let since = unix_now();
+        match fault {
+            ApiFault::Restart { down_for } => {
+                self.cluster.stop_apiserver(true).await;
+                tokio::time::sleep(down_for).await;
+                self.cluster.start_apiserver().await?;
+            }
+            ApiFault::Stall { frozen_for } => {
+                self.cluster.freeze_apiserver(true);
+                tokio::time::sleep(frozen_for).await;
+                self.cluster.freeze_apiserver(false);
+            }
+        }
         tokio::time::sleep(Duration::from_secs(3)).await;
-        self.silence_since(&train, stopped_at, "the API-server outage")
-    }
-
-    /// Freezes the API server for `frozen_for` (it accepts connections and answers nothing,
-    /// then answers late) under a ping train; the longest silence of the train from the
-    /// freeze until 3 s after the thaw.
-    pub async fn api_stall(&mut self, frozen_for: Duration) -> Result<Duration, HaError> {
-        let train = self.ping_train()?;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let frozen_at = unix_now();
-        self.cluster.freeze_apiserver(true);
-        tokio::time::sleep(frozen_for).await;
-        self.cluster.freeze_apiserver(false);
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        self.silence_since(&train, frozen_at, "the API-server stall")
+        self.silence_since(&train, since, &format!("{fault:?}"))
     }
 
     /// The longest silence of `train` from `since` (Unix seconds) until now; an error when
@@ -813,12 +818,8 @@ impl HaLab {
             .collect();
         logs.sort();
         for log in logs {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
             println!("--- last lines of {}:", log.display());
-            for line in &lines[lines.len().saturating_sub(LINES)..] {
-                println!("{line}");
-            }
+            println!("{}", crate::lab::fabric::log_tail(&log, LINES));
         }
     }
 }

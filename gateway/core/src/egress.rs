@@ -12,7 +12,7 @@ use crate::endpoint::Endpoint;
 use crate::peer::Peer;
 use crate::remap::{DropReason, PeerId, Verdict};
 use crate::snapshot::Snapshot;
-use crate::workers::{Workers, part_end, parts_for, run_parts};
+use crate::workers::{Workers, outside_the_lock, part_end, parts_for, run_parts};
 
 /// One egress task's batch state: the routed packets grouped by peer and how far their
 /// encryption got.
@@ -109,9 +109,7 @@ impl Egress {
             let out = outbox.batch_for(&endpoint);
             let mut cell = peer.tunn.lock();
             let tunn = cell.0.get();
-            // One worker gains nothing from sealing outside the lock: `encapsulate` under it,
-            // as before the workers existed.
-            let session = (workers.width() > 1).then(|| tunn.current_session());
+            let session = outside_the_lock(workers).then(|| tunn.current_session());
             let sent = match session.flatten() {
                 Some(session) => {
                     let from = out.used();

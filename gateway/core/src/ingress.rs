@@ -15,7 +15,7 @@ use crate::endpoint::Endpoint;
 use crate::peer::Peer;
 use crate::remap::{DropReason, PeerId, Verdict};
 use crate::snapshot::Snapshot;
-use crate::workers::{Workers, part_end, parts_for, run_parts};
+use crate::workers::{Workers, outside_the_lock, part_end, parts_for, run_parts};
 
 /// One ingress task's batch state: the data messages grouped by peer and how far their
 /// decryption got.
@@ -128,11 +128,10 @@ impl Ingress {
                 probes: ProbeInbox::default(),
                 tally: Tally::default(),
             };
-            if workers.width() == 1 {
-                // One worker gains nothing from opening outside the lock.
-                self.decapsulate(batch, end, &mut run, writer);
-            } else {
+            if outside_the_lock(workers) {
                 self.open_with_sessions(batch, end, &mut run, writer, workers);
+            } else {
+                self.decapsulate(batch, end, &mut run, writer);
             }
             let Run {
                 tally, mut probes, ..

@@ -5,15 +5,16 @@
 //! quinn-proto is to quinn).
 //!
 //! - [`egress::Egress`]: a batch of IP packets from the TUN device → probe-address check →
-//!   remap (view → real, peer by longest prefix) → per peer, the datagrams laid out in the
-//!   [`Outbox`] arena under the peer's `Tunn` lock (GSO runs form as they are committed),
-//!   then sealed there with the session's nonces outside it, a long run in parts on
-//!   [`workers::Workers`].
+//!   remap (view → real, peer by longest prefix) → per peer, sealed into the [`Outbox`]
+//!   arena (GSO runs form as datagrams are committed): with several [`workers::Workers`]
+//!   laid out under the peer's `Tunn` lock and sealed with the session's nonces outside
+//!   it, a long run in parts; with one, by `Tunn::encapsulate` under the lock.
 //! - [`ingress::Ingress`]: a batch of received datagrams ([`batch::RecvBatch`]) →
 //!   classification by message type and receiver index → handshake messages to a
-//!   [`HandshakeSink`] (the shell's queue) → per peer and session, opened outside the
-//!   `Tunn` lock into the shell's TUN write batch ([`PacketSink`]; a long run in parts on
-//!   the workers, then copied in order) → connectivity
+//!   [`HandshakeSink`] (the shell's queue) → per peer, opened into the shell's TUN write
+//!   batch ([`PacketSink`]): with several workers per session outside the `Tunn` lock, a
+//!   long run in parts, each packet into its own slot; with one, by `Tunn::decapsulate`
+//!   under the lock → connectivity
 //!   probes consumed (PONGs recorded, PINGs answered) → remap (source check, ACL, real →
 //!   view).
 //! - [`handshake::process`]: one handshake message → rate limiter, cookie, peer lookup,
@@ -116,9 +117,13 @@ pub trait PacketSink {
     /// Space for the next packet (up to [`MAX_PACKET`] bytes), or `None` when the batch is
     /// full and must be written first. Write the packet at the start, then
     /// [`PacketSink::commit`] its length.
-    fn space(&mut self) -> Option<&mut [u8]>;
+    fn space(&mut self) -> Option<&mut [u8]> {
+        self.free_slots().first_mut().map(Self::slot_space)
+    }
     /// Adds the `len`-byte packet just written into [`PacketSink::space`].
-    fn commit(&mut self, len: usize);
+    fn commit(&mut self, len: usize) {
+        self.commit_slot(0, len);
+    }
     /// How many more packets fit before the batch must be written.
     fn room(&self) -> usize;
     /// The free slots ([`PacketSink::room`] of them), in the order they would be committed.

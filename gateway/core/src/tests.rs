@@ -102,14 +102,6 @@ impl Default for TunBatch {
 impl PacketSink for TunBatch {
     type Slot = Vec<u8>;
 
-    fn space(&mut self) -> Option<&mut [u8]> {
-        self.free_slots().first_mut().map(|slot| &mut slot[..])
-    }
-
-    fn commit(&mut self, len: usize) {
-        self.commit_slot(0, len);
-    }
-
     fn room(&self) -> usize {
         BATCH - self.packets.len()
     }

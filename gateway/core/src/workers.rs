@@ -38,6 +38,14 @@ impl Workers for Alone {
     }
 }
 
+/// Whether a peer's runs are sealed and opened outside its `Tunn` lock: only when helpers
+/// can share them. One worker gains nothing from it (measured no faster, RESULTS.md) and
+/// would take the lock twice per run instead of once, so it keeps boringtun's
+/// `encapsulate`/`decapsulate` under the lock.
+pub fn outside_the_lock(workers: &impl Workers) -> bool {
+    workers.width() > 1
+}
+
 /// How many parts a run of `len` packets is cut into for `workers`: two per worker when the
 /// run is long enough, so a helper that joins late still finds parts left; one without
 /// helpers.

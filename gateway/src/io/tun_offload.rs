@@ -261,14 +261,6 @@ impl TunWriter {
 impl PacketSink for TunWriter {
     type Slot = PacketBuf;
 
-    fn space(&mut self) -> Option<&mut [u8]> {
-        TunWriter::space(self)
-    }
-
-    fn commit(&mut self, len: usize) {
-        TunWriter::commit(self, len);
-    }
-
     fn room(&self) -> usize {
         self.pool.free()
     }

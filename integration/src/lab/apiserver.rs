@@ -378,7 +378,7 @@ async fn wait_published(cluster: &ClusterState) -> Result<(), LabError> {
                 message: format!(
                     "the controller did not publish the cluster info within 30 s; its log {} ends with:\n{}",
                     plane.controller_log.display(),
-                    super::fabric::log_tail(&plane.controller_log)
+                    super::fabric::log_tail(&plane.controller_log, 10)
                 ),
             });
         }

@@ -341,7 +341,7 @@ pub fn start_gateway(cluster: &ClusterState, binary: &Path) -> Result<u32, LabEr
                 message: format!(
                     "exited during startup ({status}); its log {} ends with:\n{}",
                     cluster.log.display(),
-                    log_tail(&cluster.log)
+                    log_tail(&cluster.log, 10)
                 ),
             });
         }
@@ -355,7 +355,7 @@ pub fn start_gateway(cluster: &ClusterState, binary: &Path) -> Result<u32, LabEr
                     "did not open {} within {GATEWAY_STARTUP:?}; log {}:\n{}",
                     cluster.grpc_socket.display(),
                     cluster.log.display(),
-                    log_tail(&cluster.log)
+                    log_tail(&cluster.log, 10)
                 ),
             });
         }
@@ -363,12 +363,12 @@ pub fn start_gateway(cluster: &ClusterState, binary: &Path) -> Result<u32, LabEr
     }
 }
 
-/// The last lines of a log file (or why it cannot be read).
-pub fn log_tail(path: &Path) -> String {
+/// The last `count` lines of a log file (or why it cannot be read).
+pub fn log_tail(path: &Path, count: usize) -> String {
     match std::fs::read_to_string(path) {
         Ok(text) => {
             let lines: Vec<&str> = text.lines().collect();
-            lines[lines.len().saturating_sub(10)..].join("\n")
+            lines[lines.len().saturating_sub(count)..].join("\n")
         }
         Err(e) => format!("(cannot read: {e})"),
     }

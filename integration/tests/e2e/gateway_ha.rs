@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use kubetun_integration::ha::{Failure, HaLab, unix_now};
+use kubetun_integration::ha::{ApiFault, Failure, HaLab, unix_now};
 use kubetun_integration::netns::require_root;
 
 /// The goal for one failover.
@@ -25,15 +25,6 @@ fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
-/// What the API server goes through while the replicas run.
-#[derive(Debug, Clone, Copy)]
-enum ApiFault {
-    /// Killed, down for 5 s, started again.
-    Restart,
-    /// Frozen for 3 s, then answering what waited.
-    Stall,
-}
-
 /// Puts the API server through `fault` under a ping train: the longest silence stays under
 /// `budget`, the holder keeps the Lease and no takeover adds to the `takeovers` so far.
 async fn api_fault_costs_nothing(
@@ -46,11 +37,10 @@ async fn api_fault_costs_nothing(
         .wait_settled(Duration::from_secs(30))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let gap = match fault {
-        ApiFault::Restart => lab.api_outage(Duration::from_secs(5)).await,
-        ApiFault::Stall => lab.api_stall(Duration::from_secs(3)).await,
-    }
-    .unwrap_or_else(|e| panic!("{fault:?}: {e}"));
+    let gap = lab
+        .api_fault(fault)
+        .await
+        .unwrap_or_else(|e| panic!("{fault:?}: {e}"));
     println!("API server {fault:?}: longest silence {gap:?}");
     assert!(
         gap < budget,
@@ -155,10 +145,13 @@ async fn a_failed_gateway_node_is_replaced_within_two_seconds_and_a_thawed_one_s
 
     // An API-server restart, and a stalled API server (accepting, answering nothing, then
     // answering late, as one that is starting or starved), cost no traffic and no failover.
-    for (fault, budget) in [
-        (ApiFault::Restart, RETURN_GAP),
-        (ApiFault::Stall, STALL_GAP),
-    ] {
+    let restart = ApiFault::Restart {
+        down_for: Duration::from_secs(5),
+    };
+    let stall = ApiFault::Stall {
+        frozen_for: Duration::from_secs(3),
+    };
+    for (fault, budget) in [(restart, RETURN_GAP), (stall, STALL_GAP)] {
         api_fault_costs_nothing(&mut lab, fault, budget, events.len()).await;
     }
 

@@ -271,7 +271,7 @@ async fn seed_lab_on_real_apiservers_survives_faults() {
         let back = back.unwrap_or_else(|| {
             panic!(
                 "traffic did not resume after the restart of {what}; controller log:\n{}",
-                kubetun_integration::lab::fabric::log_tail(&plane(cluster).controller_log)
+                kubetun_integration::lab::fabric::log_tail(&plane(cluster).controller_log, 10)
             )
         });
         assert!(
@@ -311,7 +311,7 @@ async fn seed_lab_on_real_apiservers_survives_faults() {
         let first = probe.join().expect("probe").unwrap_or_else(|| {
             panic!(
                 "no traffic over the new shortcut; rome's controller log:\n{}",
-                kubetun_integration::lab::fabric::log_tail(&plane(rome).controller_log)
+                kubetun_integration::lab::fabric::log_tail(&plane(rome).controller_log, 10)
             )
         });
         println!(

@@ -1,7 +1,8 @@
 //! One peer's run sealed and opened on several threads: [`Threads`], the scoped-thread
 //! [`Workers`] of the in-memory gateways, and what it must not change.
 
-use super::{BATCH, at, connected, parse_udp, payloads, udp};
+use super::{BATCH, Gateway, Side, at, connected, parse_udp, payloads, udp};
+use crate::clock::Now;
 use crate::workers::Workers;
 
 /// [`Workers`] on scoped threads, one per part, that remember which threads ran parts.
@@ -52,12 +53,18 @@ impl Workers for Threads {
     }
 }
 
-#[test]
-fn one_peers_run_is_sealed_and_opened_on_two_threads_and_stays_in_order() {
-    let now = at(1_000_000);
+/// [`connected`] gateways that seal and open on two threads.
+fn connected_on_two_threads(now: Now) -> (Gateway, Gateway, Side) {
     let (mut a, mut b, sb) = connected(0, now);
     a.workers = Threads::new(2);
     b.workers = Threads::new(2);
+    (a, b, sb)
+}
+
+#[test]
+fn one_peers_run_is_sealed_and_opened_on_two_threads_and_stays_in_order() {
+    let now = at(1_000_000);
+    let (mut a, mut b, sb) = connected_on_two_threads(now);
     let packets: Vec<Vec<u8>> = (0..BATCH as u16)
         .map(|n| {
             udp(
@@ -110,9 +117,7 @@ fn one_peers_run_is_sealed_and_opened_on_two_threads_and_stays_in_order() {
 #[test]
 fn refused_datagrams_in_a_run_opened_in_parts_leave_no_hole() {
     let now = at(1_000_000);
-    let (mut a, mut b, _) = connected(0, now);
-    a.workers = Threads::new(2);
-    b.workers = Threads::new(2);
+    let (mut a, mut b, _) = connected_on_two_threads(now);
     let payload = |n: usize| (n as u16).to_be_bytes().repeat(50 + n);
     let packets = (0..BATCH)
         .map(|n| udp("10.10.0.5", "10.120.0.7", &payload(n)))
