@@ -56,6 +56,12 @@ pub struct ExportedServiceSpec {
     /// `IPv4` and/or `IPv6`.
     #[serde(default)]
     pub ip_families: Vec<String>,
+    /// The Service's `internalTrafficPolicy` (`Cluster` or `Local`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub internal_traffic_policy: Option<String>,
+    /// The Service's `trafficDistribution` (e.g. `PreferClose`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_distribution: Option<String>,
     /// The ServiceExport's `exportedLabels`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,

@@ -140,6 +140,13 @@ pub mod v1beta1 {
         /// `IPv4` and/or `IPv6`.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         pub ip_families: Vec<String>,
+        /// `Cluster` or `Local`, from the oldest export (the Service's own, as the API server
+        /// defaulted it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub internal_traffic_policy: Option<String>,
+        /// The Service's `trafficDistribution` (e.g. `PreferClose`), from the oldest export.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub traffic_distribution: Option<String>,
     }
 
     /// Written by kubetun: which clusters export the Service.
@@ -254,12 +261,17 @@ fn tcp() -> String {
     "TCP".to_owned()
 }
 
-/// ClientIP affinity settings.
+/// ClientIP affinity settings, spelled as on a Service (`clientIP`).
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
-#[serde(rename_all = "camelCase")]
 pub struct SessionAffinityConfig {
-    /// The ClientIP settings.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The ClientIP settings. Also read as `clientIp`, which kubetun wrote before it followed
+    /// the Service's spelling.
+    #[serde(
+        rename = "clientIP",
+        alias = "clientIp",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub client_ip: Option<ClientIpConfig>,
 }
 

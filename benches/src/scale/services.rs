@@ -116,6 +116,8 @@ fn offer(remote: &Remote, index: usize, endpoints: usize) -> ExportedService {
         session_affinity: None,
         session_affinity_config: None,
         ip_families: vec!["IPv4".into()],
+        internal_traffic_policy: None,
+        traffic_distribution: None,
         labels: Default::default(),
         annotations: Default::default(),
         slices: vec![ExportedSlice {

@@ -174,9 +174,18 @@ impl Writer<'_> {
                 ports: import.merged.ports.clone(),
                 ips: Vec::new(),
                 type_: import.merged.type_,
-                session_affinity: import.merged.session_affinity.clone(),
+                // As on the Service: `None` spelled out, its settings only with ClientIP.
+                session_affinity: Some(
+                    import
+                        .merged
+                        .session_affinity
+                        .clone()
+                        .unwrap_or_else(|| "None".to_owned()),
+                ),
                 session_affinity_config: import.merged.session_affinity_config.clone(),
                 ip_families: import.merged.ip_families.clone(),
+                internal_traffic_policy: import.merged.internal_traffic_policy.clone(),
+                traffic_distribution: import.merged.traffic_distribution.clone(),
             },
         );
         let mut labels = import.labels.clone();
@@ -336,6 +345,18 @@ fn derived_service(
                     .collect(),
             ),
             session_affinity: import.merged.session_affinity.clone(),
+            session_affinity_config: import.merged.session_affinity_config.as_ref().map(|c| {
+                k8s_openapi::api::core::v1::SessionAffinityConfig {
+                    client_ip: c.client_ip.as_ref().map(|ip| {
+                        k8s_openapi::api::core::v1::ClientIPConfig {
+                            timeout_seconds: ip.timeout_seconds,
+                        }
+                    }),
+                }
+            }),
+            // The hint reaches kube-proxy; the internal traffic policy does not: remote
+            // endpoints are on no node of this cluster, so `Local` would serve nothing.
+            traffic_distribution: import.merged.traffic_distribution.clone(),
             ..ServiceSpec::default()
         }),
         status: None,

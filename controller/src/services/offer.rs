@@ -117,6 +117,8 @@ pub fn offer(
         session_affinity: spec.session_affinity.filter(|a| a != "None"),
         session_affinity_config,
         ip_families: spec.ip_families.unwrap_or_default(),
+        internal_traffic_policy: spec.internal_traffic_policy,
+        traffic_distribution: spec.traffic_distribution,
         labels: request.labels.clone(),
         annotations: request.annotations.clone(),
         slices: exported_slices,

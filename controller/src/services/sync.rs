@@ -405,18 +405,19 @@ impl Pass {
         offers: &BTreeMap<String, ExportedServiceSpec>,
         imports: &[DesiredImport],
     ) -> Result<(), kube::Error> {
-        let id = self.ctx.cluster.cluster.id.clone();
         for offer in offers.values() {
             let import = imports
                 .iter()
                 .find(|i| i.namespace == offer.namespace && i.name == offer.name);
-            let conflicts = import.and_then(|i| i.merged.conflicts.get(&id));
-            let conflict = match conflicts {
-                Some(list) => condition(
+            // Every constituent export reports the set's conflicts (KEP-1645).
+            let conflict = match import.and_then(|i| Some((i.merged.conflict_reason()?, i))) {
+                Some((reason, import)) => condition(
                     "Conflict",
                     "True",
-                    list[0].kind.reason(),
-                    &list
+                    &reason,
+                    &import
+                        .merged
+                        .conflicts
                         .iter()
                         .map(|c| c.message.as_str())
                         .collect::<Vec<_>>()

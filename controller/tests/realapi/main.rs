@@ -9,7 +9,8 @@
 //! - `keys`, `shortcut`, `transit`: key Secrets, the hub's ShortcutConnection operator,
 //!   transit through the hub.
 //! - `services` (with `faults`, `hub`, `workloads`): services across clusters (fixtures:
-//!   `services_support`).
+//!   `services_support`); `conformance`: the MCS API's upstream conformance suite against two
+//!   linked clusters, in both address layouts.
 //!
 //! libtest runs as many tests at once as the machine has cores, as each of these files did as
 //! its own binary; every test starts its own clusters.
@@ -20,6 +21,7 @@ mod realapi_support;
 mod services_support;
 
 mod cli;
+mod conformance;
 mod crds;
 mod examples;
 mod install;

@@ -489,3 +489,58 @@ fn schema_titles_name_the_kind() {
         );
     }
 }
+
+/// The MCS types spell what they share with a Service as a Service does (`clientIP`), which
+/// the conformance suite compares field by field, and still read what kubetun wrote before
+/// (`clientIp`, kept by peers that were not upgraded yet).
+#[test]
+fn session_affinity_settings_are_spelled_as_on_a_service() {
+    use kubetun_crds::mcs::{ClientIpConfig, SessionAffinityConfig};
+    let config = SessionAffinityConfig {
+        client_ip: Some(ClientIpConfig {
+            timeout_seconds: Some(10),
+        }),
+    };
+    let json = serde_json::to_value(&config).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({"clientIP": {"timeoutSeconds": 10}})
+    );
+    let service: k8s_openapi::api::core::v1::SessionAffinityConfig =
+        serde_json::from_value(json).unwrap();
+    assert_eq!(service.client_ip.and_then(|c| c.timeout_seconds), Some(10));
+    let old: SessionAffinityConfig =
+        serde_json::from_value(serde_json::json!({"clientIp": {"timeoutSeconds": 10}})).unwrap();
+    assert_eq!(old, config);
+    let import = &mcs_schema("ServiceImport")["properties"]["spec"]["properties"];
+    for field in [
+        "internalTrafficPolicy",
+        "trafficDistribution",
+        "sessionAffinityConfig",
+    ] {
+        assert!(import.get(field).is_some(), "ServiceImport lacks {field}");
+    }
+    assert!(
+        import["sessionAffinityConfig"]["properties"]
+            .get("clientIP")
+            .is_some()
+    );
+}
+
+fn mcs_schema(kind: &str) -> Value {
+    let crd = kubetun_crds::mcs::mcs_crds()
+        .into_iter()
+        .find(|c| c.spec.names.kind == kind)
+        .unwrap_or_else(|| panic!("no CRD for {kind}"));
+    let version = crd.spec.versions.iter().find(|v| v.storage).unwrap();
+    serde_json::to_value(
+        version
+            .schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap(),
+    )
+    .unwrap()
+}
