@@ -344,21 +344,93 @@ fn derived_service(
                     })
                     .collect(),
             ),
-            session_affinity: import.merged.session_affinity.clone(),
-            session_affinity_config: import.merged.session_affinity_config.as_ref().map(|c| {
-                k8s_openapi::api::core::v1::SessionAffinityConfig {
+            // Only values every API server accepts reach the derived Service: an exporter's
+            // offer (a newer Kubernetes, or a hostile peer) must not make its write fail.
+            session_affinity: import
+                .merged
+                .session_affinity
+                .clone()
+                .filter(|a| a == "ClientIP"),
+            session_affinity_config: import
+                .merged
+                .session_affinity_config
+                .as_ref()
+                .filter(|_| import.merged.session_affinity.as_deref() == Some("ClientIP"))
+                .map(|c| k8s_openapi::api::core::v1::SessionAffinityConfig {
                     client_ip: c.client_ip.as_ref().map(|ip| {
                         k8s_openapi::api::core::v1::ClientIPConfig {
                             timeout_seconds: ip.timeout_seconds,
                         }
                     }),
-                }
-            }),
+                }),
             // The hint reaches kube-proxy; the internal traffic policy does not: remote
             // endpoints are on no node of this cluster, so `Local` would serve nothing.
-            traffic_distribution: import.merged.traffic_distribution.clone(),
+            traffic_distribution: import
+                .merged
+                .traffic_distribution
+                .clone()
+                .filter(|d| d == "PreferClose"),
             ..ServiceSpec::default()
         }),
         status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kubetun_crds::mcs::{ClientIpConfig, SessionAffinityConfig};
+
+    use super::*;
+    use crate::services::merge::Merged;
+
+    fn import(affinity: &str, distribution: &str) -> DesiredImport {
+        DesiredImport {
+            namespace: "shop".into(),
+            name: "web".into(),
+            merged: Merged {
+                type_: ServiceImportType::ClusterSetIP,
+                ports: Vec::new(),
+                session_affinity: Some(affinity.into()),
+                session_affinity_config: Some(SessionAffinityConfig {
+                    client_ip: Some(ClientIpConfig {
+                        timeout_seconds: Some(10),
+                    }),
+                }),
+                internal_traffic_policy: Some("Local".into()),
+                traffic_distribution: Some(distribution.into()),
+                ip_families: vec!["IPv4".into()],
+                clusters: vec!["milan".into()],
+                serving: vec!["milan".into()],
+                conflicts: Vec::new(),
+                winner: "milan".into(),
+            },
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            slices: Vec::new(),
+            dropped: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn the_derived_service_takes_only_what_every_api_server_accepts() {
+        let owner = OwnerReference::default();
+        let spec = derived_service(&import("ClientIP", "PreferClose"), "mcs-web", false, &owner)
+            .spec
+            .unwrap();
+        assert_eq!(spec.session_affinity.as_deref(), Some("ClientIP"));
+        assert_eq!(
+            spec.session_affinity_config
+                .and_then(|c| c.client_ip?.timeout_seconds),
+            Some(10)
+        );
+        assert_eq!(spec.traffic_distribution.as_deref(), Some("PreferClose"));
+        // `Local` would serve nothing: no remote endpoint is on a node here.
+        assert_eq!(spec.internal_traffic_policy, None);
+        let spec = derived_service(&import("Sticky", "Anywhere"), "mcs-web", false, &owner)
+            .spec
+            .unwrap();
+        assert_eq!(spec.session_affinity, None);
+        assert_eq!(spec.session_affinity_config, None);
+        assert_eq!(spec.traffic_distribution, None);
     }
 }
