@@ -8,12 +8,16 @@
 //! - [`iperf`]: bounded iperf3 runs between namespaces and their JSON reports.
 //! - [`multinode`]: a cluster with several nodes, the route agent run in-process on each.
 //! - [`service_demo`]: the Service a topology exports across its clusters.
+//! - [`image`]: the kubetun image built from this build's binaries with buildah and podman.
+//! - [`nodes`]: the lab on real nodes (`kubetun-lab up --nodes`): kubetun installed as pods.
 
 pub mod ha;
+pub mod image;
 pub mod iperf;
 pub mod lab;
 pub mod multinode;
 pub mod netns;
+pub mod nodes;
 pub mod service_demo;
 pub mod table;
 pub mod topology;

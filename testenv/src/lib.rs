@@ -9,6 +9,7 @@
 //!   plane restarts. Dropping the cluster stops its processes; a watchdog stops them when the
 //!   owning process dies without dropping it (a panicking or killed test leaves nothing).
 //! - [`bin_path`]: the workspace's programs, built next to the running test.
+//! - [`mcs`]: the MCS API's upstream conformance suite, run and its report read.
 //! - [`turn`]: turns for the groups of tests of one binary that run processes, so that
 //!   merged test binaries run as they did apart.
 //! - [`cluster_or_skip`]: the entry point for tests: a started cluster, or `None` with the
@@ -21,6 +22,7 @@
 //! ([`TestCluster::start_workloads`]).
 
 mod binaries;
+pub mod mcs;
 mod pki;
 mod turns;
 mod workloads;

@@ -48,6 +48,9 @@ pub struct ServerAccess {
     pub ca_der: Vec<Vec<u8>>,
     /// The kubeconfig skips TLS verification.
     pub insecure: bool,
+    /// The name the server's certificate is checked against, when not the URL's host
+    /// (`tls-server-name`: an API server reached at an address its certificate does not name).
+    pub tls_server_name: Option<String>,
 }
 
 impl std::fmt::Debug for ServerAccess {
@@ -69,6 +72,7 @@ impl ServerAccess {
                 .to_owned(),
             ca_der: config.root_cert.clone().unwrap_or_default(),
             insecure: config.accept_invalid_certs,
+            tls_server_name: config.tls_server_name.clone(),
         }
     }
 }
@@ -305,6 +309,9 @@ fn kubeconfig(server: &ServerAccess, exporter_id: &str, namespace: &str, token: 
     let mut cluster = json!({ "server": server.url });
     if server.insecure {
         cluster["insecure-skip-tls-verify"] = true.into();
+    }
+    if let Some(name) = &server.tls_server_name {
+        cluster["tls-server-name"] = name.clone().into();
     }
     if !server.ca_der.is_empty() {
         let pem: String = server.ca_der.iter().map(|der| pem(der)).collect();

@@ -11,23 +11,16 @@
 //! (`target/mcs-conformance/conformance.md`; with `KUBETUN_WRITE_CONFORMANCE=1` also
 //! `docs/conformance.md`).
 
-use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
-use serde::Deserialize;
+use kubetun_testenv::mcs::{self, Report};
 
 use crate::realapi_support::{self, Leaf, repo_root};
 use crate::services_support::{install_services_on, run_services};
 
-/// The suite's build beside this repository and the sha256 of the unpacked binary.
-const SUITE: &str = "mcs-conformance-ded161af.test";
 /// What runs without pods that really run (the suite's README: 17 of its 27 specs).
-const LABEL_FILTER: &str = "!Connectivity && !DNS";
 const EXPECTED_RUN: usize = 17;
-const EXPECTED_TOTAL: usize = 27;
-/// Bounds the whole suite (it waits at most 20 s per step, 60 s for a pod).
-const SUITE_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// One address layout: the two clusters' pod CIDRs.
 struct Layout {
@@ -48,121 +41,6 @@ const LAYOUTS: [Layout; 2] = [
         milan: "10.244.0.0/16",
     },
 ];
-
-/// `report.yaml` as the suite writes it (yaml.v3's lower-cased field names).
-#[derive(Debug, Deserialize)]
-struct Report {
-    #[serde(default)]
-    groups: Vec<Group>,
-    #[serde(default)]
-    suitefailure: String,
-    passed: usize,
-    total: usize,
-}
-
-#[derive(Debug, Deserialize)]
-struct Group {
-    name: String,
-    #[serde(default)]
-    tests: Vec<Spec>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Spec {
-    desc: String,
-    #[serde(default)]
-    labels: Vec<String>,
-    passed: bool,
-    failed: bool,
-    skipped: bool,
-    #[serde(default)]
-    message: String,
-}
-
-/// The unpacked suite (checked against its sha256), or why it cannot run.
-fn suite_binary() -> Result<PathBuf, String> {
-    let tools = repo_root().join("../shared/tools");
-    let archive = tools.join(format!("{SUITE}.xz"));
-    let want = std::fs::read_to_string(tools.join(format!("{SUITE}.sha256")))
-        .map_err(|e| format!("{}: {e}", tools.join(format!("{SUITE}.sha256")).display()))?;
-    let want = want
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_owned();
-    let dir = repo_root().join("target/mcs-conformance");
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let binary = dir.join(SUITE);
-    if sha256(&binary).as_deref() != Some(want.as_str()) {
-        let unpacked = std::process::Command::new("xz")
-            .args(["-dc"])
-            .arg(&archive)
-            .output()
-            .map_err(|e| format!("xz: {e}"))?;
-        if !unpacked.status.success() {
-            return Err(format!(
-                "cannot unpack {}: {}",
-                archive.display(),
-                realapi_support::text(&unpacked.stderr)
-            ));
-        }
-        std::fs::write(&binary, &unpacked.stdout).map_err(|e| e.to_string())?;
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755))
-            .map_err(|e| e.to_string())?;
-        let got = sha256(&binary);
-        if got.as_deref() != Some(want.as_str()) {
-            return Err(format!(
-                "{} unpacks to sha256 {got:?}, not {want}",
-                archive.display()
-            ));
-        }
-    }
-    Ok(binary)
-}
-
-fn sha256(path: &Path) -> Option<String> {
-    let out = std::process::Command::new("sha256sum")
-        .arg(path)
-        .output()
-        .ok()?;
-    out.status.success().then(|| {
-        realapi_support::text(&out.stdout)
-            .split_whitespace()
-            .next()
-            .unwrap_or_default()
-            .to_owned()
-    })
-}
-
-/// One kubeconfig with a context, cluster and user per test cluster, each named after it
-/// (the suite names a cluster after its context's cluster).
-fn merged_kubeconfig(clusters: &[(&str, &Path)], out: &Path) {
-    let mut merged = serde_yaml::Mapping::new();
-    let (mut contexts, mut kube_clusters, mut users) = (vec![], vec![], vec![]);
-    for (name, path) in clusters {
-        let config: serde_yaml::Value =
-            serde_yaml::from_slice(&std::fs::read(path).unwrap()).unwrap();
-        let mut cluster = config["clusters"][0].clone();
-        cluster["name"] = (*name).into();
-        let mut user = config["users"][0].clone();
-        user["name"] = (*name).into();
-        let mut context = config["contexts"][0].clone();
-        context["name"] = (*name).into();
-        context["context"]["cluster"] = (*name).into();
-        context["context"]["user"] = (*name).into();
-        kube_clusters.push(cluster);
-        users.push(user);
-        contexts.push(context);
-    }
-    merged.insert("apiVersion".into(), "v1".into());
-    merged.insert("kind".into(), "Config".into());
-    merged.insert("clusters".into(), kube_clusters.into());
-    merged.insert("users".into(), users.into());
-    merged.insert("contexts".into(), contexts.into());
-    merged.insert("current-context".into(), clusters[0].0.into());
-    std::fs::write(out, serde_yaml::to_string(&merged).unwrap()).unwrap();
-}
 
 /// Starts both clusters of `layout`, links them, runs the suite; its report and run time.
 async fn run_layout(suite: &Path, layout: &Layout, work: &Path) -> Option<(Report, Duration)> {
@@ -225,64 +103,24 @@ async fn run_layout(suite: &Path, layout: &Layout, work: &Path) -> Option<(Repor
     );
     std::fs::create_dir_all(work).unwrap();
     let kubeconfig = work.join("kubeconfig");
-    merged_kubeconfig(&[("milan", &milan_k), ("rome", &rome_k)], &kubeconfig);
-    let log = std::fs::File::create(work.join("suite.log")).unwrap();
-    let started = Instant::now();
-    let mut child = tokio::process::Command::new(suite)
-        .current_dir(work)
-        .arg(format!("-kubeconfig={}", kubeconfig.display()))
-        .args(["-contexts", "milan,rome"])
-        .arg(format!("-ginkgo.label-filter={LABEL_FILTER}"))
-        .args(["-ginkgo.v", "-ginkgo.no-color"])
-        .args(["-organization", "kubetun", "-project", "kubetun"])
-        .arg(format!("-version={}", env!("CARGO_PKG_VERSION")))
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("start the conformance suite");
-    let status = tokio::time::timeout(SUITE_TIMEOUT, child.wait())
-        .await
-        .unwrap_or_else(|_| panic!("the suite ran past {SUITE_TIMEOUT:?}"))
-        .unwrap();
-    let took = started.elapsed();
+    mcs::merged_kubeconfig(&[("milan", &milan_k), ("rome", &rome_k)], &kubeconfig).unwrap();
+    let (report, took) = mcs::run(
+        suite,
+        work,
+        &kubeconfig,
+        &["milan", "rome"],
+        mcs::WITHOUT_PODS,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{}: {e}", layout.title));
     for task in tasks {
         task.abort();
     }
-    let report: Report = serde_yaml::from_slice(
-        &std::fs::read(work.join("report.yaml"))
-            .unwrap_or_else(|e| panic!("no report.yaml (suite exit {status}): {e}")),
-    )
-    .unwrap();
     println!(
-        "MCS conformance, {}: {} of {} passed in {took:.1?} (suite exit {status})",
+        "MCS conformance, {}: {} of {} passed in {took:.1?}",
         layout.title, report.passed, report.total
     );
     Some((report, took))
-}
-
-/// Specs of `report` that should have run and did not pass, in words.
-fn failures(report: &Report) -> Vec<String> {
-    let mut failures: Vec<String> = report
-        .groups
-        .iter()
-        .flat_map(|g| &g.tests)
-        .filter(|t| !t.skipped && !t.passed)
-        .map(|t| format!("{}{}", t.desc, t.message))
-        .collect();
-    if !report.suitefailure.is_empty() {
-        failures.push(format!("suite set-up: {}", report.suitefailure));
-    }
-    failures
-}
-
-fn ran(report: &Report) -> usize {
-    report
-        .groups
-        .iter()
-        .flat_map(|g| &g.tests)
-        .filter(|t| !t.skipped)
-        .count()
 }
 
 /// The Markdown report of every layout.
@@ -306,37 +144,7 @@ fn render(results: &[(&Layout, Report, Duration)]) -> String {
          which is what it checks.\n",
     );
     for (layout, report, took) in results {
-        let _ = write!(
-            md,
-            "\n## {}\n\n{} of {} specs run, {} passed, in {:.0} s.\n\n\
-             | group | spec | labels | result |\n|---|---|---|---|\n",
-            layout.title,
-            ran(report),
-            report.total,
-            report.passed,
-            took.as_secs_f64()
-        );
-        for group in &report.groups {
-            for spec in &group.tests {
-                let result = if spec.skipped {
-                    "not run: needs pods that really run".to_owned()
-                } else if spec.passed {
-                    "passed".to_owned()
-                } else if spec.failed {
-                    format!("**failed** (conformance not determined){}", spec.message)
-                } else {
-                    format!("**not conformant**{}", spec.message)
-                };
-                let _ = writeln!(
-                    md,
-                    "| {} | {} | {} | {} |",
-                    group.name,
-                    spec.desc.split_whitespace().collect::<Vec<_>>().join(" "),
-                    spec.labels.join(", "),
-                    result.replace('|', "\\|").replace('\n', " ")
-                );
-            }
-        }
+        md.push_str(&mcs::render_section(layout.title, report, *took));
     }
     md
 }
@@ -344,7 +152,7 @@ fn render(results: &[(&Layout, Report, Duration)]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mcs_conformance_suite_passes_without_running_pods_in_both_layouts() {
     let _turn = kubetun_testenv::turn(module_path!());
-    let suite = match suite_binary() {
+    let suite = match mcs::suite_binary() {
         Ok(suite) => suite,
         Err(e) => {
             assert!(!kubetun_testenv::required(), "CI=true: {e}");
@@ -368,7 +176,7 @@ async fn the_mcs_conformance_suite_passes_without_running_pods_in_both_layouts()
         std::fs::write(repo_root().join("docs/conformance.md"), &md).unwrap();
     }
     for (layout, report, _) in &results {
-        let failed = failures(report);
+        let failed = mcs::failures(report);
         assert!(
             failed.is_empty(),
             "{}: {} spec(s) failed (logs in target/mcs-conformance/):\n{}",
@@ -377,11 +185,17 @@ async fn the_mcs_conformance_suite_passes_without_running_pods_in_both_layouts()
             failed.join("\n")
         );
         assert_eq!(
-            report.total, EXPECTED_TOTAL,
+            report.total,
+            mcs::TOTAL,
             "{}: the suite's specs",
             layout.title
         );
-        assert_eq!(ran(report), EXPECTED_RUN, "{}: specs run", layout.title);
+        assert_eq!(
+            mcs::ran(report),
+            EXPECTED_RUN,
+            "{}: specs run",
+            layout.title
+        );
         assert_eq!(
             report.passed, EXPECTED_RUN,
             "{}: specs passed",

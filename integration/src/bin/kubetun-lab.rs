@@ -54,6 +54,13 @@ enum Command {
         /// /usr/local/kubebuilder/bin, PATH).
         #[arg(long)]
         apiserver: bool,
+        /// kubetun as deployed: every cluster of the seed's shape gets a control plane and two
+        /// real nodes (containerd, kubelet, kube-proxy from shared/tools' kube-test-node),
+        /// kubetun installed with `kubetun install` from the image this build makes, real
+        /// workloads, links made with the CLI, every check from a pod off the gateway's node.
+        /// Takes no TOPOLOGY.
+        #[arg(long, conflicts_with_all = ["apiserver", "topology"])]
+        nodes: bool,
     },
     /// Show every cluster's peers, CIDRs and views, addresses and link state.
     Status {
@@ -241,7 +248,24 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             gateway,
             iperf_seconds,
             apiserver,
+            nodes,
         } => {
+            if nodes {
+                let options = kubetun_integration::nodes::NodeLabOptions {
+                    state_dir: args.state_dir,
+                    binaries: sibling_dir(),
+                    clusters: kubetun_integration::nodes::SEED.to_vec(),
+                };
+                let report = kubetun_integration::nodes::up(&options, &mut stdout)?;
+                for (what, took) in &report.timings {
+                    println!("  {what}: {:.1} s", took.as_secs_f64());
+                }
+                return Ok(if report.passed() {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                });
+            }
             let topology = match topology {
                 Some(path) => {
                     let text = std::fs::read_to_string(&path)
@@ -310,6 +334,7 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Down => {
+            kubetun_integration::nodes::down(&args.state_dir, &mut stdout)?;
             lab::down(&args.state_dir, &mut stdout)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -338,4 +363,12 @@ fn run(args: Args) -> anyhow::Result<ExitCode> {
             })
         }
     }
+}
+
+/// The directory of this program: the other binaries of the same build are there.
+fn sibling_dir() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(PathBuf::from))
+        .unwrap_or_default()
 }

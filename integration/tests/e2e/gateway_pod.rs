@@ -27,17 +27,16 @@
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kubetun_controller::gateway_api::{self, DesiredState};
 use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::keys::GatewayKey;
+use kubetun_integration::image;
 use kubetun_integration::netns::{bin_path, command_exists, require_root, wait_for_path};
 use serde_yaml::Value;
 
-/// The longest any single podman/buildah call may take.
-const COMMAND_TIMEOUT: Duration = Duration::from_secs(180);
 const WG_PORT: u32 = 51820;
 const IFNAME: &str = "kubetun0";
 
@@ -45,59 +44,31 @@ fn under_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
 }
 
-/// Runs `program args` bounded by `timeout`; the output, or a message with stderr.
-fn run_bounded(program: &str, args: &[&str], timeout: Duration) -> Result<Output, String> {
-    let output = Command::new("timeout")
-        .arg("--kill-after=5")
-        .arg(timeout.as_secs().to_string())
-        .arg(program)
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run {program}: {e}"))?;
-    if output.status.success() {
-        Ok(output)
-    } else {
-        Err(format!(
-            "`{program} {}` failed ({}): {}",
-            args.join(" "),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
-    }
-}
-
 fn run_ok(program: &str, args: &[&str]) -> String {
-    let output = run_bounded(program, args, COMMAND_TIMEOUT).unwrap_or_else(|e| panic!("{e}"));
-    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    image::run(program, args).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Everything the test made, removed by name on drop (also after a failed assertion).
+/// Everything the test made, removed by name on drop (also after a failed assertion): the
+/// pods and the network first, then the image build's containers and images.
 #[derive(Default)]
 struct Made {
     pods: Vec<String>,
     network: Option<String>,
-    images: Vec<String>,
-    containers: Vec<String>,
+    build: image::Artifacts,
 }
 
 impl Drop for Made {
     fn drop(&mut self) {
         let quick = Duration::from_secs(60);
         for pod in &self.pods {
-            let _ = run_bounded(
+            let _ = image::run_bounded(
                 "podman",
                 &["pod", "rm", "--force", "--time", "2", pod],
                 quick,
             );
         }
         if let Some(network) = &self.network {
-            let _ = run_bounded("podman", &["network", "rm", "--force", network], quick);
-        }
-        for container in &self.containers {
-            let _ = run_bounded("buildah", &["rm", container], quick);
-        }
-        for image in self.images.iter().rev() {
-            let _ = run_bounded("podman", &["rmi", "--force", image], quick);
+            let _ = image::run_bounded("podman", &["network", "rm", "--force", network], quick);
         }
     }
 }
@@ -120,110 +91,6 @@ fn preconditions() -> bool {
     assert!(!under_ci(), "gateway_pod cannot run under CI: {reason}");
     eprintln!("SKIPPED gateway_pod: {reason}");
     false
-}
-
-/// The shared libraries and the loader `binary` needs, as `ldd` resolves them.
-fn loaded_files(binary: &Path) -> Vec<PathBuf> {
-    let out = run_ok("ldd", &[&binary.to_string_lossy()]);
-    out.lines()
-        .filter_map(|line| {
-            // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or
-            // "/lib64/ld-linux-x86-64.so.2 (0x...)"; "linux-vdso.so.1 (0x...)" has no file.
-            let path = line.split("=>").last()?.split_whitespace().next()?;
-            path.starts_with('/').then(|| PathBuf::from(path))
-        })
-        .collect()
-}
-
-/// Copies `from` (following links) to `root` + `to`.
-fn stage(root: &Path, from: &Path, to: &Path) {
-    let dest = root.join(to.strip_prefix("/").unwrap_or(to));
-    std::fs::create_dir_all(dest.parent().expect("a parent")).expect("mkdir");
-    std::fs::copy(from, &dest).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
-}
-
-/// Makes the base image from scratch, like the Dockerfile's `runtime-base`: the loader and
-/// libraries of `binaries`, `ip` and `wg`, the CA bundle, `ip` and `wg`. Returns its name.
-fn build_base(made: &mut Made, work: &Path, binaries: &[PathBuf], tag: &str) -> String {
-    let root = work.join("base-rootfs");
-    let mut files: Vec<PathBuf> = binaries.iter().flat_map(|b| loaded_files(b)).collect();
-    // `ip` sets the TUN device's addresses and routes for the gateway; `wg` is for people.
-    for tool in ["ip", "wg"] {
-        let found = ["/usr/bin", "/bin", "/usr/sbin", "/sbin"]
-            .iter()
-            .map(|dir| Path::new(dir).join(tool))
-            .find(|p| p.is_file())
-            .unwrap_or_else(|| panic!("`{tool}` is not installed on this host"));
-        files.extend(loaded_files(&found));
-        let real = std::fs::canonicalize(&found).expect("tool path");
-        stage(&root, &real, &Path::new("/usr/bin").join(tool));
-    }
-    files.sort();
-    files.dedup();
-    for file in &files {
-        let real = std::fs::canonicalize(file).expect("library path");
-        stage(&root, &real, file);
-    }
-    let ca = Path::new("/etc/ssl/certs/ca-certificates.crt");
-    if ca.is_file() {
-        stage(&root, ca, ca);
-    }
-    let container = run_ok(
-        "buildah",
-        &["from", "--name", &format!("kubetun-base-{tag}"), "scratch"],
-    );
-    made.containers.push(container.clone());
-    run_ok(
-        "buildah",
-        &["copy", &container, &format!("{}/", root.display()), "/"],
-    );
-    let image = format!("localhost/kubetun-test-base:{tag}");
-    run_ok("buildah", &["commit", "--quiet", &container, &image]);
-    made.images.push(image.clone());
-    image
-}
-
-/// Builds the image with `deploy/Dockerfile` from the given binaries on `base`.
-fn build_image(
-    made: &mut Made,
-    work: &Path,
-    binaries: &[PathBuf],
-    base: &str,
-    tag: &str,
-) -> String {
-    let context = work.join("context");
-    std::fs::create_dir_all(context.join("bin")).expect("mkdir");
-    for binary in binaries {
-        let dest = context
-            .join("bin")
-            .join(binary.file_name().expect("a file name"));
-        // Debug builds carry hundreds of MB of debug info the image does not need.
-        run_ok(
-            "strip",
-            &["-o", &dest.to_string_lossy(), &binary.to_string_lossy()],
-        );
-    }
-    let dockerfile = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/Dockerfile");
-    let image = format!("localhost/kubetun-test:{tag}");
-    made.images.push(image.clone());
-    run_ok(
-        "podman",
-        &[
-            "build",
-            "--pull=never",
-            "--layers=false",
-            "-f",
-            &dockerfile.to_string_lossy(),
-            "--build-arg",
-            &format!("BASE={base}"),
-            "--build-arg",
-            "BINARIES=context",
-            "-t",
-            &image,
-            &context.to_string_lossy(),
-        ],
-    );
-    image
 }
 
 /// An HTTP probe as the manifest states it.
@@ -577,7 +444,7 @@ fn ping_from(pid: u32, address: &str, timeout: Duration) -> bool {
 /// The gateway container's logs and state, for failure messages.
 fn describe(pod: &str) -> String {
     let container = format!("{pod}-gateway");
-    let state = run_bounded(
+    let state = image::run_bounded(
         "podman",
         &[
             "inspect",
@@ -589,7 +456,7 @@ fn describe(pod: &str) -> String {
     )
     .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
     .unwrap_or_else(|e| e);
-    let logs = run_bounded(
+    let logs = image::run_bounded(
         "podman",
         &["logs", "--tail", "30", &container],
         Duration::from_secs(30),
@@ -632,8 +499,11 @@ fn gateway_pods_from_the_manifest_tunnel_traffic_and_report_health() {
         .into_iter()
         .map(bin_path)
         .collect();
-    let base = build_base(&mut made, work.path(), &binaries, &tag);
-    let image = build_image(&mut made, work.path(), &binaries, &base, &tag);
+    let base = image::build_base(&mut made.build, work.path(), &binaries, &tag)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let image = format!("localhost/kubetun-test:{tag}");
+    image::build_image(&mut made.build, work.path(), &binaries, &base, &image)
+        .unwrap_or_else(|e| panic!("{e}"));
     let size = run_ok(
         "podman",
         &["image", "inspect", "--format", "{{.Size}}", &image],

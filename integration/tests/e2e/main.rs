@@ -10,7 +10,8 @@
 //! - Reliability: restarts and kill -9 (`reliability_gateway`), floods (`reliability_flood`),
 //!   a soak (`reliability_soak`).
 //! - The lab: in namespaces (`lab`, `lab_multinode`, `route_agent`, `netns_fixtures`) and on
-//!   real API servers (`real_apiservers`, `key_rotation`; fixture `apiserver_lab`).
+//!   real API servers (`real_apiservers`, `key_rotation`; fixture `apiserver_lab`); kubetun
+//!   installed as pods on real nodes, with the whole MCS conformance suite (`real_nodes`).
 //! - `deploy/` against the binaries (`deploy_sync`, static), the dashboard against the
 //!   metrics of a running gateway (`dashboard`).
 //!
@@ -40,6 +41,7 @@ mod lab;
 mod lab_multinode;
 mod netns_fixtures;
 mod real_apiservers;
+mod real_nodes;
 mod reliability_flood;
 mod reliability_gateway;
 mod reliability_soak;

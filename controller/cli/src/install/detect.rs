@@ -1,15 +1,18 @@
 //! What `kubetun install` reads from the cluster, each fact with where it came from: the pod
 //! CIDRs (the Nodes' `spec.podCIDRs`), the service CIDR (`ServiceCIDR` objects, else inferred
 //! from the `kubernetes` Service), the node subnets (the Nodes' InternalIPs), the endpoint
-//! (the gateway Service's load balancer, else a NodePort on a node). The range arithmetic and
-//! the overlap check are pure.
+//! (the gateway Service's load balancer, else a NodePort on the gateway pod's node). The
+//! range arithmetic, the overlap check and the choice of the NodePort's node are pure.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::discovery::ApiResource;
+
+use super::manifests::GATEWAY_POD_LABELS;
 
 /// Prefix length assumed around the `kubernetes` Service's ClusterIP when no ServiceCIDR
 /// object says better: kubeadm's default service CIDR is 10.96.0.0/12.
@@ -312,14 +315,27 @@ async fn service_cidrs(client: &kube::Client) -> Result<(Vec<IpNet>, String), ku
     Ok((cidrs, source))
 }
 
+/// Where peers reach the gateway, and why there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GatewayEndpoint {
+    pub address: String,
+    pub port: u16,
+    /// Where it came from, for the user.
+    pub why: String,
+    /// A NodePort on a node (no load balancer address yet): worth detecting again once the
+    /// gateway pod runs.
+    pub node_port: bool,
+}
+
 /// Where peers reach the gateway: the Service's load balancer ingress, else its NodePort on
-/// a node's ExternalIP (else InternalIP; the first Node by name). `None` when the Service
-/// has neither.
+/// a node (see [`node_port_endpoint`]: the node the gateway pod runs on, else one matching
+/// `gateway_node_selector`, else the first). `None` when the Service has neither.
 pub async fn endpoint(
     client: &kube::Client,
     namespace: &str,
     service: &str,
-) -> Result<Option<(String, u16, String)>, kube::Error> {
+    gateway_node_selector: &BTreeMap<String, String>,
+) -> Result<Option<GatewayEndpoint>, kube::Error> {
     let Some(service) = Api::<Service>::namespaced(client.clone(), namespace)
         .get_opt(service)
         .await?
@@ -339,42 +355,258 @@ pub async fn endpoint(
         .and_then(|i| i.first())
         .and_then(|i| i.ip.clone().or_else(|| i.hostname.clone()));
     if let (Some(address), Some(port)) = (ingress, &port) {
-        return Ok(Some((
+        return Ok(Some(GatewayEndpoint {
             address,
-            u16::try_from(port.port).unwrap_or(51820),
-            "the load balancer ingress of Service kubetun-gateway".into(),
-        )));
+            port: u16::try_from(port.port).unwrap_or(51820),
+            why: "the load balancer ingress of Service kubetun-gateway".into(),
+            node_port: false,
+        }));
     }
     let Some(node_port) = port.and_then(|p| p.node_port) else {
         return Ok(None);
     };
-    let mut nodes = Api::<Node>::all(client.clone())
+    let nodes = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await?
         .items;
+    let pod_selector = GATEWAY_POD_LABELS
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let pods = match Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().labels(&pod_selector))
+        .await
+    {
+        Ok(list) => list.items,
+        // Not allowed to list pods: the rules that need none still apply.
+        Err(kube::Error::Api(s)) if s.code == 403 => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    Ok(node_port_endpoint(
+        u16::try_from(node_port).unwrap_or(51820),
+        &pods,
+        &nodes,
+        gateway_node_selector,
+    ))
+}
+
+/// The Nodes the gateway pod may run on (`--gateway-node-selector`), as a fact.
+pub async fn gateway_nodes(
+    client: &kube::Client,
+    selector: &BTreeMap<String, String>,
+    replicas: usize,
+) -> Result<Fact, kube::Error> {
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    Ok(gateway_nodes_fact(&nodes, selector, replicas))
+}
+
+/// The Nodes matching `selector`, and what too few of them mean for `replicas` gateway pods.
+pub fn gateway_nodes_fact(
+    nodes: &[Node],
+    selector: &BTreeMap<String, String>,
+    replicas: usize,
+) -> Fact {
+    let matching = matching_nodes(nodes, selector);
+    let labels = selector
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>();
+    let mut source = format!(
+        "the Nodes labelled {} (--gateway-node-selector), of {} Node(s)",
+        labels.join(","),
+        nodes.len()
+    );
+    if matching.is_empty() {
+        source.push_str(&format!(
+            "; the gateway pod stays Pending until one is: `kubectl label node <node> {}`",
+            labels.join(" ")
+        ));
+    } else if matching.len() < replicas {
+        source.push_str(&format!(
+            "; the {replicas} replicas of --ha need as many Nodes (never two on one): {} stay \
+             Pending until more are labelled",
+            replicas - matching.len()
+        ));
+    }
+    Fact {
+        what: "gateway nodes",
+        value: if matching.is_empty() {
+            "none".into()
+        } else {
+            matching.join(",")
+        },
+        source,
+    }
+}
+
+/// Whether `node` has every label of `selector`.
+pub fn matches_selector(node: &Node, selector: &BTreeMap<String, String>) -> bool {
+    let labels = node.metadata.labels.as_ref();
+    selector
+        .iter()
+        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+}
+
+/// The names of the Nodes matching `selector`, sorted.
+pub fn matching_nodes(nodes: &[Node], selector: &BTreeMap<String, String>) -> Vec<String> {
+    let mut names: Vec<String> = nodes
+        .iter()
+        .filter(|n| matches_selector(n, selector))
+        .filter_map(|n| n.metadata.name.clone())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The ExternalIP of the first of `nodes` (by name) that has one, else the InternalIP of the
+/// first that has one: `(node, address type, address)`.
+fn first_address<'a>(nodes: &[&'a Node]) -> Option<(&'a Node, &'static str, String)> {
+    let mut nodes = nodes.to_vec();
     nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     for wanted in ["ExternalIP", "InternalIP"] {
         for node in &nodes {
-            let addresses = node
-                .status
-                .as_ref()
-                .and_then(|s| s.addresses.clone())
-                .unwrap_or_default();
-            if let Some(address) = addresses.iter().find(|a| a.type_ == wanted) {
-                return Ok(Some((
-                    address.address.clone(),
-                    u16::try_from(node_port).unwrap_or(51820),
-                    format!(
-                        "Service kubetun-gateway has no load balancer address (yet): its NodePort \
-                         on the {wanted} of Node {}; run kubetun install again once the load \
-                         balancer has one, or pass --endpoint-address",
-                        node.metadata.name.as_deref().unwrap_or_default()
-                    ),
-                )));
+            let addresses = node.status.as_ref().and_then(|s| s.addresses.as_ref());
+            if let Some(address) = addresses.into_iter().flatten().find(|a| a.type_ == wanted) {
+                return Some((node, wanted, address.address.clone()));
             }
         }
     }
-    Ok(None)
+    None
+}
+
+/// The gateway pod peers should reach: scheduled, not being deleted, not finished; a ready
+/// one first, then a running one, then by name.
+fn gateway_pod(pods: &[Pod]) -> Option<&Pod> {
+    let mut candidates: Vec<&Pod> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_some_and(|n| !n.is_empty())
+        })
+        .filter(|p| {
+            !matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            )
+        })
+        .collect();
+    let ready = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    };
+    let running = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+    candidates.sort_by_key(|p| (!ready(p), !running(p), p.metadata.name.clone()));
+    candidates.first().copied()
+}
+
+/// The NodePort endpoint. The Service has `externalTrafficPolicy: Local`, so only a node
+/// running the gateway pod answers on it: the node of the gateway pod (`pods`, those with the
+/// gateway's labels; its node's ExternalIP, else InternalIP, else the pod's `status.hostIP`),
+/// else, before the pod is scheduled, the first of the Nodes matching `gateway_node_selector`
+/// (when given), else the first Node by name; ExternalIPs before InternalIPs.
+pub fn node_port_endpoint(
+    node_port: u16,
+    pods: &[Pod],
+    nodes: &[Node],
+    gateway_node_selector: &BTreeMap<String, String>,
+) -> Option<GatewayEndpoint> {
+    const NO_LB: &str = "Service kubetun-gateway has no load balancer address (yet)";
+    const LOCAL: &str = "externalTrafficPolicy: Local, so only a node running the gateway pod \
+                         answers";
+    const AGAIN: &str = "run kubetun install again once the load balancer has one, or pass \
+                         --endpoint-address";
+    let found = |address: String, why: String| GatewayEndpoint {
+        address,
+        port: node_port,
+        why,
+        node_port: true,
+    };
+    if let Some(pod) = gateway_pod(pods) {
+        let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+        let node_name = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .unwrap_or_default();
+        let node: Vec<&Node> = nodes
+            .iter()
+            .filter(|n| n.metadata.name.as_deref() == Some(node_name))
+            .collect();
+        if let Some((_, wanted, address)) = first_address(&node) {
+            return Some(found(
+                address,
+                format!(
+                    "{NO_LB}: its NodePort on the {wanted} of Node {node_name}, where the gateway \
+                     pod {pod_name} runs ({LOCAL}); {AGAIN}"
+                ),
+            ));
+        }
+        if let Some(host_ip) = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.host_ip.clone())
+            .filter(|ip| !ip.is_empty())
+        {
+            return Some(found(
+                host_ip,
+                format!(
+                    "{NO_LB}: its NodePort on the status.hostIP of the gateway pod {pod_name} \
+                     (Node {node_name}) ({LOCAL}); {AGAIN}"
+                ),
+            ));
+        }
+    }
+    if !gateway_node_selector.is_empty() {
+        let matching: Vec<&Node> = nodes
+            .iter()
+            .filter(|n| matches_selector(n, gateway_node_selector))
+            .collect();
+        if let Some((node, wanted, address)) = first_address(&matching) {
+            let selector = gateway_node_selector
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            return Some(found(
+                address,
+                format!(
+                    "{NO_LB}: its NodePort on the {wanted} of Node {}, the first of the {} Node(s) \
+                     matching --gateway-node-selector {selector}, as no gateway pod is scheduled \
+                     yet ({LOCAL}: with several, the pod may land on another; --wait detects it \
+                     again); {AGAIN}",
+                    node.metadata.name.as_deref().unwrap_or_default(),
+                    matching.len()
+                ),
+            ));
+        }
+    }
+    let all: Vec<&Node> = nodes.iter().collect();
+    let (node, wanted, address) = first_address(&all)?;
+    let unmatched = if gateway_node_selector.is_empty() {
+        ""
+    } else {
+        ", no Node matching --gateway-node-selector has an address"
+    };
+    Some(found(
+        address,
+        format!(
+            "{NO_LB}: its NodePort on the {wanted} of Node {}, the first by name, as no gateway \
+             pod is scheduled yet{unmatched} ({LOCAL}: the pod may land on another; --wait \
+             detects it again); {AGAIN}",
+            node.metadata.name.as_deref().unwrap_or_default()
+        ),
+    ))
 }
 
 #[cfg(test)]
@@ -426,5 +658,186 @@ mod tests {
             service_from_cluster_ip("10.96.0.1".parse().unwrap()),
             Some("10.96.0.0/12".parse().unwrap())
         );
+    }
+
+    fn node(name: &str, labels: serde_json::Value, addresses: &[(&str, &str)]) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": labels},
+            "status": {"addresses": addresses
+                .iter()
+                .map(|(t, a)| serde_json::json!({"type": t, "address": a}))
+                .collect::<Vec<_>>()},
+        }))
+        .unwrap()
+    }
+
+    fn pod(name: &str, node: Option<&str>, host_ip: &str, ready: bool, deleted: bool) -> Pod {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "kubetun-system"},
+            "spec": {"containers": [], "nodeName": node},
+            "status": {
+                "phase": "Running",
+                "hostIP": host_ip,
+                "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
+            },
+        }))
+        .unwrap();
+        if deleted {
+            pod.metadata.deletion_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
+            );
+        }
+        pod
+    }
+
+    fn nodes() -> Vec<Node> {
+        vec![
+            node(
+                "c",
+                serde_json::json!({"gw": "yes"}),
+                &[("InternalIP", "10.0.0.3")],
+            ),
+            node(
+                "a",
+                serde_json::json!({}),
+                &[("InternalIP", "10.0.0.1"), ("ExternalIP", "203.0.113.1")],
+            ),
+            node(
+                "b",
+                serde_json::json!({"gw": "yes"}),
+                &[("InternalIP", "10.0.0.2")],
+            ),
+            node(
+                "d",
+                serde_json::json!({"gw": "yes"}),
+                &[("ExternalIP", "203.0.113.4")],
+            ),
+        ]
+    }
+
+    fn gw() -> BTreeMap<String, String> {
+        BTreeMap::from([("gw".to_owned(), "yes".to_owned())])
+    }
+
+    #[test]
+    fn the_node_port_is_reached_on_the_gateway_pods_node() {
+        let pods = [
+            pod("kubetun-gateway-old", Some("a"), "10.0.0.1", true, true),
+            pod("kubetun-gateway-new", Some("c"), "10.0.0.3", true, false),
+        ];
+        let found = node_port_endpoint(31820, &pods, &nodes(), &gw()).unwrap();
+        assert_eq!((found.address.as_str(), found.port), ("10.0.0.3", 31820));
+        assert!(found.node_port);
+        assert!(
+            found
+                .why
+                .contains("InternalIP of Node c, where the gateway pod kubetun-gateway-new runs"),
+            "{}",
+            found.why
+        );
+        assert!(
+            found.why.contains("externalTrafficPolicy: Local"),
+            "{}",
+            found.why
+        );
+
+        // Its node's ExternalIP first; a ready pod before one that is not.
+        let pods = [
+            pod("kubetun-gateway-1", Some("b"), "10.0.0.2", false, false),
+            pod("kubetun-gateway-2", Some("d"), "10.0.0.4", true, false),
+        ];
+        let found = node_port_endpoint(31820, &pods, &nodes(), &BTreeMap::new()).unwrap();
+        assert_eq!(found.address, "203.0.113.4");
+
+        // A node the CLI does not see: the pod's status.hostIP.
+        let pods = [pod("kubetun-gateway-1", Some("e"), "10.0.0.5", true, false)];
+        let found = node_port_endpoint(31820, &pods, &nodes(), &gw()).unwrap();
+        assert_eq!(found.address, "10.0.0.5");
+        assert!(
+            found.why.contains("status.hostIP of the gateway pod"),
+            "{}",
+            found.why
+        );
+    }
+
+    #[test]
+    fn before_the_pod_is_scheduled_the_node_port_is_on_a_gateway_node() {
+        // Unscheduled and deleted pods do not count.
+        let pods = [
+            pod("kubetun-gateway-pending", None, "", false, false),
+            pod("kubetun-gateway-old", Some("a"), "10.0.0.1", true, true),
+        ];
+        // The selector's Nodes, by name, ExternalIPs first: d over b and c.
+        let found = node_port_endpoint(31820, &pods, &nodes(), &gw()).unwrap();
+        assert_eq!(found.address, "203.0.113.4");
+        assert!(
+            found.why.contains(
+                "Node d, the first of the 3 Node(s) matching --gateway-node-selector gw=yes"
+            ),
+            "{}",
+            found.why
+        );
+        let without_d: Vec<Node> = nodes()
+            .into_iter()
+            .filter(|n| n.metadata.name.as_deref() != Some("d"))
+            .collect();
+        let found = node_port_endpoint(31820, &pods, &without_d, &gw()).unwrap();
+        assert_eq!(found.address, "10.0.0.2");
+
+        // No selector: today's rule, the first ExternalIP by name.
+        let found = node_port_endpoint(31820, &pods, &nodes(), &BTreeMap::new()).unwrap();
+        assert_eq!(found.address, "203.0.113.1");
+        assert!(
+            found.why.contains("Node a, the first by name"),
+            "{}",
+            found.why
+        );
+        assert!(
+            !found.why.contains("--gateway-node-selector"),
+            "{}",
+            found.why
+        );
+
+        // A selector no Node matches: the same, saying so.
+        let none = BTreeMap::from([("gw".to_owned(), "no".to_owned())]);
+        let found = node_port_endpoint(31820, &[], &nodes(), &none).unwrap();
+        assert_eq!(found.address, "203.0.113.1");
+        assert!(
+            found
+                .why
+                .contains("no Node matching --gateway-node-selector"),
+            "{}",
+            found.why
+        );
+
+        assert_eq!(node_port_endpoint(31820, &[], &[], &gw()), None);
+        assert_eq!(
+            gateway_nodes_fact(&nodes(), &gw(), 1).to_string(),
+            "gateway nodes: b,c,d (the Nodes labelled gw=yes (--gateway-node-selector), of 4 \
+             Node(s))"
+        );
+        let fact = gateway_nodes_fact(&nodes(), &none, 1);
+        assert_eq!(fact.value, "none");
+        assert!(
+            fact.source.contains("`kubectl label node <node> gw=no`"),
+            "{fact}"
+        );
+        let one = BTreeMap::from([
+            ("gw".to_owned(), "yes".to_owned()),
+            ("zone".to_owned(), String::new()),
+        ]);
+        let mut labelled = nodes();
+        labelled[0]
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("zone".into(), String::new());
+        let fact = gateway_nodes_fact(&labelled, &one, 2);
+        assert_eq!(fact.value, "c");
+        assert!(fact.source.contains("the 2 replicas of --ha"), "{fact}");
+        assert!(fact.source.contains("1 stay Pending"), "{fact}");
+        assert_eq!(matching_nodes(&nodes(), &gw()), ["b", "c", "d"]);
+        assert_eq!(matching_nodes(&nodes(), &none), Vec::<String>::new());
     }
 }

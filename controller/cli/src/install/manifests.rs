@@ -83,6 +83,11 @@ pub const DEFAULT_IMAGE: &str = "ghcr.io/kubetun/kubetun:latest";
 pub const CONFIG_MAP: &str = "kubetun-controller-config";
 /// The kubetun pod's Deployment and Service (`deploy/gateway.yaml`).
 pub const GATEWAY: &str = "kubetun-gateway";
+/// The labels of the kubetun pod (the gateway Deployment's selector and the Service's).
+pub const GATEWAY_POD_LABELS: [(&str, &str); 2] = [
+    ("app.kubernetes.io/name", "kubetun"),
+    ("app.kubernetes.io/component", "gateway"),
+];
 /// The route agent's DaemonSet (`deploy/agent/daemonset.yaml`).
 pub const AGENT: &str = "kubetun-route-agent";
 /// Pod-template annotation with a hash of the ConfigMap's data: a changed setting rolls the
@@ -403,6 +408,44 @@ pub fn configure(
     }
 }
 
+/// Whether `object` is a Deployment of kubetun pods: the gateway Deployment, which `--ha`
+/// (`deploy/ha`) makes the replicated gateways. Not the route agent DaemonSet.
+fn runs_gateway_pods(object: &Value) -> bool {
+    object.get("kind").and_then(Value::as_str) == Some("Deployment")
+        && GATEWAY_POD_LABELS.iter().all(|(key, value)| {
+            object
+                .pointer("/spec/template/metadata/labels")
+                .and_then(|labels| labels.get(key))
+                .and_then(Value::as_str)
+                == Some(value)
+        })
+}
+
+/// `--gateway-node-selector`: adds `node_selector` to the `nodeSelector` of the pod template
+/// of every Deployment of kubetun pods (merged with any there, the flag's values winning).
+/// The route agents stay on every node. An empty selector changes nothing.
+pub fn place_gateway(objects: &mut [Value], node_selector: &BTreeMap<String, String>) {
+    if node_selector.is_empty() {
+        return;
+    }
+    for object in objects.iter_mut().filter(|o| runs_gateway_pods(o)) {
+        let Some(Value::Object(spec)) = object.pointer_mut("/spec/template/spec") else {
+            continue;
+        };
+        let selector = spec
+            .entry("nodeSelector")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !selector.is_object() {
+            *selector = Value::Object(Map::new());
+        }
+        if let Value::Object(selector) = selector {
+            for (key, value) in node_selector {
+                selector.insert(key.clone(), Value::String(value.clone()));
+            }
+        }
+    }
+}
+
 /// Multi-document YAML, one document per object, as `kubectl apply -f -` reads it.
 pub fn to_yaml(objects: &[Value]) -> Result<String, serde_yaml::Error> {
     let mut out = String::new();
@@ -464,5 +507,110 @@ mod tests {
             .find(|o| identity(o).1 == "DaemonSet")
             .unwrap();
         assert!(agent.to_string().contains("KUBETUN_GATEWAY_LEASE"));
+    }
+
+    fn selector(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn every_set_of_components() -> Vec<Components> {
+        [false, true]
+            .into_iter()
+            .flat_map(|ha| [false, true].map(|hub_forwarding| Components { ha, hub_forwarding }))
+            .collect()
+    }
+
+    #[test]
+    fn the_gateway_node_selector_lands_on_the_gateway_pods_only() {
+        let wanted = selector(&[("kubetun.io/gateway", "true"), ("zone", "")]);
+        for components in every_set_of_components() {
+            let plain = render(components).unwrap();
+            let mut placed = plain.clone();
+            place_gateway(&mut placed, &wanted);
+            let mut changed = 0;
+            for (before, after) in plain.iter().zip(&placed) {
+                let (_, kind, _, name) = identity(after);
+                if kind == "Deployment" && name == GATEWAY {
+                    changed += 1;
+                    assert_eq!(
+                        after.pointer("/spec/template/spec/nodeSelector"),
+                        Some(&serde_json::json!({"kubetun.io/gateway": "true", "zone": ""})),
+                        "{components:?}"
+                    );
+                    // Nothing else of the Deployment changes.
+                    let mut without = after.clone();
+                    without["spec"]["template"]["spec"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("nodeSelector");
+                    assert_eq!(&without, before, "{components:?}");
+                } else {
+                    assert_eq!(after, before, "{kind} {name} changed ({components:?})");
+                }
+            }
+            assert_eq!(changed, 1, "{components:?}");
+            let agent = placed
+                .iter()
+                .find(|o| identity(o).1 == "DaemonSet" && identity(o).3 == AGENT)
+                .unwrap();
+            assert_eq!(agent.pointer("/spec/template/spec/nodeSelector"), None);
+        }
+    }
+
+    #[test]
+    fn the_replicated_gateways_get_the_selector_beside_their_anti_affinity() {
+        let mut objects = render(Components {
+            ha: true,
+            hub_forwarding: false,
+        })
+        .unwrap();
+        place_gateway(&mut objects, &selector(&[("kubetun.io/gateway", "true")]));
+        let gateway = objects
+            .iter()
+            .find(|o| identity(o).1 == "Deployment" && identity(o).3 == GATEWAY)
+            .unwrap();
+        assert_eq!(gateway.pointer("/spec/replicas"), Some(&Value::from(2)));
+        assert!(gateway.pointer("/spec/template/spec/affinity").is_some());
+        assert_eq!(
+            gateway.pointer("/spec/template/spec/nodeSelector/kubetun.io~1gateway"),
+            Some(&Value::from("true"))
+        );
+    }
+
+    #[test]
+    fn the_gateway_node_selector_merges_with_one_there() {
+        let mut objects = render(Components::default()).unwrap();
+        let gateway = objects
+            .iter_mut()
+            .find(|o| identity(o).1 == "Deployment" && identity(o).3 == GATEWAY)
+            .unwrap();
+        gateway["spec"]["template"]["spec"]["nodeSelector"] =
+            serde_json::json!({"kubernetes.io/os": "linux", "zone": "a"});
+        place_gateway(&mut objects, &selector(&[("zone", "b"), ("edge", "1")]));
+        let gateway = objects
+            .iter()
+            .find(|o| identity(o).1 == "Deployment" && identity(o).3 == GATEWAY)
+            .unwrap();
+        assert_eq!(
+            gateway.pointer("/spec/template/spec/nodeSelector"),
+            Some(&serde_json::json!({"kubernetes.io/os": "linux", "zone": "b", "edge": "1"}))
+        );
+    }
+
+    #[test]
+    fn no_gateway_node_selector_leaves_the_manifests_byte_identical() {
+        let data = BTreeMap::from([("KUBETUN_CLUSTER_ID".to_owned(), "rome".to_owned())]);
+        for components in every_set_of_components() {
+            let mut plain = render(components).unwrap();
+            configure(&mut plain, &data, DEFAULT_IMAGE, "{}");
+            let mut placed = render(components).unwrap();
+            place_gateway(&mut placed, &BTreeMap::new());
+            configure(&mut placed, &data, DEFAULT_IMAGE, "{}");
+            assert_eq!(to_yaml(&placed).unwrap(), to_yaml(&plain).unwrap());
+            assert!(!to_yaml(&placed).unwrap().contains("nodeSelector"));
+        }
     }
 }

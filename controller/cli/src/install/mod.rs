@@ -20,7 +20,7 @@ use kube::Api;
 use serde_json::Value;
 
 use super::{Error, KubeconfigSource, local_api_error as api_error, parse_duration};
-use flags::{Cidrs, Settings, parse_cidrs};
+use flags::{Cidrs, NodeSelector, Settings, parse_cidrs, parse_node_selector};
 use kubetun_controller::cluster_info::DEFAULT_NAMESPACE;
 use manifests::{Components, DEFAULT_IMAGE};
 
@@ -54,8 +54,12 @@ pub struct InstallArgs {
     /// Replicated gateways: add the components deploy/ha and deploy/agent/ha.
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub ha: Option<bool>,
+    /// Labels a node must have to run the gateway pod(s): the pod template's nodeSelector,
+    /// e.g. kubetun.io/gateway=true (the route agents stay on every node; "" clears it).
+    #[arg(long, value_name = "KEY=VALUE[,KEY=VALUE...]", value_parser = parse_node_selector)]
+    pub gateway_node_selector: Option<NodeSelector>,
     /// Address peers reach the gateway at (default: the gateway Service's load balancer,
-    /// else its NodePort on a node).
+    /// else its NodePort on the gateway pod's node).
     #[arg(long)]
     pub endpoint_address: Option<String>,
     /// UDP port peers reach the gateway at (with --endpoint-address; default 51820).
@@ -165,6 +169,8 @@ pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
         hub_forwarding: settings.hub_forwarding.unwrap_or(false),
     };
     let mut objects = manifests::render(components).map_err(|e| Error::Usage(e.to_string()))?;
+    let gateway_nodes = settings.gateway_node_selector.clone().unwrap_or_default().0;
+    manifests::place_gateway(&mut objects, &gateway_nodes);
     // The MCS API's CRDs: kubetun's own, unless the cluster serves them already.
     let foreign = apply::foreign_mcs_crds(&client).await?;
     if !foreign.is_empty() {
@@ -185,6 +191,12 @@ pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
     .map_err(api_error("read the cluster's Nodes and Services"))?;
     for fact in &detected.facts {
         say(format!("detected {fact}"));
+    }
+    if !gateway_nodes.is_empty() {
+        let nodes = detect::gateway_nodes(&client, &gateway_nodes, gateway_replicas(&objects))
+            .await
+            .map_err(api_error("read the cluster's Nodes"))?;
+        say(format!("detected {nodes}"));
     }
     if detected.pod_cidrs.is_empty() {
         return Err(Error::Usage(
@@ -229,11 +241,21 @@ pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
     } else if let Some(address) = &settings.endpoint_address {
         let port = settings.endpoint_port.unwrap_or(51820);
         say(format!("endpoint: {address}:{port} (--endpoint-address)"));
-        Some((address.clone(), port))
+        Some(detect::GatewayEndpoint {
+            address: address.clone(),
+            port,
+            why: "--endpoint-address".into(),
+            node_port: false,
+        })
     } else {
-        let found = match detect::endpoint(&client, DEFAULT_NAMESPACE, manifests::GATEWAY)
-            .await
-            .map_err(api_error("read Service kubetun-gateway"))?
+        let found = match detect::endpoint(
+            &client,
+            DEFAULT_NAMESPACE,
+            manifests::GATEWAY,
+            &gateway_nodes,
+        )
+        .await
+        .map_err(api_error("read Service kubetun-gateway"))?
         {
             Some(found) => Some(found),
             None if !args.dry_run => {
@@ -247,21 +269,29 @@ pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
                     .cloned()
                     .collect();
                 apply::apply_all(&client, &service, |_| {}).await?;
-                detect::endpoint(&client, DEFAULT_NAMESPACE, manifests::GATEWAY)
-                    .await
-                    .map_err(api_error("read Service kubetun-gateway"))?
+                detect::endpoint(
+                    &client,
+                    DEFAULT_NAMESPACE,
+                    manifests::GATEWAY,
+                    &gateway_nodes,
+                )
+                .await
+                .map_err(api_error("read Service kubetun-gateway"))?
             }
             None => None,
         };
-        let Some((address, port, why)) = found else {
+        let Some(found) = found else {
             return Err(Error::Usage(
                 "no endpoint address: Service kubetun-gateway has no load balancer address and no \
                  NodePort on a node with an address; pass --endpoint-address"
                     .into(),
             ));
         };
-        say(format!("detected endpoint: {address}:{port} ({why})"));
-        Some((address, port))
+        say(format!(
+            "detected endpoint: {}:{} ({})",
+            found.address, found.port, found.why
+        ));
+        Some(found)
     };
 
     let mut reserved = detected.node_subnets.clone();
@@ -293,9 +323,8 @@ pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
             settings.hub.unwrap_or(false).to_string(),
         ),
     ]);
-    if let Some((address, port)) = endpoint {
-        data.insert("KUBETUN_ENDPOINT_ADDRESS".into(), address);
-        data.insert("KUBETUN_ENDPOINT_PORT".into(), port.to_string());
+    if let Some(found) = &endpoint {
+        set_endpoint(&mut data, found);
     }
     manifests::configure(&mut objects, &data, &image, &settings.to_json());
 
@@ -314,8 +343,85 @@ pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
     );
     if args.wait {
         apply::wait_ready(&client, args.timeout).await?;
+        // A NodePort endpoint was a guess made before the gateway pod ran (or before the
+        // load balancer had an address): look again now that it is Ready.
+        let mut published = endpoint;
+        let mut updates = 0;
+        while let Some(old) = published.as_ref().filter(|e| e.node_port) {
+            let Some(found) = detect::endpoint(
+                &client,
+                DEFAULT_NAMESPACE,
+                manifests::GATEWAY,
+                &gateway_nodes,
+            )
+            .await
+            .map_err(api_error("read Service kubetun-gateway"))?
+            else {
+                break;
+            };
+            if (&found.address, found.port) == (&old.address, old.port) {
+                break;
+            }
+            if updates == MAX_ENDPOINT_UPDATES {
+                println!(
+                    "warning: the endpoint moved again, to {}:{} ({}); the published one stays \
+                     {}:{}: pin the gateway pod to one node with --gateway-node-selector, or pass \
+                     --endpoint-address",
+                    found.address, found.port, found.why, old.address, old.port
+                );
+                break;
+            }
+            updates += 1;
+            println!(
+                "detected endpoint, now that the gateway is Ready: {}:{} ({}); updating \
+                 ConfigMap {}",
+                found.address,
+                found.port,
+                found.why,
+                manifests::CONFIG_MAP
+            );
+            set_endpoint(&mut data, &found);
+            // The config hash changes with it, which restarts the gateway pod on the new
+            // configuration (the controller reads it only at start).
+            manifests::configure(&mut objects, &data, &image, &settings.to_json());
+            let changed: Vec<Value> = objects
+                .iter()
+                .filter(|o| {
+                    let (_, kind, _, name) = manifests::identity(o);
+                    (kind == "ConfigMap" && name == manifests::CONFIG_MAP)
+                        || (kind == "Deployment" && name == manifests::GATEWAY)
+                })
+                .cloned()
+                .collect();
+            apply::apply_all(&client, &changed, |line| println!("{line}")).await?;
+            apply::wait_ready(&client, args.timeout).await?;
+            published = Some(found);
+        }
     }
     Ok(())
+}
+
+/// How often `--wait` republishes a NodePort endpoint that moved (each restarts the gateway
+/// pod, which may land on yet another node).
+const MAX_ENDPOINT_UPDATES: usize = 2;
+
+/// The endpoint's entries of the controller's ConfigMap.
+fn set_endpoint(data: &mut BTreeMap<String, String>, endpoint: &detect::GatewayEndpoint) {
+    data.insert("KUBETUN_ENDPOINT_ADDRESS".into(), endpoint.address.clone());
+    data.insert("KUBETUN_ENDPOINT_PORT".into(), endpoint.port.to_string());
+}
+
+/// The replicas of the gateway Deployment (2 with `--ha`).
+fn gateway_replicas(objects: &[Value]) -> usize {
+    objects
+        .iter()
+        .find(|o| {
+            let (_, kind, _, name) = manifests::identity(o);
+            kind == "Deployment" && name == manifests::GATEWAY
+        })
+        .and_then(|o| o.pointer("/spec/replicas"))
+        .and_then(Value::as_u64)
+        .map_or(1, |r| usize::try_from(r).unwrap_or(usize::MAX))
 }
 
 impl InstallArgs {
@@ -333,6 +439,7 @@ impl InstallArgs {
             external_cidr: self.external_cidr.clone(),
             reserved: self.reserved.clone(),
             image: self.image.clone(),
+            gateway_node_selector: self.gateway_node_selector.clone(),
         }
     }
 }
