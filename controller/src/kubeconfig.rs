@@ -69,6 +69,28 @@ impl KubeconfigSource {
         self.client(cluster).await
     }
 
+    /// The name of the cluster the kubeconfig's context (the given one, else the current
+    /// one) points at, as `kubectl config view` shows it; `None` when it cannot be read.
+    pub fn context_cluster(&self) -> Option<String> {
+        let kubeconfig = match &self.path {
+            Some(path) => Kubeconfig::read_from(path),
+            None => Kubeconfig::read(),
+        }
+        .ok()?;
+        let context = self
+            .context
+            .clone()
+            .or_else(|| kubeconfig.current_context.clone())?;
+        kubeconfig
+            .contexts
+            .iter()
+            .find(|c| c.name == context)?
+            .context
+            .as_ref()
+            .map(|c| c.cluster.clone())
+            .filter(|c| !c.is_empty())
+    }
+
     /// Builds a client for `cluster` (a label used in errors).
     pub async fn client(&self, cluster: &str) -> Result<kube::Client, KubeconfigError> {
         Ok(self.client_and_server(cluster).await?.0)

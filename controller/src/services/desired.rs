@@ -151,10 +151,21 @@ pub fn desired_imports(sources: &[Source<'_>]) -> Vec<DesiredImport> {
         .collect()
 }
 
-/// The exporter's slices in this cluster's views, named `<derived>-<cluster>-<n>`.
+/// The exporter's slices in this cluster's views, named `<derived>-<cluster>-<n>`. A slice
+/// keeps only the ports this exporter's Service defines as the import does: a port that lost
+/// a conflict (same name, another number or protocol) is served by the clusters that define
+/// it as imported, never by the one whose endpoints listen for something else (the MCS
+/// conformance suite's `StrictPortConflict`).
 fn add_slices(import: &mut DesiredImport, source: &Source<'_>) {
     let cluster = &source.offer.cluster.id;
     let derived = derived_service_name(&import.name);
+    let agreeing: Vec<&Option<String>> = source
+        .offer
+        .ports
+        .iter()
+        .filter(|p| import.merged.ports.contains(p))
+        .map(|p| &p.name)
+        .collect();
     for (index, slice) in source.offer.slices.iter().enumerate() {
         let mut dropped = 0;
         let endpoints: Vec<Endpoint> = slice
@@ -204,6 +215,7 @@ fn add_slices(import: &mut DesiredImport, source: &Source<'_>) {
                 slice
                     .ports
                     .iter()
+                    .filter(|p| agreeing.contains(&&p.name))
                     .map(|p| EndpointPort {
                         name: p.name.clone(),
                         protocol: Some(p.protocol.clone()),
@@ -231,4 +243,97 @@ fn fnv(text: &str) -> u32 {
     text.bytes().fold(0x811c_9dc5, |hash, byte| {
         (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use kubetun_crds::mcs::{ServiceImportType, ServicePort};
+    use kubetun_crds::{ClusterRef, ExportedEndpoint, ExportedEndpointPort, ExportedSlice};
+
+    use super::*;
+
+    fn offer(cluster: &str, second: i64, ports: &[(&str, i32)]) -> ExportedServiceSpec {
+        ExportedServiceSpec {
+            cluster: ClusterRef {
+                id: cluster.into(),
+                name: cluster.into(),
+            },
+            namespace: "shop".into(),
+            name: "web".into(),
+            export_created: Time(k8s_openapi::jiff::Timestamp::from_second(second).unwrap()),
+            type_: ServiceImportType::ClusterSetIP,
+            ports: ports
+                .iter()
+                .map(|(name, port)| ServicePort {
+                    name: Some((*name).into()),
+                    protocol: "TCP".into(),
+                    app_protocol: None,
+                    port: *port,
+                })
+                .collect(),
+            session_affinity: None,
+            session_affinity_config: None,
+            ip_families: vec!["IPv4".into()],
+            internal_traffic_policy: None,
+            traffic_distribution: None,
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            // Every endpoint listens on 42, whatever the Service's port is.
+            slices: vec![ExportedSlice {
+                address_type: "IPv4".into(),
+                ports: ports
+                    .iter()
+                    .map(|(name, _)| ExportedEndpointPort {
+                        name: Some((*name).into()),
+                        protocol: "TCP".into(),
+                        port: 42,
+                        app_protocol: None,
+                    })
+                    .collect(),
+                endpoints: vec![ExportedEndpoint {
+                    addresses: vec![format!("10.0.0.{second}")],
+                    ready: true,
+                    serving: true,
+                    ..ExportedEndpoint::default()
+                }],
+            }],
+        }
+    }
+
+    fn slice_ports(import: &DesiredImport, cluster: &str) -> Vec<String> {
+        import
+            .slices
+            .iter()
+            .filter(|s| s.metadata.labels.as_ref().unwrap()[SOURCE_CLUSTER_LABEL] == cluster)
+            .flat_map(|s| s.ports.iter().flatten())
+            .filter_map(|p| p.name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn a_port_that_lost_its_conflict_is_served_only_by_the_clusters_that_define_it_so() {
+        let local = AddressViews::local();
+        // milan (older) exposes tcp as 42, rome as 4242, both with endpoints listening on 42.
+        let milan = offer("milan", 1, &[("tcp", 42)]);
+        let rome = offer("rome", 2, &[("tcp", 4242), ("metrics", 9090)]);
+        let sources = [
+            Source {
+                offer: &milan,
+                views: &local,
+            },
+            Source {
+                offer: &rome,
+                views: &local,
+            },
+        ];
+        let imports = desired_imports(&sources);
+        let import = &imports[0];
+        assert_eq!(slice_ports(import, "milan"), ["tcp"]);
+        assert_eq!(
+            slice_ports(import, "rome"),
+            ["metrics"],
+            "rome's endpoints must not serve tcp 42, which it does not expose"
+        );
+    }
 }

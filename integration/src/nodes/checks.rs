@@ -5,8 +5,8 @@
 //! cluster's view of the client), over the direct links, the shortcut and the hub-only pair;
 //! `web` by its `clusterset.local` name (the cluster DNS's stub zone to kubetun DNS, the
 //! ClusterSetIP balanced by the real kube-proxy over Milan's and Paris's endpoints), then
-//! unexported from Paris; and the Rome–Milan shortcut cut in the underlay and healed, with the
-//! traffic moving to the hub and back.
+//! unexported from Paris; and the Rome–Milan shortcut cut in the underlay and healed under a
+//! ping train, with the traffic moving to the hub and back.
 
 use std::io::Write;
 use std::net::Ipv4Addr;
@@ -378,7 +378,7 @@ fn until(
 
 /// Every check after linking.
 pub fn run_all(
-    _binaries: &Path,
+    binaries: &Path,
     clusters: &[Cluster],
     out: &mut dyn Write,
     checks: &mut Vec<Check>,
@@ -431,6 +431,7 @@ pub fn run_all(
         ),
         outcome,
     ));
+    fallback(binaries, clusters, checks);
     if let Some(last) = exporters.last().filter(|_| exporters.len() > 1) {
         let _ = kit::kubectl(
             &last.kubeconfig,
@@ -460,4 +461,153 @@ pub fn run_all(
         ));
     }
     Ok(())
+}
+
+/// UDP between two clusters' underlay addresses dropped in the shared underlay namespace
+/// while this lives (a cut link between their gateway nodes); the rules go on drop.
+struct Cut {
+    rules: Vec<[String; 6]>,
+}
+
+impl Cut {
+    /// Drops UDP between cluster slots `a` and `b` (their routers' uplinks 172.28.S.0/24, where
+    /// the clusters' outgoing traffic is masqueraded, and their nodes 172.30.S.0/24).
+    fn new(a: u8, b: u8) -> Result<Self, String> {
+        let mut cut = Self { rules: Vec::new() };
+        for (from, to) in [(a, b), (b, a)] {
+            let rule = [
+                format!("172.28.{from}.0/24"),
+                format!("172.30.{to}.0/24"),
+                "udp".into(),
+                "DROP".into(),
+                "kubetun-lab-cut".into(),
+                String::new(),
+            ];
+            underlay_iptables("-I", &rule)?;
+            cut.rules.push(rule);
+        }
+        Ok(cut)
+    }
+}
+
+impl Drop for Cut {
+    fn drop(&mut self) {
+        for rule in &self.rules {
+            let _ = underlay_iptables("-D", rule);
+        }
+    }
+}
+
+fn underlay_iptables(op: &str, rule: &[String; 6]) -> Result<(), String> {
+    let output = std::process::Command::new("ip")
+        .args(["netns", "exec", "nk-underlay", "iptables", op, "FORWARD"])
+        .args(["-s", &rule[0], "-d", &rule[1], "-p", &rule[2]])
+        .args(["-m", "comment", "--comment", &rule[4], "-j", &rule[3]])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).trim().to_owned())
+    }
+}
+
+/// The path the hub reports for `left` seeing `right` (`direct` or `hub`).
+fn path(binaries: &Path, hub: &Cluster, left: &str, right: &str) -> Option<String> {
+    let listed = kubetun(
+        binaries,
+        &["shortcut", "list", "--kubeconfig", &underlay(hub)],
+    )
+    .ok()?;
+    listed.lines().find_map(|line| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        (words.len() > 3 && words[0] == left && words[1] == right && words[2] == "pod")
+            .then(|| words.last().map(|w| (*w).to_owned()))
+            .flatten()
+    })
+}
+
+/// The Rome–Milan shortcut cut between the gateway nodes and healed under a ping train
+/// (every 200 ms) from Rome's client to a Milan pod: traffic moves to the hub and back.
+fn fallback(binaries: &Path, clusters: &[Cluster], checks: &mut Vec<Check>) {
+    let (Some(hub), Some(rome), Some(milan)) = (
+        hub(clusters),
+        by_id(clusters, "rome"),
+        by_id(clusters, "milan"),
+    ) else {
+        return;
+    };
+    let outcome = (|| {
+        let (web, _) = pod_ips(milan)?;
+        let target = *web.last().ok_or("no Milan pod")?;
+        let address = view_of(target, &views(rome, "milan")?).ok_or("no view of Milan")?;
+        let slots = (
+            kit::cluster_slot(&rome.dir.join("cp")).map_err(|e| e.to_string())?,
+            kit::cluster_slot(&milan.dir.join("cp")).map_err(|e| e.to_string())?,
+        );
+        let kubectl = kubetun_testenv::Assets::find()
+            .map_err(|e| e.to_string())?
+            .kubectl()
+            .map_err(|e| e.to_string())?
+            .to_owned();
+        // 100 pings, 20 s: the cut 3 s in, the heal once the hub carries it.
+        let train = std::process::Command::new(kubectl)
+            .arg("--kubeconfig")
+            .arg(&rome.kubeconfig)
+            .args(["exec", "-n", workloads::NAMESPACE, "client", "--", "ping"])
+            .args(["-i", "0.2", "-c", "100", "-W", "1", &address.to_string()])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| e.to_string())?;
+        std::thread::sleep(Duration::from_secs(3));
+        let cut = Cut::new(slots.0, slots.1)?;
+        let to_hub = until(Duration::from_secs(10), || {
+            (path(binaries, hub, "rome", "milan").as_deref() == Some("hub"))
+                .then_some(())
+                .ok_or("the path did not move to the hub".into())
+        });
+        std::thread::sleep(Duration::from_secs(3));
+        drop(cut);
+        let back = until(Duration::from_secs(12), || {
+            (path(binaries, hub, "rome", "milan").as_deref() == Some("direct"))
+                .then_some(())
+                .ok_or("the path did not return to direct".into())
+        });
+        let output = train.wait_with_output().map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        let mut seqs: Vec<u32> = text
+            .lines()
+            .filter_map(|l| {
+                l.split("seq=")
+                    .nth(1)?
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        seqs.sort_unstable();
+        seqs.dedup();
+        let longest = seqs.windows(2).map(|w| w[1] - w[0] - 1).max().unwrap_or(0);
+        let (to_hub, back) = (to_hub?, back?);
+        let lost = 100 - seqs.len().min(100);
+        if seqs.len() < 90 {
+            return Err(format!(
+                "{lost} of 100 pings lost (longest gap {longest} pings) through cut and heal"
+            ));
+        }
+        Ok(format!(
+            "path to the hub {:.1} s after the cut, back to direct {:.1} s after the heal; {lost} of 100 pings (every 200 ms) lost, longest gap {:.1} s",
+            to_hub.as_secs_f64(),
+            back.as_secs_f64(),
+            f64::from(longest) * 0.2
+        ))
+    })();
+    checks.push(Check::new(
+        "fallback",
+        "rome <-> milan shortcut cut between the gateway nodes, then healed, under a ping train"
+            .into(),
+        outcome,
+    ));
 }

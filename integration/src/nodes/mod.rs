@@ -418,8 +418,8 @@ fn install(binaries: &Path, cluster: &Cluster) -> Result<(String, Duration), Nod
         "install",
         "--kubeconfig",
         &kubeconfig,
-        "--cluster-id",
-        cluster.spec.id,
+        // No --cluster-id, as a new user runs it: the id comes from the kubeconfig's cluster
+        // (kube-test-apiserver names it after the cluster).
         "--cluster-name",
         cluster.spec.name,
         "--image",
@@ -446,6 +446,16 @@ fn install(binaries: &Path, cluster: &Cluster) -> Result<(String, Duration), Nod
         return Err(NodeLabError::step(
             format!("kubetun install in {}", cluster.spec.id),
             text,
+        ));
+    }
+    let id_line = format!(
+        "cluster id: {} (from the kubeconfig context's cluster",
+        cluster.spec.id
+    );
+    if !text.contains(&id_line) {
+        return Err(NodeLabError::step(
+            format!("kubetun install in {}", cluster.spec.id),
+            format!("the cluster id was not taken from the kubeconfig:\n{text}"),
         ));
     }
     let endpoint = text

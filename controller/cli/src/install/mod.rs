@@ -228,9 +228,26 @@ pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
             old.clone()
         }
         (None, None) => {
-            return Err(Error::Usage(
-                "pass --cluster-id (a stable unique name for this cluster, e.g. rome)".into(),
-            ));
+            // As subctl does: the kubeconfig context's cluster name, made a DNS label.
+            let named = source(&args.kubeconfig, &args.context).context_cluster();
+            match named.as_deref().and_then(cluster_id_from) {
+                Some(id) => {
+                    say(format!(
+                        "cluster id: {id} (from the kubeconfig context's cluster {:?}; it is kept \
+                         by every later install: pass --cluster-id on the first one to choose \
+                         another)",
+                        named.unwrap_or_default()
+                    ));
+                    id
+                }
+                None => {
+                    return Err(Error::Usage(
+                        "pass --cluster-id (a stable unique name for this cluster, e.g. rome): \
+                         the kubeconfig's context names no cluster to take it from"
+                            .into(),
+                    ));
+                }
+            }
         }
     };
 
@@ -450,4 +467,41 @@ pub async fn run_uninstall(args: UninstallArgs) -> Result<(), Error> {
         .client("local")
         .await?;
     apply::uninstall(&client, args.force, args.timeout).await
+}
+
+/// A cluster id (an RFC 1123 label: lower-case letters, digits and `-`, at most 63, starting
+/// and ending alphanumeric) made from a kubeconfig's cluster name, `None` when nothing is left.
+fn cluster_id_from(name: &str) -> Option<String> {
+    let mut id = String::new();
+    for c in name.chars().flat_map(char::to_lowercase) {
+        if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            id.push(c);
+        } else if !id.ends_with('-') {
+            id.push('-');
+        }
+    }
+    let id: String = id.trim_matches('-').chars().take(63).collect();
+    let id = id.trim_end_matches('-').to_owned();
+    (!id.is_empty()).then_some(id)
+}
+
+#[cfg(test)]
+mod cluster_id_tests {
+    use super::cluster_id_from;
+
+    #[test]
+    fn a_kubeconfig_cluster_name_becomes_a_dns_label() {
+        assert_eq!(cluster_id_from("rome").as_deref(), Some("rome"));
+        assert_eq!(
+            cluster_id_from("kind-Rome_1").as_deref(),
+            Some("kind-rome-1")
+        );
+        assert_eq!(
+            cluster_id_from("arn:aws:eks:eu-west-1:123:cluster/prod").as_deref(),
+            Some("arn-aws-eks-eu-west-1-123-cluster-prod")
+        );
+        assert_eq!(cluster_id_from("__").as_deref(), None);
+        let long = cluster_id_from(&"a-".repeat(60)).unwrap();
+        assert!(long.len() <= 63 && !long.ends_with('-'), "{long}");
+    }
 }
