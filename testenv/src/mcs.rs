@@ -163,13 +163,17 @@ pub fn merged_kubeconfig(clusters: &[(&str, &Path)], out: &Path) -> Result<(), S
 /// Runs the suite in `work` against the clusters of `kubeconfig`'s `contexts` (the first is
 /// the suite's "remote" cluster), with `label_filter`; its report and run time. The suite's
 /// output goes to `work/suite.log`.
+///
+/// `attempts` above 1 retries a failing spec (ginkgo's `--flake-attempts`); the specs that
+/// needed a retry are returned by name, so that a report says so.
 pub async fn run(
     suite: &Path,
     work: &Path,
     kubeconfig: &Path,
     contexts: &[&str],
     label_filter: &str,
-) -> Result<(Report, Duration), String> {
+    attempts: u32,
+) -> Result<(Report, Duration, Vec<String>), String> {
     std::fs::create_dir_all(work).map_err(|e| e.to_string())?;
     let log = std::fs::File::create(work.join("suite.log")).map_err(|e| e.to_string())?;
     let started = Instant::now();
@@ -178,7 +182,12 @@ pub async fn run(
         .arg(format!("-kubeconfig={}", kubeconfig.display()))
         .arg(format!("-contexts={}", contexts.join(",")))
         .arg(format!("-ginkgo.label-filter={label_filter}"))
-        .args(["-ginkgo.v", "-ginkgo.no-color"])
+        .args([
+            "-ginkgo.v",
+            "-ginkgo.no-color",
+            "-ginkgo.json-report=report.json",
+        ])
+        .arg(format!("-ginkgo.flake-attempts={}", attempts.max(1)))
         .args(["-organization", "kubetun", "-project", "kubetun"])
         .arg(format!("-version={}", env!("CARGO_PKG_VERSION")))
         .stdout(log.try_clone().map_err(|e| e.to_string())?)
@@ -194,7 +203,40 @@ pub async fn run(
     let text = std::fs::read(work.join("report.yaml"))
         .map_err(|e| format!("no report.yaml (suite exit {status}): {e}"))?;
     let report: Report = serde_yaml::from_slice(&text).map_err(|e| e.to_string())?;
-    Ok((report, took))
+    Ok((report, took, retried(&work.join("report.json"))))
+}
+
+/// The specs of ginkgo's JSON report that passed only after more than one attempt.
+fn retried(path: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    let Ok(suites) = serde_json::from_slice::<serde_json::Value>(&text) else {
+        return Vec::new();
+    };
+    suites
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|suite| suite["SpecReports"].as_array().into_iter().flatten())
+        .filter(|spec| spec["NumAttempts"].as_u64().unwrap_or(1) > 1 && spec["State"] == "passed")
+        .map(|spec| {
+            let containers: Vec<&str> = spec["ContainerHierarchyTexts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|t| t.as_str())
+                .collect();
+            format!(
+                "{} {}",
+                containers.join(" "),
+                spec["LeafNodeText"].as_str().unwrap_or_default()
+            )
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+        })
+        .collect()
 }
 
 /// Specs of `report` that should have run and did not pass, in words.

@@ -188,7 +188,12 @@ fn add_slices(import: &mut DesiredImport, source: &Source<'_>) {
                         serving: Some(e.serving),
                         terminating: Some(e.terminating),
                     }),
-                    hostname: e.hostname.clone(),
+                    // The name DNS gives the endpoint comes from its address in its own
+                    // cluster, so it is the same in every cluster whatever its view here.
+                    hostname: e
+                        .hostname
+                        .clone()
+                        .or_else(|| e.addresses.first().and_then(|a| dashed(a))),
                     ..Endpoint::default()
                 })
             })
@@ -226,6 +231,13 @@ fn add_slices(import: &mut DesiredImport, source: &Source<'_>) {
             ),
         });
     }
+}
+
+/// `10-244-1-5` for `10.244.1.5` (an IPv6 address likewise), when that is a DNS label.
+fn dashed(address: &str) -> Option<String> {
+    let address: IpAddr = address.parse().ok()?;
+    let label = super::dns::endpoint_hostname(None, address);
+    (label.len() <= 63 && !label.starts_with('-') && !label.ends_with('-')).then_some(label)
 }
 
 /// `<derived>-<cluster>-<n>`, hashed down to 253 characters (a cluster id has at most 63).
@@ -330,6 +342,8 @@ mod tests {
         let imports = desired_imports(&sources);
         let import = &imports[0];
         assert_eq!(slice_ports(import, "milan"), ["tcp"]);
+        let endpoint = &import.slices[0].endpoints.as_ref().unwrap()[0];
+        assert_eq!(endpoint.hostname.as_deref(), Some("10-0-0-1"));
         assert_eq!(
             slice_ports(import, "rome"),
             ["metrics"],

@@ -5,7 +5,8 @@
 //! - `<svc>.<ns>.svc.clusterset.local` A/AAAA: the ClusterSetIP, or for a headless import
 //!   every ready endpoint;
 //! - `_<port>._<proto>.<svc>.<ns>.svc.clusterset.local` SRV: the port on the service name, or
-//!   for a headless import one record per ready endpoint naming it;
+//!   for a headless import one record per ready endpoint naming it; SRV of
+//!   `<svc>.<ns>.svc.clusterset.local` itself: the same for every port, as CoreDNS answers;
 //! - `<hostname>.<cluster>.<svc>.<ns>.svc.clusterset.local` A/AAAA: one endpoint of a headless
 //!   import (the hostname is the endpoint's, else its address with dashes).
 //!
@@ -192,6 +193,17 @@ fn lookup(table: &DnsTable, name: &Name, kind: RecordType) -> Lookup {
     };
     let find = |ns: &str, svc: &str| table.get(&(ns.to_owned(), svc.to_owned()));
     let records = match labels.as_slice() {
+        [svc, ns] if kind == RecordType::SRV => {
+            let Some(service) = find(ns, svc) else {
+                return Lookup::NoName;
+            };
+            // As CoreDNS answers a Service's own name: every port (one record per number),
+            // on the service name or, headless, on each ready endpoint's name.
+            let mut numbers: Vec<u16> = service.ports.iter().map(|(_, _, n)| *n).collect();
+            numbers.sort_unstable();
+            numbers.dedup();
+            srv_records(name, service, &format!("{svc}.{ns}.{ZONE}"), &numbers)
+        }
         [svc, ns] => {
             let Some(service) = find(ns, svc) else {
                 return Lookup::NoName;
@@ -216,26 +228,7 @@ fn lookup(table: &DnsTable, name: &Name, kind: RecordType) -> Lookup {
             if kind != RecordType::SRV {
                 return Lookup::Records(Vec::new());
             }
-            let service_name = format!("{svc}.{ns}.{ZONE}");
-            let targets: Vec<String> = match service.type_ {
-                ServiceImportType::ClusterSetIP => vec![service_name],
-                ServiceImportType::Headless => service
-                    .endpoints
-                    .iter()
-                    .map(|(cluster, host, _)| format!("{host}.{cluster}.{service_name}"))
-                    .collect(),
-            };
-            targets
-                .into_iter()
-                .filter_map(|target| Name::from_ascii(target).ok())
-                .map(|target| {
-                    Record::from_rdata(
-                        name.clone(),
-                        TTL,
-                        RData::SRV(SRV::new(0, 100, *number, target)),
-                    )
-                })
-                .collect()
+            srv_records(name, service, &format!("{svc}.{ns}.{ZONE}"), &[*number])
         }
         [host, cluster, svc, ns] => {
             let Some(service) = find(ns, svc) else {
@@ -255,6 +248,38 @@ fn lookup(table: &DnsTable, name: &Name, kind: RecordType) -> Lookup {
         _ => return Lookup::NoName,
     };
     Lookup::Records(records)
+}
+
+/// SRV records at `name` for each port of `numbers`: on the service name, or for a headless
+/// import on each ready endpoint's `<host>.<cluster>.<service name>`.
+fn srv_records(
+    name: &Name,
+    service: &DnsService,
+    service_name: &str,
+    numbers: &[u16],
+) -> Vec<Record> {
+    let targets: Vec<String> = match service.type_ {
+        ServiceImportType::ClusterSetIP => vec![service_name.to_owned()],
+        ServiceImportType::Headless => service
+            .endpoints
+            .iter()
+            .map(|(cluster, host, _)| format!("{host}.{cluster}.{service_name}"))
+            .collect(),
+    };
+    let mut records = Vec::new();
+    for target in targets {
+        let Ok(target) = Name::from_ascii(target) else {
+            continue;
+        };
+        for number in numbers {
+            records.push(Record::from_rdata(
+                name.clone(),
+                TTL,
+                RData::SRV(SRV::new(0, 100, *number, target.clone())),
+            ));
+        }
+    }
+    records
 }
 
 /// The labels of `name` before the zone, in order (`["web", "shop"]`), or `None` outside it.

@@ -104,12 +104,13 @@ async fn run_layout(suite: &Path, layout: &Layout, work: &Path) -> Option<(Repor
     std::fs::create_dir_all(work).unwrap();
     let kubeconfig = work.join("kubeconfig");
     mcs::merged_kubeconfig(&[("milan", &milan_k), ("rome", &rome_k)], &kubeconfig).unwrap();
-    let (report, took) = mcs::run(
+    let (report, took, _) = mcs::run(
         suite,
         work,
         &kubeconfig,
         &["milan", "rome"],
         mcs::WITHOUT_PODS,
+        1,
     )
     .await
     .unwrap_or_else(|e| panic!("{}: {e}", layout.title));

@@ -470,21 +470,25 @@ struct Cut {
 }
 
 impl Cut {
-    /// Drops UDP between cluster slots `a` and `b` (their routers' uplinks 172.28.S.0/24, where
-    /// the clusters' outgoing traffic is masqueraded, and their nodes 172.30.S.0/24).
+    /// Drops UDP between cluster slots `a` and `b`: from a router's uplink 172.28.S.0/24
+    /// (where a cluster's outgoing traffic is masqueraded) to the other's nodes 172.30.S.0/24
+    /// (its gateway's load balancer address) and to the other's uplink (where the replies to
+    /// its masqueraded traffic go), both ways.
     fn new(a: u8, b: u8) -> Result<Self, String> {
         let mut cut = Self { rules: Vec::new() };
         for (from, to) in [(a, b), (b, a)] {
-            let rule = [
-                format!("172.28.{from}.0/24"),
-                format!("172.30.{to}.0/24"),
-                "udp".into(),
-                "DROP".into(),
-                "kubetun-lab-cut".into(),
-                String::new(),
-            ];
-            underlay_iptables("-I", &rule)?;
-            cut.rules.push(rule);
+            for net in [30, 28] {
+                let rule = [
+                    format!("172.28.{from}.0/24"),
+                    format!("172.{net}.{to}.0/24"),
+                    "udp".into(),
+                    "DROP".into(),
+                    "kubetun-lab-cut".into(),
+                    String::new(),
+                ];
+                underlay_iptables("-I", &rule)?;
+                cut.rules.push(rule);
+            }
         }
         Ok(cut)
     }
@@ -512,8 +516,9 @@ fn underlay_iptables(op: &str, rule: &[String; 6]) -> Result<(), String> {
     }
 }
 
-/// The path the hub reports for `left` seeing `right` (`direct` or `hub`).
-fn path(binaries: &Path, hub: &Cluster, left: &str, right: &str) -> Option<String> {
+/// The path the hub reports for `left` seeing `right` (`direct` or `hub`), from the PATH
+/// column of `kubetun shortcut list` (`direct since …`, `via hub since …`).
+fn path(binaries: &Path, hub: &Cluster, left: &str, right: &str) -> Option<&'static str> {
     let listed = kubetun(
         binaries,
         &["shortcut", "list", "--kubeconfig", &underlay(hub)],
@@ -521,9 +526,16 @@ fn path(binaries: &Path, hub: &Cluster, left: &str, right: &str) -> Option<Strin
     .ok()?;
     listed.lines().find_map(|line| {
         let words: Vec<&str> = line.split_whitespace().collect();
-        (words.len() > 3 && words[0] == left && words[1] == right && words[2] == "pod")
-            .then(|| words.last().map(|w| (*w).to_owned()))
-            .flatten()
+        if words.len() < 4 || words[0] != left || words[1] != right || words[2] != "pod" {
+            return None;
+        }
+        if line.contains("via hub") {
+            Some("hub")
+        } else if line.contains("direct") {
+            Some("direct")
+        } else {
+            None
+        }
     })
 }
 
@@ -563,14 +575,14 @@ fn fallback(binaries: &Path, clusters: &[Cluster], checks: &mut Vec<Check>) {
         std::thread::sleep(Duration::from_secs(3));
         let cut = Cut::new(slots.0, slots.1)?;
         let to_hub = until(Duration::from_secs(10), || {
-            (path(binaries, hub, "rome", "milan").as_deref() == Some("hub"))
+            (path(binaries, hub, "rome", "milan") == Some("hub"))
                 .then_some(())
                 .ok_or("the path did not move to the hub".into())
         });
         std::thread::sleep(Duration::from_secs(3));
         drop(cut);
         let back = until(Duration::from_secs(12), || {
-            (path(binaries, hub, "rome", "milan").as_deref() == Some("direct"))
+            (path(binaries, hub, "rome", "milan") == Some("direct"))
                 .then_some(())
                 .ok_or("the path did not return to direct".into())
         });

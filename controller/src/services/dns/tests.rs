@@ -233,3 +233,28 @@ proptest! {
         let _ = answer(&table(), &bytes, Transport::Tcp);
     }
 }
+
+#[test]
+fn srv_of_the_service_name_itself_lists_its_ports_as_coredns_does() {
+    let web = ask(
+        "web.shop.svc.clusterset.local.",
+        RecordType::SRV,
+        Transport::Udp,
+    );
+    assert_eq!(web.metadata.response_code, ResponseCode::NoError);
+    assert_eq!(rdata(&web), ["0 100 80 web.shop.svc.clusterset.local."]);
+    let db = ask(
+        "db.shop.svc.clusterset.local.",
+        RecordType::SRV,
+        Transport::Udp,
+    );
+    let mut records = rdata(&db);
+    records.sort();
+    assert_eq!(
+        records,
+        [
+            "0 100 5432 db-0.milan.db.shop.svc.clusterset.local.",
+            "0 100 5432 db-0.paris.db.shop.svc.clusterset.local."
+        ]
+    );
+}
