@@ -138,11 +138,13 @@ fn render(results: &[(&Layout, Report, Duration)]) -> String {
          run does not pass.\n\n\
          Not run here (`-ginkgo.label-filter='!Connectivity && !DNS'`): the specs labelled \
          `Connectivity` or `DNS` send traffic and `clusterset.local` lookups from a request pod \
-         with `kubectl exec`, which needs pods that really run (real nodes); fake-kubelet only \
-         marks pods Running. For the same reason the Required spec \"Connectivity to a service \
-         that is not exported should be inaccessible\", which carries neither label, passes \
-         here without reaching a pod: its `kubectl exec` finds no kubelet, so nothing answers, \
-         which is what it checks.\n",
+         with `kubectl exec`, which needs pods that really run; fake-kubelet only marks pods \
+         Running. They run, with the whole suite, on real nodes: \
+         [conformance-real-nodes.md](conformance-real-nodes.md). For the same reason the \
+         Required spec \"Connectivity to a service that is not exported should be \
+         inaccessible\", which carries neither label, passes here without reaching a pod (its \
+         `kubectl exec` finds no kubelet, so nothing answers, which is what it checks); on real \
+         nodes it runs for real.\n",
     );
     for (layout, report, took) in results {
         md.push_str(&mcs::render_section(layout.title, report, *took));
