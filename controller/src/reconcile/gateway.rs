@@ -370,19 +370,55 @@ impl GatewaySync {
                 }
             };
             loop {
-                tokio::select! {
-                    () = self.ctx.gateway_sync_requested() => self.sync_logged().await,
-                    _ = resync.tick() => self.sync_logged().await,
+                let pass = tokio::select! {
+                    () = self.ctx.gateway_sync_requested() => true,
+                    _ = resync.tick() => true,
                     message = stream.message() => match message {
-                        Ok(Some(status)) => self.on_status(status).await,
+                        Ok(Some(status)) => {
+                            self.on_status(status).await;
+                            false
+                        }
                         Ok(None) | Err(_) => {
                             tracing::info!("gateway watch stream ended; reconnecting");
                             break;
                         }
                     },
+                };
+                if pass && !self.sync_watching(&mut stream).await {
+                    tracing::info!("gateway watch stream ended during a sync pass; reconnecting");
+                    break;
                 }
             }
         }
+    }
+
+    /// A sync pass that gives way when the gateway goes away meanwhile (its watch ends): a
+    /// pass waiting on a slow API server (one that just restarted answers late) would
+    /// otherwise hold off the reconnect, and with it the state a restarted gateway needs, until
+    /// the pass's deadline. Statuses that arrive meanwhile are handled after the pass. False
+    /// when the watch ended (the pass was dropped; the reconnect passes again at once).
+    async fn sync_watching(&mut self, stream: &mut tonic::Streaming<StatusResponse>) -> bool {
+        let mut received = Vec::new();
+        let ended = {
+            let pass = self.sync_logged();
+            tokio::pin!(pass);
+            loop {
+                tokio::select! {
+                    () = &mut pass => break false,
+                    message = stream.message() => match message {
+                        Ok(Some(status)) => received.push(status),
+                        Ok(None) | Err(_) => break true,
+                    },
+                }
+            }
+        };
+        if ended {
+            return false;
+        }
+        for status in received {
+            self.on_status(status).await;
+        }
+        true
     }
 
     async fn on_status(&mut self, status: StatusResponse) {
