@@ -33,7 +33,7 @@
 //! cookies, timer messages, probes), handshake messages through [`HandshakeSink`], and drops
 //! counted in [`drops::Drops`] by reason. Time comes in as [`Now`]; nothing here reads a
 //! clock, except that boringtun's `Tunn` and rate limiter read their own (see
-//! `ARCHITECTURE.md`).
+//! `docs/design.md`, "Seams").
 //!
 //! Nothing here allocates after construction.
 
