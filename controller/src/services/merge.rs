@@ -190,25 +190,30 @@ pub fn merge(offers: &[&ExportedServiceSpec]) -> Option<Merged> {
                 ),
             );
         }
-        if offer.labels != winner.labels {
-            conflict(
+        for (kind, what, mine, kept) in [
+            (
                 ConflictKind::Labels,
-                format!(
-                    "{id} exports the labels {}, {w} (the oldest export) {}, which are used",
-                    pairs(&offer.labels),
-                    pairs(&winner.labels)
-                ),
-            );
-        }
-        if offer.annotations != winner.annotations {
-            conflict(
+                "labels",
+                &offer.labels,
+                &winner.labels,
+            ),
+            (
                 ConflictKind::Annotations,
-                format!(
-                    "{id} exports the annotations {}, {w} (the oldest export) {}, which are used",
-                    pairs(&offer.annotations),
-                    pairs(&winner.annotations)
-                ),
-            );
+                "annotations",
+                &offer.annotations,
+                &winner.annotations,
+            ),
+        ] {
+            if mine != kept {
+                conflict(
+                    kind,
+                    format!(
+                        "{id} exports the {what} {}, {w} (the oldest export) {}, which are used",
+                        pairs(mine),
+                        pairs(kept)
+                    ),
+                );
+            }
         }
         let mut redefined = false;
         for port in &offer.ports {

@@ -361,6 +361,17 @@ fn by_name(from: &Cluster, count: usize) -> Result<Vec<String>, String> {
     Ok(answers)
 }
 
+/// Waits up to `within` until exactly the clusters `wanted` (sorted) answer 12 requests to
+/// `web` by name from `from`'s client; how long that took.
+fn answered_by(from: &Cluster, wanted: &[String], within: Duration) -> Result<Duration, String> {
+    until(within, || {
+        let answered = by_name(from, 12)?;
+        (answered == wanted)
+            .then_some(())
+            .ok_or(format!("answered by {answered:?}, expected {wanted:?}"))
+    })
+}
+
 /// Waits up to `within` until `check` passes; how long that took, or its last failure.
 fn until(
     within: Duration,
@@ -409,12 +420,7 @@ pub fn run_all(
     let mut wanted: Vec<String> = exporters.iter().map(|c| c.spec.id.to_owned()).collect();
     wanted.sort();
     let started = Instant::now();
-    let outcome = until(Duration::from_secs(30), || {
-        let answered = by_name(client, 12)?;
-        (answered == wanted)
-            .then_some(())
-            .ok_or(format!("answered by {answered:?}, expected {wanted:?}"))
-    })
+    let outcome = answered_by(client, &wanted, Duration::from_secs(30))
     .map(|took| {
         format!(
             "12 requests answered by {} ({:.1} s after the exports, {:.1} s until every exporter answered)",
@@ -442,13 +448,7 @@ pub fn run_all(
             .iter()
             .map(|c| c.spec.id.to_owned())
             .collect();
-        let outcome = until(Duration::from_secs(20), || {
-            let answered = by_name(client, 12)?;
-            (answered == remaining)
-                .then_some(())
-                .ok_or(format!("answered by {answered:?}"))
-        })
-        .map(|took| {
+        let outcome = answered_by(client, &remaining, Duration::from_secs(20)).map(|took| {
             format!(
                 "only {remaining:?} answer, {:.1} s after the unexport",
                 took.as_secs_f64()

@@ -265,15 +265,7 @@ pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
             node_port: false,
         })
     } else {
-        let found = match detect::endpoint(
-            &client,
-            DEFAULT_NAMESPACE,
-            manifests::GATEWAY,
-            &gateway_nodes,
-        )
-        .await
-        .map_err(api_error("read Service kubetun-gateway"))?
-        {
+        let found = match gateway_endpoint(&client, &gateway_nodes).await? {
             Some(found) => Some(found),
             None if !args.dry_run => {
                 // A first install: the Service first, to read its address or NodePort.
@@ -286,14 +278,7 @@ pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
                     .cloned()
                     .collect();
                 apply::apply_all(&client, &service, |_| {}).await?;
-                detect::endpoint(
-                    &client,
-                    DEFAULT_NAMESPACE,
-                    manifests::GATEWAY,
-                    &gateway_nodes,
-                )
-                .await
-                .map_err(api_error("read Service kubetun-gateway"))?
+                gateway_endpoint(&client, &gateway_nodes).await?
             }
             None => None,
         };
@@ -365,15 +350,7 @@ pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
         let mut published = endpoint;
         let mut updates = 0;
         while let Some(old) = published.as_ref().filter(|e| e.node_port) {
-            let Some(found) = detect::endpoint(
-                &client,
-                DEFAULT_NAMESPACE,
-                manifests::GATEWAY,
-                &gateway_nodes,
-            )
-            .await
-            .map_err(api_error("read Service kubetun-gateway"))?
-            else {
+            let Some(found) = gateway_endpoint(&client, &gateway_nodes).await? else {
                 break;
             };
             if (&found.address, found.port) == (&old.address, old.port) {
@@ -483,6 +460,17 @@ fn cluster_id_from(name: &str) -> Option<String> {
     let id: String = id.trim_matches('-').chars().take(63).collect();
     let id = id.trim_end_matches('-').to_owned();
     (!id.is_empty()).then_some(id)
+}
+
+/// Where peers reach the gateway as the cluster says now ([`detect::endpoint`] for kubetun's
+/// gateway Service).
+async fn gateway_endpoint(
+    client: &kube::Client,
+    gateway_nodes: &std::collections::BTreeMap<String, String>,
+) -> Result<Option<detect::GatewayEndpoint>, Error> {
+    detect::endpoint(client, DEFAULT_NAMESPACE, manifests::GATEWAY, gateway_nodes)
+        .await
+        .map_err(api_error("read Service kubetun-gateway"))
 }
 
 #[cfg(test)]
