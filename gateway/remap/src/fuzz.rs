@@ -11,7 +11,9 @@ use std::sync::OnceLock;
 use ipnet::IpNet;
 
 use super::checksum::fold;
-use super::{PeerId, RemapTable, Route, TableBuilder, Verdict};
+use super::route::{PeerId, Route};
+use super::table::{RemapTable, TableBuilder};
+use super::verdict::{DropReason, Verdict};
 
 /// Peer ids of the fuzz table.
 pub(crate) const FUZZ_ROME: PeerId = 1;
@@ -67,7 +69,7 @@ pub(crate) fn fuzz_table() -> &'static RemapTable {
 #[doc(hidden)]
 pub fn fuzz_check(data: &[u8]) -> (Verdict, Vec<u8>) {
     let Some((&selector, input)) = data.split_first() else {
-        return (Verdict::Drop(super::DropReason::BadPacket), Vec::new());
+        return (Verdict::Drop(DropReason::BadPacket), Vec::new());
     };
     let table = fuzz_table();
     let mut pkt = input.to_vec();

@@ -53,164 +53,21 @@
 //! every other route survive the swap (the gateway keeps one spare snapshot for this).
 
 pub mod checksum;
+mod error;
 #[cfg(any(fuzzing, test, feature = "fuzz-oracle"))]
 mod fuzz;
 mod lpm;
 mod packet;
+mod route;
 mod table;
+mod verdict;
 
 #[cfg(test)]
 mod tests;
 
+pub use error::RemapError;
 #[cfg(any(fuzzing, test, feature = "fuzz-oracle"))]
 pub use fuzz::fuzz_check;
+pub use route::{MAX_PEER_ID, PeerId, Route};
 pub use table::{RemapTable, TableBuilder, Views};
-
-use ipnet::IpNet;
-
-/// Identifies a peer within one table; chosen by the caller, at most [`MAX_PEER_ID`].
-pub type PeerId = u32;
-
-/// The largest accepted [`PeerId`]; peers are indexed densely by id.
-pub const MAX_PEER_ID: PeerId = (1 << 20) - 1;
-
-/// One remote prefix: the `real` prefix on the wire and the local `view` of it.
-///
-/// Both have the same family and prefix length; `view == real` means not remapped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Route {
-    /// The peer's prefix as it appears on the wire, e.g. `10.70.0.0/16`.
-    pub real: IpNet,
-    /// The prefix this gateway uses for it, e.g. `10.68.0.0/16`.
-    pub view: IpNet,
-}
-
-impl Route {
-    /// A route whose view is its real prefix.
-    pub fn unmapped(real: IpNet) -> Self {
-        Self { real, view: real }
-    }
-}
-
-/// What to do with a packet after [`RemapTable::egress`] or [`RemapTable::ingress`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Verdict {
-    /// Egress: send the rewritten packet to this peer.
-    Forward(PeerId),
-    /// Ingress: write the rewritten packet to the TUN device.
-    Deliver,
-    /// Discard the packet; its buffer contents are unspecified.
-    Drop(DropReason),
-}
-
-/// Why a packet was dropped; [`DropReason::as_str`] names it in metrics and status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DropReason {
-    /// Egress: no view contains the destination.
-    NoRoute,
-    /// The peer's ACL does not allow the remote address.
-    Acl,
-    /// Truncated, malformed or unsupported packet.
-    BadPacket,
-    /// Ingress: the source is not one of the peer's real prefixes.
-    SourceNotAllowed,
-    /// Egress: the source is not one of the local prefixes.
-    LocalSourceNotAllowed,
-    /// Ingress: the peer is not in the table.
-    UnknownPeer,
-}
-
-impl DropReason {
-    /// Every reason, for exporting a counter per reason.
-    pub const ALL: [DropReason; 6] = [
-        DropReason::NoRoute,
-        DropReason::Acl,
-        DropReason::BadPacket,
-        DropReason::SourceNotAllowed,
-        DropReason::LocalSourceNotAllowed,
-        DropReason::UnknownPeer,
-    ];
-
-    /// The snake_case name used as a metric label and in `StatusResponse.drops`.
-    pub const fn as_str(&self) -> &'static str {
-        match self {
-            DropReason::NoRoute => "no_route",
-            DropReason::Acl => "acl",
-            DropReason::BadPacket => "bad_packet",
-            DropReason::SourceNotAllowed => "source_not_allowed",
-            DropReason::LocalSourceNotAllowed => "local_source_not_allowed",
-            DropReason::UnknownPeer => "unknown_peer",
-        }
-    }
-}
-
-impl std::fmt::Display for DropReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A table that cannot be built.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RemapError {
-    /// Real and view prefixes differ in family or length.
-    #[error(
-        "peer {peer}: view {view} does not match real prefix {real} (family and length must be equal)"
-    )]
-    RouteMismatch {
-        peer: PeerId,
-        /// The real prefix.
-        real: IpNet,
-        view: IpNet,
-    },
-    /// A prefix has bits set beyond its length.
-    #[error("peer {peer}: prefix {prefix} has host bits set (expected {expected})")]
-    HostBitsSet {
-        /// The peer, or the local side for local prefixes.
-        peer: PeerId,
-        /// The prefix as given.
-        prefix: IpNet,
-        /// The canonical form.
-        expected: IpNet,
-    },
-    /// The local prefixes contain a prefix with host bits set.
-    #[error("local prefix {prefix} has host bits set (expected {expected})")]
-    LocalHostBitsSet {
-        /// The prefix as given.
-        prefix: IpNet,
-        /// The canonical form.
-        expected: IpNet,
-    },
-    /// Two routes use the same view.
-    #[error(
-        "view {view} is used twice: by peer {first} (real {first_real}) and by peer {second} (real {second_real})"
-    )]
-    DuplicateView {
-        view: IpNet,
-        /// The peer that added it first.
-        first: PeerId,
-        /// Its real prefix.
-        first_real: IpNet,
-        /// The peer that added it again.
-        second: PeerId,
-        /// Its real prefix.
-        second_real: IpNet,
-    },
-    /// One peer maps the same real prefix to two views.
-    #[error(
-        "peer {peer}: real prefix {real} is mapped to two views, {first_view} and {second_view}"
-    )]
-    ConflictingViews {
-        peer: PeerId,
-        /// The real prefix.
-        real: IpNet,
-        first_view: IpNet,
-        second_view: IpNet,
-    },
-    /// The peer was added twice.
-    #[error("peer {0} is added twice")]
-    DuplicatePeer(PeerId),
-    /// The peer id is larger than [`MAX_PEER_ID`].
-    #[error("peer id {0} exceeds the maximum {MAX_PEER_ID}")]
-    PeerIdOutOfRange(PeerId),
-}
+pub use verdict::{DropReason, Verdict};

@@ -26,19 +26,17 @@
 //! [`PrefixMap::new_like`] builds the successor of a map: it keeps each level's hash key and size
 //! while they still fit, numbers the values as before, and places entries in a canonical order,
 //! so the successor's memory image differs from its predecessor's only around the prefixes that
-//! changed. [`Refill::refill`] then copies it into the memory of an older map (one the readers
+//! changed. [`Refill::refill`](refill::Refill::refill) then copies it into the memory of an older map (one the readers
 //! used until recently) by writing only the differing elements: the cache lines a reader holds
 //! stay valid across the swap, except those that really changed.
 
-mod refill;
+pub(crate) mod refill;
 #[cfg(test)]
 mod tests;
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
-
-pub(crate) use refill::{Refill, set_if_changed};
 
 /// Sets up to this size are scanned linearly; larger ones are hashed.
 const LINEAR_MAX: usize = 8;
@@ -246,7 +244,7 @@ impl<A: Key, V: Payload> PrefixMap<A, V> {
 
     /// Like [`PrefixMap::new`], for a map that replaces `like`: where `like`'s hash keys, table
     /// sizes and value numbering still fit the new prefixes, they are kept, so the result
-    /// differs from `like` in memory only where the prefixes do (see [`Refill`]).
+    /// differs from `like` in memory only where the prefixes do (see [`Refill`](refill::Refill)).
     pub(crate) fn new_like(
         prefixes: impl IntoIterator<Item = (A, u8, V)>,
         like: Option<&Self>,
@@ -308,7 +306,7 @@ impl<A: Key, V: Payload> PrefixMap<A, V> {
         self.lookup(addr).is_some()
     }
 
-    /// How many slots and values differ between `self` and `other` (what [`Refill::refill`]
+    /// How many slots and values differ between `self` and `other` (what [`Refill::refill`](refill::Refill::refill)
     /// writes), or `None` if their shapes differ; for tests.
     #[cfg(test)]
     fn image_difference(&self, other: &Self) -> Option<usize> {

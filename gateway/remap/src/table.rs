@@ -6,9 +6,12 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 
-use super::lpm::{Key, Payload, PrefixMap, Refill, set_if_changed};
+use super::error::RemapError;
+use super::lpm::refill::{Refill, set_if_changed};
+use super::lpm::{Key, Payload, PrefixMap};
 use super::packet::{self, Ipv4Meta, Ipv6Meta, Malformed, Side};
-use super::{DropReason, MAX_PEER_ID, PeerId, RemapError, Route, Verdict};
+use super::route::{MAX_PEER_ID, PeerId, Route};
+use super::verdict::{DropReason, Verdict};
 
 /// One route of one family, while the table is built.
 #[derive(Clone, Copy, Debug)]

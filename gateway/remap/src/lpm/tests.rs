@@ -1,6 +1,7 @@
 //! Lookups checked against a naive longest-match scan, probe counts, slot layout, and the
 //! memory image that successors and refills keep.
 
+use super::refill::Refill;
 use super::*;
 use proptest::prelude::*;
 

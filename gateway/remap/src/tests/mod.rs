@@ -25,6 +25,7 @@ use proptest::prelude::*;
 
 use super::fuzz::{FUZZ_MILAN as MILAN, FUZZ_ROME as ROME, fuzz_table};
 use super::*;
+use ipnet::IpNet;
 
 fn net(s: &str) -> IpNet {
     s.parse().expect("valid prefix")

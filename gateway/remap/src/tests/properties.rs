@@ -2,6 +2,7 @@
 //! naive longest-match model for fresh, successor and refilled tables.
 
 use super::*;
+use ipnet::IpNet;
 
 /// (peer, view prefix, real prefix) reachable from the fuzz table, per family.
 const V4_ROUTES: [(PeerId, [u8; 2], [u8; 2]); 4] = [

@@ -2,6 +2,7 @@
 //! whatever is forwarded keeps valid checksums.
 
 use super::*;
+use ipnet::IpNet;
 
 proptest! {
     #[test]
