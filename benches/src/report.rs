@@ -11,12 +11,12 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::implementations::Implementation;
 use crate::latency::{self, LatencyRecord, LatencySummary, PingSettings};
 use crate::machine::Machine;
 use crate::model::{BenchConfig, RunRecord, Test};
 use crate::stats::median;
 use crate::udp_drops::UdpDrops;
+use kubetun_fixtures::implementations::Implementation;
 
 /// The heading of this harness's section in the results file.
 pub const SECTION_HEADING: &str = "## Throughput (iperf3, netns)";
@@ -586,7 +586,7 @@ pub fn update_results_file(path: &Path, section: &str) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use crate::cpu::Usage;
-    use kubetun_integration::iperf::Report;
+    use kubetun_testenv::iperf::Report;
     use std::time::Duration;
 
     fn config(implementations: Vec<Implementation>, tests: Vec<Test>) -> BenchConfig {

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::Error;
+use crate::error::Error;
 
 /// The binaries a test cluster runs.
 #[derive(Debug, Clone)]
