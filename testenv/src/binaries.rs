@@ -101,6 +101,6 @@ fn package_of(bin: &str) -> &'static str {
         "kubetun-controller" => "kubetun-controller",
         "kubetun-agent" => "kubetun-agent",
         "kubetun" => "kubetun-cli",
-        _ => "kubetun-integration",
+        _ => "kubetun-lab",
     }
 }
