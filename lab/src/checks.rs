@@ -20,6 +20,7 @@ use crate::named;
 use crate::state::{ClusterState, Member};
 use crate::topology::translate;
 use kubetun_testenv::iperf::{self, ClientSpec, Mode};
+use kubetun_testenv::netns;
 
 /// How long the first packet of a path may take (it waits for a handshake).
 const FIRST_CONTACT: Duration = Duration::from_secs(10);
@@ -292,7 +293,7 @@ pub fn agent_routes(phase: &str, cluster: &ClusterState) -> Check {
     let gateway = cluster.nodes.get(cluster.gateway_node);
     let mut problems = Vec::new();
     for (index, node) in cluster.nodes.iter().enumerate() {
-        let routes = match named::exec(
+        let routes = match netns::exec_in(
             &node.namespace,
             &["ip", "route", "show", "table", AGENT_TABLE, "proto", "183"],
         ) {

@@ -30,7 +30,6 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::error::LabError;
-use crate::named;
 use crate::naming::Naming;
 use crate::state::{ClusterState, LabState, Member};
 use crate::topology::{ClusterSpec, NODE_NETWORK, Topology, host};
@@ -270,7 +269,7 @@ impl Fabric {
 /// to namespace `to`: a floating endpoint (same address, same MAC), so neither the peers nor
 /// the underlay bridge need an update.
 pub fn move_underlay(from: &str, to: &str) -> Result<(), LabError> {
-    let shown = named::exec(
+    let shown = netns::exec_in(
         from,
         &["ip", "-o", "-4", "addr", "show", "dev", UNDERLAY_IF],
     )?;
@@ -283,17 +282,17 @@ pub fn move_underlay(from: &str, to: &str) -> Result<(), LabError> {
             words.next().map(str::to_owned)
         })
         .collect();
-    named::exec(from, &["ip", "link", "set", UNDERLAY_IF, "netns", to])?;
+    netns::exec_in(from, &["ip", "link", "set", UNDERLAY_IF, "netns", to])?;
     for cidr in &addresses {
-        named::exec(to, &["ip", "addr", "add", cidr, "dev", UNDERLAY_IF])?;
+        netns::exec_in(to, &["ip", "addr", "add", cidr, "dev", UNDERLAY_IF])?;
     }
-    named::exec(to, &["ip", "link", "set", UNDERLAY_IF, "up"])?;
+    netns::exec_in(to, &["ip", "link", "set", UNDERLAY_IF, "up"])?;
     Ok(())
 }
 
 /// Whether namespace `ns` holds the underlay interface.
 pub fn holds_underlay(ns: &str) -> bool {
-    named::exec(ns, &["ip", "link", "show", UNDERLAY_IF]).is_ok()
+    netns::exec_in(ns, &["ip", "link", "show", UNDERLAY_IF]).is_ok()
 }
 
 /// A log file opened for appending, twice: a child's stdout and stderr.
@@ -318,7 +317,7 @@ pub fn start_gateway(cluster: &ClusterState, binary: &Path) -> Result<u32, LabEr
     let (log, log_err) = open_log(&cluster.log)?;
     let binary = binary.to_string_lossy();
     let grpc = cluster.grpc_socket.to_string_lossy();
-    let mut cmd = named::command(&cluster.namespace, &binary);
+    let mut cmd = netns::command_in(&cluster.namespace, &binary);
     cmd.args(["-f", "--grpc-socket", &grpc, &cluster.interface])
         .env(
             "RUST_LOG",

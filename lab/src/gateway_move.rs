@@ -15,7 +15,8 @@ use crate::keys::read_key;
 use crate::options::default_gateway_binary;
 use crate::output::{report_check, say};
 use crate::state::LabState;
-use crate::{fabric, named, plan};
+use crate::{fabric, plan};
+use kubetun_testenv::netns;
 
 /// Moves the gateway of multi-node cluster `cluster` to node `node` (0-based) of a running
 /// lab, as a rescheduled gateway pod would move: the old process stops (its TUN goes with it),
@@ -272,7 +273,7 @@ impl Move {
     /// The old node must have lost both the TUN `interface` and the underlay interface.
     fn leftovers_check(&self, phase: &str, interface: &str) -> Check {
         let mut left = Vec::new();
-        if named::exec(&self.from_namespace, &["ip", "link", "show", interface]).is_ok() {
+        if netns::exec_in(&self.from_namespace, &["ip", "link", "show", interface]).is_ok() {
             left.push(format!("the TUN {interface}"));
         }
         if fabric::holds_underlay(&self.from_namespace) {

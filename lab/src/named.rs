@@ -9,8 +9,6 @@ use std::time::{Duration, Instant};
 
 use kubetun_testenv::netns;
 
-pub use kubetun_testenv::netns::{command_in as command, exec_in as exec, run_in_named as run_in};
-
 /// Pings `addr` from namespace `ns` (`count` packets, 1 s deadline each); true on replies.
 pub fn ping(ns: &str, addr: Ipv4Addr, count: u32) -> bool {
     netns::ping_from(ns, &addr.to_string(), count)
@@ -55,7 +53,7 @@ pub fn udp_refused(
         }
         Err(format!("no ICMP error within {timeout:?}"))
     };
-    run_in(ns, probe).map_err(|e| format!("enter namespace {ns}: {e}"))?
+    netns::run_in_named(ns, probe).map_err(|e| format!("enter namespace {ns}: {e}"))?
 }
 
 /// A TCP exchange: a server in `server_ns` listens on `listen:port`; a client in `client_ns`
@@ -111,12 +109,12 @@ pub fn tcp_exchange(
                 stream.write_all(&buffer).map_err(|e| e.to_string())?;
                 Ok(peer)
             };
-            run_in(server_ns, serve)
+            netns::run_in_named(server_ns, serve)
                 .map_err(|e| e.to_string())
                 .and_then(|r| r)
         });
         let client_result = match ready_rx.recv_timeout(timeout) {
-            Ok(Ok(())) => run_in(client_ns, || {
+            Ok(Ok(())) => netns::run_in_named(client_ns, || {
                 connect_and_echo(target, port, deadline, MESSAGE)
             })
             .map_err(|e| e.to_string())

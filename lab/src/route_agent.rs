@@ -10,9 +10,7 @@ use kubetun_agent::diff::{Change, ObservedState};
 use kubetun_agent::netlink::{Kernel, NetlinkError};
 use kubetun_agent::plan::{AgentSettings, Attachment, Node, PlanInput, RoutePlanError, plan};
 use kubetun_crds::TunnelEndpointSpec;
-use kubetun_testenv::netns::NetnsError;
-
-use crate::named;
+use kubetun_testenv::netns::{self, NetnsError};
 
 /// Why the route agent could not run in a node's namespace (or a multi-node fixture could
 /// not be built).
@@ -68,7 +66,7 @@ pub fn in_namespace<T: Send>(
     ns: &str,
     work: impl AsyncFnOnce(Kernel) -> Result<T, AgentError> + Send,
 ) -> Result<T, AgentError> {
-    named::run_in(ns, || {
+    netns::run_in_named(ns, || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
