@@ -1,6 +1,7 @@
-//! The lab's error, at the ground floor: every other module returns it, it names only the
-//! ground floor's own failures ([`crate::naming`], [`crate::state`], the in-process route
-//! agent's) and those of the crates below.
+//! The lab's error ([`LabError`]), on the ground floor: what the lab's steps and commands
+//! return. It wraps only failures of the ground floor beside it (a bad prefix from
+//! [`crate::naming`], the state file from [`crate::state`], the in-process route agent from
+//! [`crate::route_agent`]) and of the crates below; none of those uses it.
 
 use std::path::PathBuf;
 
