@@ -11,11 +11,9 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use kubetun_agent::plan::Attachment;
-use kubetun_integration::iperf::{self, ClientSpec, Mode, Server};
-use kubetun_integration::multinode::{
-    MultiNodeCluster, REMOTE_HOST, REMOTE_VIEW, remote_endpoints,
-};
-use kubetun_integration::netns::{self, Netns};
+use kubetun_fixtures::multinode::{MultiNodeCluster, REMOTE_HOST, REMOTE_VIEW, remote_endpoints};
+use kubetun_testenv::iperf::{self, ClientSpec, Mode, Server};
+use kubetun_testenv::netns::{self, Netns};
 
 const GATEWAY: usize = 0;
 const MEMBER: usize = 1;

@@ -9,16 +9,16 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use kubetun_integration::iperf::{self, ClientSpec, Report};
+use kubetun_testenv::iperf::{self, ClientSpec, Report};
 
 use crate::cpu::{Snapshot, Usage};
-use crate::implementations::Implementation;
 use crate::latency::{self, LatencyRecord};
 use crate::machine::Machine;
 pub use crate::model::{BenchConfig, RunRecord, Test};
 use crate::report::{self, BenchResults};
 use crate::testbed::{Testbed, TestbedError};
 use crate::udp_drops::{self, UdpDrops};
+use kubetun_fixtures::implementations::Implementation;
 
 /// Why the harness could not run.
 #[derive(Debug, thiserror::Error)]

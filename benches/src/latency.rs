@@ -8,9 +8,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::cpu::{Snapshot, Usage};
-use crate::implementations::Implementation;
 use crate::stats::median;
 use crate::testbed::Testbed;
+use kubetun_fixtures::implementations::Implementation;
 
 /// How the idle round trip is measured.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

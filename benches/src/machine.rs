@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde::Serialize;
 
-use crate::implementations::{Binaries, Implementation};
+use kubetun_fixtures::implementations::{Binaries, Implementation};
 
 /// What a result was measured on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

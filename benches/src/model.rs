@@ -4,13 +4,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use kubetun_integration::iperf::{Mode, Report};
+use kubetun_testenv::iperf::{Mode, Report};
 use serde::{Deserialize, Serialize};
 
 use crate::cpu::Usage;
-use crate::implementations::{Binaries, Implementation};
 use crate::latency::PingSettings;
 use crate::udp_drops::UdpDrops;
+use kubetun_fixtures::implementations::{Binaries, Implementation};
 
 /// One row of the results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

@@ -19,9 +19,11 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use kubetun_controller::keys::GatewayKey;
-use kubetun_integration::netns::{self, Netns, NetnsError, NsChild};
+use kubetun_testenv::netns::{self, Netns, NetnsError, NsChild};
 
-use crate::implementations::{Binaries, Implementation, WgConfig, daemon_command, uapi_socket};
+use kubetun_fixtures::implementations::{
+    Binaries, Implementation, WgConfig, daemon_command, uapi_socket,
+};
 
 /// The underlay subnet (RFC 2544 benchmarking range), /24; side a is .1, side b is .2.
 const UNDERLAY: [u8; 3] = [198, 18, 1];
@@ -302,7 +304,7 @@ fn tunnel_address(subnet: u8, host: u8) -> Ipv4Addr {
 }
 
 fn write_private(path: &Path, text: &str) -> Result<(), TestbedError> {
-    kubetun_integration::write_private(path, text.as_bytes()).map_err(|error| TestbedError::Io {
+    kubetun_testenv::write_private(path, text.as_bytes()).map_err(|error| TestbedError::Io {
         path: path.to_owned(),
         error,
     })

@@ -8,8 +8,8 @@
 
 use serde::Serialize;
 
-use crate::implementations::Implementation;
 use crate::testbed::Testbed;
+use kubetun_fixtures::implementations::Implementation;
 
 /// Cumulative kernel drop counters relevant to one implementation's tunnel.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

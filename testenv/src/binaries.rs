@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::Error;
+use crate::error::Error;
 
 /// The binaries a test cluster runs.
 #[derive(Debug, Clone)]
@@ -101,6 +101,6 @@ fn package_of(bin: &str) -> &'static str {
         "kubetun-controller" => "kubetun-controller",
         "kubetun-agent" => "kubetun-agent",
         "kubetun" => "kubetun-cli",
-        _ => "kubetun-integration",
+        _ => "kubetun-lab",
     }
 }

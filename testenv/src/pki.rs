@@ -8,7 +8,11 @@ use rcgen::{
     KeyPair, KeyUsagePurpose,
 };
 
-use crate::{ADMIN_USER, Error};
+use crate::error::Error;
+use crate::files::write_private_file;
+
+/// Admin identity of the generated kubeconfig (bypasses RBAC through `system:masters`).
+pub const ADMIN_USER: &str = "kubetun-admin";
 
 /// Names the serving certificate answers for: loopback and the in-cluster Service names.
 const SERVER_NAMES: [&str; 7] = [
@@ -68,7 +72,7 @@ impl Pki {
 
     pub(crate) fn write(&self, dir: &Path) -> Result<(), Error> {
         for (name, pem) in &self.files {
-            crate::write_private(&dir.join(name), pem.as_bytes())?;
+            write_private_file(&dir.join(name), pem.as_bytes())?;
         }
         Ok(())
     }

@@ -7,7 +7,10 @@
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
-use crate::{Assets, Error, TestCluster, append, io};
+use crate::binaries::Assets;
+use crate::cluster::TestCluster;
+use crate::error::{Error, io};
+use crate::files::append;
 
 /// `fake-kubelet` beside this repository (`../shared/tools`), or `KUBETUN_FAKE_KUBELET`.
 pub fn fake_kubelet() -> Result<PathBuf, Error> {

@@ -9,10 +9,10 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::Parser;
 use kubetun_benches::harness;
-use kubetun_benches::implementations::{Binaries, Implementation};
 use kubetun_benches::latency::PingSettings;
 use kubetun_benches::model::{BenchConfig, Test};
 use kubetun_benches::report;
+use kubetun_fixtures::implementations::{Binaries, Implementation};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -112,14 +112,14 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> anyhow::Result<()> {
-    if !kubetun_integration::netns::is_root() {
+    if !kubetun_testenv::netns::is_root() {
         bail!("the harness creates network namespaces and TUN devices: run it as root");
     }
     if !std::path::Path::new("/dev/net/tun").exists() {
         bail!("/dev/net/tun is missing: load the tun module or give the container the device");
     }
     for tool in ["ip", "wg", "iperf3", "ping", "timeout"] {
-        if !kubetun_integration::netns::command_exists(tool) {
+        if !kubetun_testenv::netns::command_exists(tool) {
             bail!(
                 "`{tool}` is not installed (iproute2, wireguard-tools, iperf3, iputils-ping, coreutils)"
             );
@@ -140,9 +140,9 @@ fn run(args: Args) -> anyhow::Result<()> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     let work_dir = args
         .work_dir
-        .unwrap_or_else(kubetun_benches::default_work_dir);
+        .unwrap_or_else(kubetun_fixtures::implementations::default_work_dir);
     let mut stdout = std::io::stdout();
-    let (binaries, left_out) = kubetun_benches::locate_binaries(
+    let (binaries, left_out) = kubetun_fixtures::implementations::locate_binaries(
         &implementations,
         Binaries {
             kubetun: args.kubetun_gateway,
@@ -150,7 +150,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             boringtun_cli: args.boringtun_cli,
             kubetun_baseline: args.kubetun_baseline,
         },
-        &kubetun_benches::tools_dir(&work_dir),
+        &kubetun_fixtures::implementations::tools_dir(&work_dir),
         args.install_boringtun.then_some(Duration::from_secs(1200)),
         &mut stdout,
     );

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::summary::{BenchResults, Outcome};
-use crate::implementations::Implementation;
+use kubetun_fixtures::implementations::Implementation;
 use crate::model::Test;
 
 /// The heading of this harness's section in the results file.

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::implementations::Implementation;
+use kubetun_fixtures::implementations::Implementation;
 use crate::latency::{self, LatencyRecord, LatencySummary, PingSettings};
 use crate::machine::Machine;
 use crate::model::{BenchConfig, RunRecord, Test};

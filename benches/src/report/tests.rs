@@ -1,12 +1,12 @@
 use super::markdown::*;
 use super::summary::*;
 use crate::cpu::Usage;
-use crate::implementations::Implementation;
+use kubetun_fixtures::implementations::Implementation;
 use crate::latency::PingSettings;
 use crate::machine::Machine;
 use crate::model::{BenchConfig, RunRecord, Test};
 use crate::udp_drops::UdpDrops;
-use kubetun_integration::iperf::Report;
+use kubetun_testenv::iperf::Report;
 use std::time::Duration;
 
 fn config(implementations: Vec<Implementation>, tests: Vec<Test>) -> BenchConfig {

@@ -27,7 +27,7 @@ use boringtun::x25519::{PublicKey, StaticSecret};
 use kubetun_controller::gateway_api::{self, DesiredState};
 use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::keys::GatewayKey;
-use kubetun_integration::netns::{self, Netns, NsChild};
+use kubetun_testenv::netns::{self, Netns, NsChild};
 use serde::Serialize;
 
 use super::{ScaleError, raise_fd_limit, read_memory};

@@ -20,7 +20,7 @@ use std::time::Duration;
 pub enum ScaleError {
     /// A network namespace or process fixture failed.
     #[error(transparent)]
-    Netns(#[from] kubetun_integration::netns::NetnsError),
+    Netns(#[from] kubetun_testenv::netns::NetnsError),
     /// An I/O step failed.
     #[error("{what}: {source}")]
     Io {

@@ -6,10 +6,11 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use kubetun_benches::harness::{self, BenchConfig, Test};
-use kubetun_benches::implementations::{Binaries, Implementation};
 use kubetun_benches::latency::PingSettings;
 use kubetun_benches::report::{self, Outcome};
-use kubetun_integration::netns::{bin_path, command_exists, namespaces_with_prefix, require_root};
+use kubetun_fixtures::implementations::{Binaries, Implementation};
+use kubetun_testenv::bin_path;
+use kubetun_testenv::netns::{command_exists, namespaces_with_prefix, require_root};
 
 /// Names of this test's namespaces and interfaces start with it.
 const PREFIX: &str = "th";
@@ -20,7 +21,7 @@ fn under_ci() -> bool {
 
 #[test]
 fn one_short_iteration_measures_every_implementation() {
-    let _turn = kubetun_integration::netns::turn(module_path!());
+    let _turn = kubetun_testenv::turn(module_path!());
     if !require_root("harness::one_short_iteration_measures_every_implementation") {
         return;
     }
@@ -35,13 +36,15 @@ fn one_short_iteration_measures_every_implementation() {
         .filter(|i| *i != Implementation::KubetunBaseline)
         .collect();
     let install = under_ci().then_some(Duration::from_secs(1200));
-    let (binaries, left_out) = kubetun_benches::locate_binaries(
+    let (binaries, left_out) = kubetun_fixtures::implementations::locate_binaries(
         &requested,
         Binaries {
             kubetun: Some(bin_path("kubetun-gateway")),
             ..Binaries::default()
         },
-        &kubetun_benches::tools_dir(&kubetun_benches::default_work_dir()),
+        &kubetun_fixtures::implementations::tools_dir(
+            &kubetun_fixtures::implementations::default_work_dir(),
+        ),
         install,
         &mut out,
     );

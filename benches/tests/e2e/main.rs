@@ -1,8 +1,7 @@
-//! The benches crate's tests, one binary: what runs the implementations `kubetun_benches`
-//! locates (kubetun, wireguard-go, boringtun-cli) in network namespaces. Needs root.
+//! The benches crate's tests, one binary: the harness and the scale benches run small, in
+//! network namespaces. Needs root. (The interop matrix is with the other interop tests, in
+//! `kubetun-fixtures`' end-to-end tests.)
 //!
-//! - `gateway_interop_matrix` (with `restart`, `roaming`): kubetun against each
-//!   implementation, every configuration order, both underlay families.
 //! - `harness`: one short iteration of the throughput harness.
 //! - `scale`: the scale benches at a tenth of their size.
 //!
@@ -11,6 +10,5 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod gateway_interop_matrix;
 mod harness;
 mod scale;

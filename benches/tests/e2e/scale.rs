@@ -14,11 +14,12 @@ use std::time::Duration;
 use kubetun_benches::scale::gateway::{self, GatewayScaleConfig};
 use kubetun_benches::scale::hub::{self, HubScaleConfig};
 use kubetun_benches::scale::services::{self, ServicesScaleConfig};
-use kubetun_integration::netns::{bin_path, require_root};
+use kubetun_testenv::bin_path;
+use kubetun_testenv::netns::require_root;
 
 #[tokio::test]
 async fn a_gateway_with_100_peers_applies_handshakes_and_forwards_within_budget() {
-    let _turn = kubetun_integration::netns::turn(module_path!());
+    let _turn = kubetun_testenv::turn(module_path!());
     if !require_root("a_gateway_with_100_peers_applies_handshakes_and_forwards_within_budget") {
         return;
     }
@@ -79,7 +80,7 @@ async fn a_gateway_with_100_peers_applies_handshakes_and_forwards_within_budget(
 
 #[tokio::test]
 async fn a_hub_with_50_remotes_converges_and_reacts_within_budget() {
-    let _turn = kubetun_integration::netns::turn(module_path!());
+    let _turn = kubetun_testenv::turn(module_path!());
     let config = HubScaleConfig {
         remotes: 50,
         controller: bin_path("kubetun-controller"),
@@ -134,7 +135,7 @@ async fn a_hub_with_50_remotes_converges_and_reacts_within_budget() {
 
 #[tokio::test]
 async fn a_hub_imports_100_services_of_10_clusters_within_budget() {
-    let _turn = kubetun_integration::netns::turn(module_path!());
+    let _turn = kubetun_testenv::turn(module_path!());
     if kubetun_testenv::Assets::find().is_err() && !kubetun_testenv::required() {
         eprintln!("skipping: this test needs etcd and kube-apiserver (KUBEBUILDER_ASSETS)");
         return;

@@ -1,0 +1,31 @@
+//! How to build a lab ([`LabOptions`]) and its defaults: where the state lives and which
+//! gateway binary runs.
+
+use std::path::PathBuf;
+
+use crate::topology::Topology;
+
+/// Where the user's lab keeps its state, sockets and logs.
+pub const DEFAULT_STATE_DIR: &str = "/run/kubetun-lab";
+
+/// How to build a lab.
+#[derive(Debug, Clone)]
+pub struct LabOptions {
+    pub topology: Topology,
+    /// Prefix of every name (empty for the user's lab; tests use their own).
+    pub prefix: String,
+    /// Directory of the state file, sockets and logs.
+    pub state_dir: PathBuf,
+    /// The `kubetun-gateway` binary.
+    pub gateway_binary: PathBuf,
+    /// Seconds of each iperf3 check; 0 skips them.
+    pub iperf_seconds: u32,
+    /// Run a real API server and `kubetun-controller` per cluster and link the clusters with
+    /// the `kubetun` CLI, instead of computing the gateway states in-process.
+    pub apiserver: bool,
+}
+
+/// The `kubetun-gateway` next to the running executable, else on `PATH`.
+pub fn default_gateway_binary() -> PathBuf {
+    kubetun_testenv::sibling_binary("kubetun-gateway")
+}

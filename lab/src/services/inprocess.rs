@@ -1,0 +1,129 @@
+//! Services in a lab without API servers: the exporters' offers and the client's imports are
+//! computed by the controller's own pure services core (offer, merge, desired), as the
+//! clusters' services loops would compute them, and served as they would be: DNS by the
+//! stand-in server from a table file, the ClusterSetIP by the kube-proxy stand-in's rules.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+
+use ipnet::Ipv4Net;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kubetun_controller::services::desired::{AddressViews, Source, desired_imports};
+use kubetun_controller::services::dns::{DnsService, DnsTable};
+use kubetun_controller::services::offer::{ExportRequest, offer};
+use kubetun_crds::mcs::ServiceImportType;
+use kubetun_crds::{ClusterRef, ExportedServiceSpec};
+
+use super::{objects, proxy, standins};
+
+/// Where the in-process imports' ClusterSetIPs start in the client's service range.
+const CLUSTER_IP_OFFSET: u32 = 100;
+use crate::error::LabError;
+use crate::service_demo::ServiceDemo;
+use crate::state::ClusterState;
+
+/// What the exporters offer, and where the client's imports are published.
+pub(super) struct InProcess {
+    /// Offers by exporting cluster ID.
+    offers: BTreeMap<String, ExportedServiceSpec>,
+    /// The client's service range; the imports' ClusterSetIPs are taken from
+    /// [`CLUSTER_IP_OFFSET`] on.
+    service_range: Ipv4Net,
+    /// The DNS stand-in's table.
+    pub(super) table_file: PathBuf,
+}
+
+impl InProcess {
+    pub(super) fn new(service_range: Ipv4Net, table_file: PathBuf) -> Self {
+        Self {
+            offers: BTreeMap::new(),
+            service_range,
+            table_file,
+        }
+    }
+
+    /// `exporter` exports the demo Service, with its backend as endpoint or none.
+    pub(super) fn export(
+        &mut self,
+        demo: &ServiceDemo,
+        exporter: &ClusterState,
+        with_endpoints: bool,
+    ) -> Result<(), LabError> {
+        let created = self.offers.get(&exporter.id).map_or_else(
+            || Time(k8s_openapi::jiff::Timestamp::now()),
+            |o| o.export_created.clone(),
+        );
+        let request = ExportRequest {
+            namespace: demo.namespace.clone(),
+            name: demo.name.clone(),
+            created: Some(created),
+            ..ExportRequest::default()
+        };
+        let slice = objects::backend_slice(demo, objects::backend_address(exporter)?);
+        let slices = if with_endpoints { vec![&slice] } else { vec![] };
+        let cluster = ClusterRef {
+            id: exporter.id.clone(),
+            name: exporter.name.clone(),
+        };
+        let offered = offer(
+            &cluster,
+            &request,
+            Some(&objects::backend_service(demo)),
+            &slices,
+        )
+        .map_err(|invalid| LabError::Internal(invalid.message))?;
+        self.offers.insert(exporter.id.clone(), offered);
+        Ok(())
+    }
+
+    /// `exporter` no longer exports it.
+    pub(super) fn unexport(&mut self, exporter: &ClusterState) {
+        self.offers.remove(&exporter.id);
+    }
+
+    /// Computes `client`'s imports from every offer of a cluster it is linked to, writes the
+    /// DNS table and programs the ClusterSetIPs in the client's node namespace.
+    pub(super) fn publish(&self, client: &ClusterState) -> Result<(), LabError> {
+        let views: Vec<(&ExportedServiceSpec, AddressViews)> = self
+            .offers
+            .values()
+            .filter_map(|offer| {
+                let te = client
+                    .tunnel_endpoints
+                    .iter()
+                    .find(|te| te.cluster.id == offer.cluster.id)?;
+                Some((offer, AddressViews::of_peer(te)))
+            })
+            .collect();
+        let sources: Vec<Source<'_>> = views
+            .iter()
+            .map(|(offer, views)| Source { offer, views })
+            .collect();
+        let mut table = DnsTable::new();
+        let mut ports = Vec::new();
+        for (index, import) in desired_imports(&sources).iter().enumerate() {
+            let offset = CLUSTER_IP_OFFSET + index as u32;
+            let ip = Ipv4Addr::from(u32::from(self.service_range.network()) + offset);
+            if import.merged.type_ == ServiceImportType::ClusterSetIP {
+                let specs: Vec<proxy::PortSpec> = import
+                    .merged
+                    .ports
+                    .iter()
+                    .map(|p| proxy::PortSpec {
+                        name: p.name.clone(),
+                        protocol: p.protocol.clone(),
+                        port: p.port,
+                    })
+                    .collect();
+                let slices: Vec<_> = import.slices.iter().collect();
+                ports.extend(proxy::proxied(ip, &specs, &slices));
+            }
+            let id = (import.namespace.clone(), import.name.clone());
+            table.insert(id, DnsService::of_import(import, vec![IpAddr::V4(ip)]));
+        }
+        standins::write_dns_table(&self.table_file, &table)?;
+        let rules = proxy::ruleset(&ports, self.service_range);
+        proxy::apply(&client.namespace, &rules).map_err(LabError::Host)
+    }
+}
