@@ -4,8 +4,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::summary::{BenchResults, Outcome};
-use kubetun_fixtures::implementations::Implementation;
 use crate::model::Test;
+use kubetun_fixtures::implementations::Implementation;
 
 /// The heading of this harness's section in the results file.
 pub const SECTION_HEADING: &str = "## Throughput (iperf3, netns)";

@@ -3,12 +3,12 @@
 
 use serde::Serialize;
 
-use kubetun_fixtures::implementations::Implementation;
 use crate::latency::{self, LatencyRecord, LatencySummary, PingSettings};
 use crate::machine::Machine;
 use crate::model::{BenchConfig, RunRecord, Test};
 use crate::stats::median;
 use crate::udp_drops::UdpDrops;
+use kubetun_fixtures::implementations::Implementation;
 
 /// Everything one harness run produced.
 #[derive(Debug, Clone, Serialize)]

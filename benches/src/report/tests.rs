@@ -1,11 +1,11 @@
 use super::markdown::*;
 use super::summary::*;
 use crate::cpu::Usage;
-use kubetun_fixtures::implementations::Implementation;
 use crate::latency::PingSettings;
 use crate::machine::Machine;
 use crate::model::{BenchConfig, RunRecord, Test};
 use crate::udp_drops::UdpDrops;
+use kubetun_fixtures::implementations::Implementation;
 use kubetun_testenv::iperf::Report;
 use std::time::Duration;
 
