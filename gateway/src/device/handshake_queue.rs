@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
-use super::core::{Endpoint, HandshakeSink};
+use super::core::Endpoint;
 use super::dispatch::INITIATION_LEN;
 
 /// Handshake messages that may wait for the worker. At the worker's pace (tens of µs per
@@ -161,12 +161,6 @@ impl SourceShares {
 
     fn give_back(&self, bucket: u8) {
         self.queued[usize::from(bucket)].fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl HandshakeSink for &HandshakeQueue {
-    fn offer(&mut self, source: Endpoint, datagram: &[u8]) -> bool {
-        HandshakeQueue::offer(self, source, datagram).is_ok()
     }
 }
 

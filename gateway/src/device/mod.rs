@@ -509,7 +509,8 @@ async fn plan_off_runtime(
     let (current, next) = (Arc::clone(current), next.clone());
     tokio::task::spawn_blocking(move || {
         let started = std::time::Instant::now();
-        let snapshot = plan::next_snapshot(&current, &next, &resolved).map_err(ApplyError::from);
+        let snapshot = plan::next_snapshot(&current, &next, &resolved, crate::clock::now())
+            .map_err(ApplyError::from);
         (snapshot, started.elapsed())
     })
     .await

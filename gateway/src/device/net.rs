@@ -17,7 +17,7 @@ use std::sync::Arc;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::UdpSocket;
 
-use super::core::Transmit;
+use super::core::transmits::Transmits;
 use super::drops::{DeviceDrop, Drops};
 use crate::io::IoOptions;
 use crate::io::endpoint::Endpoint;
@@ -96,7 +96,7 @@ impl Sockets {
     }
 }
 
-/// Sends the core's single datagrams ([`Transmit`]) on the family's first socket without
+/// Sends the core's single datagrams ([`Transmits`]) on the family's first socket without
 /// waiting, from the endpoint's local address when it has one: the sockets are non-blocking,
 /// and a full send buffer drops the datagram (counted as `udp_send`), as the kernel would.
 #[derive(Debug)]
@@ -112,7 +112,19 @@ impl<'a> Sender<'a> {
     }
 }
 
-impl Transmit for Sender<'_> {
+impl Sender<'_> {
+    /// Sends every datagram `out` holds, in order, records those that left for their peers,
+    /// and empties it.
+    pub fn send(&mut self, out: &mut Transmits) {
+        for transmit in out.iter() {
+            if self.transmit(transmit.datagram, transmit.endpoint()) {
+                transmit.sent();
+            }
+        }
+        out.clear();
+    }
+
+    /// Sends `datagram` to `endpoint` without waiting; true when it left.
     fn transmit(&mut self, datagram: &[u8], endpoint: Endpoint) -> bool {
         let Some(socket) = self.sockets.for_addr(&endpoint.remote) else {
             self.drops.device(DeviceDrop::UdpSend);

@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::conncheck::ConnCheckConfig;
 use super::core::PROBE_ROOM;
 use super::core::timers::send_probe;
+use super::core::transmits::Transmits;
 use super::net::Sender;
 use super::shared::Shared;
 use crate::clock;
@@ -16,11 +17,13 @@ use crate::clock;
 /// How often the prober looks at the configuration between probe rounds, so that a change
 /// of interval or an enabled check takes effect promptly.
 const CONFIG_POLL: Duration = Duration::from_millis(250);
+/// Datagrams one probe may take: the probe, or the handshake initiation sent instead.
+const PROBES: usize = 1;
 
 /// Sends a PING to every probed peer with an endpoint once per interval while the interface
 /// enables the check. Runs until aborted.
 pub async fn prober_loop(shared: Arc<Shared>) {
-    let mut out = [0u8; PROBE_ROOM];
+    let mut out = Transmits::new(PROBES, PROBES * PROBE_ROOM);
     let mut active: Option<ConnCheckConfig> = None;
     let mut next_round = tokio::time::Instant::now();
     loop {
@@ -91,9 +94,10 @@ pub async fn prober_loop(shared: Arc<Shared>) {
                 log_switch(&slot.config.display_name(), failed_over);
                 shared.replan.notify_one();
             }
-            if !send_probe(peer, endpoint, ping, &mut sender, &mut out, now) {
+            if !send_probe(peer, endpoint, ping, now, &mut out) {
                 peer.conncheck.lock().delayed(ping.seq);
             }
+            sender.send(&mut out);
         }
     }
 }
