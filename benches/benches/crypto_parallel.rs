@@ -10,24 +10,22 @@ use std::hint::black_box;
 use std::net::SocketAddr;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use kubetun_gateway::device::core::batch::RecvBatch;
-use kubetun_gateway::device::core::context::Context;
-use kubetun_gateway::device::core::drops::Drops;
-use kubetun_gateway::device::core::egress::Egress;
-use kubetun_gateway::device::core::handshake::Handshake;
-use kubetun_gateway::device::core::ingress::Ingress;
-use kubetun_gateway::device::core::plan::next_snapshot;
-use kubetun_gateway::device::core::snapshot::Snapshot;
-use kubetun_gateway::device::core::state::{
-    DesiredState, Endpoint as EndpointConfig, InterfaceConfig, PeerConfig, RouteConfig,
-};
-use kubetun_gateway::device::core::transmits::Transmits;
-use kubetun_gateway::device::core::workers::{Alone, Workers};
-use kubetun_gateway::device::core::{
-    Endpoint, MAX_PACKET, Now, OVERHEAD, Outbox, PacketSink, Step,
-};
 use kubetun_gateway::device::workers::CryptoWorkers;
 use kubetun_gateway::key::Key;
+use kubetun_gateway_core::batch::RecvBatch;
+use kubetun_gateway_core::context::Context;
+use kubetun_gateway_core::drops::Drops;
+use kubetun_gateway_core::egress::Egress;
+use kubetun_gateway_core::handshake::Handshake;
+use kubetun_gateway_core::ingress::Ingress;
+use kubetun_gateway_core::plan::next_snapshot;
+use kubetun_gateway_core::snapshot::Snapshot;
+use kubetun_gateway_core::state::{
+    DesiredState, Endpoint as EndpointConfig, InterfaceConfig, PeerConfig, RouteConfig,
+};
+use kubetun_gateway_core::transmits::Transmits;
+use kubetun_gateway_core::workers::{Alone, Workers};
+use kubetun_gateway_core::{Endpoint, MAX_PACKET, Now, OVERHEAD, Outbox, PacketSink, Step};
 
 /// One round through A and its remotes with some workers: the packets delivered.
 type Round<'a> = dyn Fn(&mut Gateway, &mut [Gateway], &mut [Vec<u8>]) -> usize + 'a;

@@ -3,8 +3,8 @@
 //! server on a Unix socket.
 //!
 //! Layout: the IO shells around two crates without IO, `kubetun-gateway-core` (the data-path
-//! core and its models, re-exported as [`device::core`], [`state`], [`key`]) and
-//! `kubetun-remap` ([`remap`], the remap fast path); [`state`] (the desired state from gRPC
+//! core and its models, imported by that name; [`state`] and [`key`] re-export its models
+//! for the API) and `kubetun-remap` ([`remap`], the remap fast path); [`state`] (the desired state from gRPC
 //! requests), [`uapi`] (the WireGuard text protocol), [`device`] (TUN, sockets, data-path
 //! tasks), [`io`] (the batched syscalls), [`grpc`], [`metrics`] and [`status`] (reports).
 

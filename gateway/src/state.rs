@@ -5,9 +5,11 @@
 
 pub use kubetun_gateway_core::state::*;
 
-use crate::device::conncheck::{ConnCheckConfig, DEFAULT_INTERVAL_MS, DEFAULT_LOSS_THRESHOLD};
 use crate::key::Key;
 use crate::proto;
+use kubetun_gateway_core::conncheck::{
+    ConnCheckConfig, DEFAULT_INTERVAL_MS, DEFAULT_LOSS_THRESHOLD,
+};
 
 /// Builds a state from a gRPC request. Zero/empty interface fields that the API defines
 /// as "keep" take their value from `current`.

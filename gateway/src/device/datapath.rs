@@ -1,4 +1,4 @@
-//! The data-path tasks, the IO shell around [`super::core`]: TUN → peer (egress), UDP → TUN
+//! The data-path tasks, the IO shell around [`kubetun_gateway_core`]: TUN → peer (egress), UDP → TUN
 //! (ingress), the timer task and the initiations after an apply.
 //!
 //! Each task owns its buffers and an `arc_swap::Cache` of the snapshot, reads a batch, hands
@@ -47,18 +47,19 @@ use std::time::Duration;
 use arc_swap::Cache;
 use tun_rs::AsyncDevice;
 
-use super::core::context::Context;
-use super::core::egress::Egress;
-use super::core::ingress::Ingress;
-use super::core::transmits::Transmits;
-use super::core::{HANDSHAKE_ROOM, Outbox, PROBE_ROOM, Step, timers};
-use super::drops::DeviceDrop;
 use super::net::{Sender, WgSocket, queue_socket};
 use super::shared::{Shared, SnapshotCache};
-use super::snapshot::Snapshot;
 use crate::clock;
 use crate::io::tun_offload::{SEGMENTS_PER_READ, TunReader, TunWriter};
-use crate::io::udp_batch::{BatchReceiver, BatchSender, MAX_GSO_SEGMENTS, RecvBatch};
+use crate::io::udp_batch::{BatchReceiver, BatchSender};
+use kubetun_gateway_core::batch::{MAX_GSO_SEGMENTS, RecvBatch};
+use kubetun_gateway_core::context::Context;
+use kubetun_gateway_core::drops::DeviceDrop;
+use kubetun_gateway_core::egress::Egress;
+use kubetun_gateway_core::ingress::Ingress;
+use kubetun_gateway_core::snapshot::Snapshot;
+use kubetun_gateway_core::transmits::Transmits;
+use kubetun_gateway_core::{HANDSHAKE_ROOM, Outbox, PROBE_ROOM, Step, timers};
 
 /// With UDP GRO a receive reads `batch / GRO_MESSAGES_DIVISOR` messages, each holding up to
 /// 64 datagrams.

@@ -5,14 +5,14 @@
 
 use std::sync::Weak;
 
-use super::core::context::Context;
-use super::core::handshake::Handshake;
-use super::core::transmits::Transmits;
-use super::core::{MAX_PACKET, OVERHEAD, Step};
 use super::handshake_queue::HandshakeReceiver;
 use super::net::Sender;
 use super::shared::Shared;
 use crate::clock;
+use kubetun_gateway_core::context::Context;
+use kubetun_gateway_core::handshake::Handshake;
+use kubetun_gateway_core::transmits::Transmits;
+use kubetun_gateway_core::{MAX_PACKET, OVERHEAD, Step};
 
 /// The worker's nice value: below the data path's, so a flood yields the CPU to it.
 const WORKER_NICE: i32 = 10;

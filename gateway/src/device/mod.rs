@@ -5,6 +5,7 @@
 //! then brings the host configuration (MTU, addresses, routes) in line.
 
 pub mod datapath;
+mod error;
 pub mod handshake;
 pub mod handshake_queue;
 mod host;
@@ -16,9 +17,7 @@ pub mod shared;
 pub mod spin;
 pub mod workers;
 
-/// The pure data-path core and its models, in their own crate so that no IO can reach them.
-pub use kubetun_gateway_core as core;
-pub use kubetun_gateway_core::{conncheck, dispatch, drops, path, peer, plan, role, snapshot};
+pub use self::error::{ApplyError, DeviceError};
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -31,50 +30,14 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use self::net::Sockets;
-use self::role::{Role, Transition};
 use self::shared::Shared;
-use self::snapshot::{PeerSlot, Snapshot};
 use crate::io::IoOptions;
-use crate::state::{DesiredState, StateError};
+use crate::state::DesiredState;
+use kubetun_gateway_core::role::{Role, Transition};
+use kubetun_gateway_core::snapshot::{PeerSlot, Snapshot};
 
 /// TUN transmit queue length; the kernel default of 500 drops bursts under TCP load.
 pub const TUN_TX_QUEUE_LEN: u32 = 5000;
-
-/// Why the device could not be created.
-#[derive(Debug, thiserror::Error)]
-pub enum DeviceError {
-    /// The TUN device could not be created.
-    #[error("creating TUN device {name}: {source}")]
-    Tun {
-        name: String,
-        source: std::io::Error,
-    },
-    /// The UDP sockets could not be bound.
-    #[error("binding UDP sockets: {0}")]
-    Bind(std::io::Error),
-    /// The handshake worker thread could not be started.
-    #[error("starting the handshake worker: {0}")]
-    Worker(std::io::Error),
-}
-
-/// Why a desired state was not applied. The previous state stays active in every case.
-#[derive(Debug, thiserror::Error)]
-pub enum ApplyError {
-    /// The state is invalid (including routes the remap table rejects, and too many peers).
-    #[error(transparent)]
-    Invalid(#[from] StateError),
-    /// An endpoint name did not resolve.
-    #[error("peer {peer}: cannot resolve endpoint {endpoint}: {reason}")]
-    Resolve {
-        peer: String,
-        endpoint: String,
-        /// Why.
-        reason: String,
-    },
-    /// The listen port could not be bound.
-    #[error("cannot listen on UDP port {port}: {source}")]
-    Bind { port: u16, source: std::io::Error },
-}
 
 /// The result of an [`Device::apply`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,7 +135,7 @@ impl Device {
             tun_queues,
             role: Role::default(),
             replan: tokio::sync::Notify::new(),
-            activity: spin::Activity::default(),
+            activity: Arc::default(),
             workers: workers::CryptoWorkers::new(io.crypto_workers())
                 .map_err(DeviceError::Worker)?,
         });
@@ -207,7 +170,7 @@ impl Device {
         let spin = shared.io.spin_window;
         if !spin.is_zero() {
             if spin::runtime_supports_spinning() {
-                let spinner = tokio::spawn(spin::spin_loop(Arc::clone(&shared), spin));
+                let spinner = tokio::spawn(spin::spin_loop(Arc::clone(&shared.activity), spin));
                 device.tasks.lock().push(spinner);
             } else {
                 tracing::debug!("no spin window: the runtime has several threads");
@@ -227,7 +190,7 @@ impl Device {
     }
 
     /// Drop counters.
-    pub fn drops(&self) -> &drops::Drops {
+    pub fn drops(&self) -> &kubetun_gateway_core::drops::Drops {
         &self.shared.drops
     }
 
@@ -424,7 +387,7 @@ impl Device {
     }
 
     /// Puts the gateway under its controller's lease: active for `active_for` from now (a
-    /// renewal), or on standby at once with zero (see [`role`]). A promotion initiates a
+    /// renewal), or on standby at once with zero (see [`kubetun_gateway_core::role`]). A promotion initiates a
     /// handshake with every peer, so that the remotes' endpoints move to this replica.
     pub fn hold(&self, active_for: Duration) -> Transition {
         let transition = self.shared.role.hold(active_for, crate::clock::mono_us());
@@ -445,7 +408,7 @@ impl Device {
     }
 
     /// Plans the running state again, so that the fallback paths follow the peers'
-    /// [`path::PathState`]s. Nothing else changes: same peers, sessions, endpoints.
+    /// [`kubetun_gateway_core::path::PathState`]s. Nothing else changes: same peers, sessions, endpoints.
     async fn replan(&self) {
         let control = self.control.lock().await;
         let current = self.shared.snapshot.load_full();
@@ -509,15 +472,20 @@ async fn plan_off_runtime(
     let (current, next) = (Arc::clone(current), next.clone());
     tokio::task::spawn_blocking(move || {
         let started = std::time::Instant::now();
-        let snapshot = plan::next_snapshot(&current, &next, &resolved, crate::clock::now())
-            .map_err(ApplyError::from);
+        let snapshot = kubetun_gateway_core::plan::next_snapshot(
+            &current,
+            &next,
+            &resolved,
+            crate::clock::now(),
+        )
+        .map_err(ApplyError::from);
         (snapshot, started.elapsed())
     })
     .await
     .unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()))
 }
 
-/// Plans the snapshot again whenever a fallback path switched (see [`path`]).
+/// Plans the snapshot again whenever a fallback path switched (see [`kubetun_gateway_core::path`]).
 async fn replan_loop(device: Weak<Device>) {
     loop {
         let Some(shared) = device.upgrade().map(|d| Arc::clone(&d.shared)) else {
@@ -573,7 +541,7 @@ pub struct DeviceReport {
     pub remap_rules: usize,
     /// Host configuration that failed and is being retried (see [`ApplyOutcome`]).
     pub host_errors: Vec<String>,
-    /// Whether this replica carries traffic (see [`role`]).
+    /// Whether this replica carries traffic (see [`kubetun_gateway_core::role`]).
     pub active: bool,
     /// How long it stays active without a lease renewal; `None` for a gateway alone.
     pub active_remaining: Option<Duration>,
@@ -613,16 +581,16 @@ pub struct PeerReport {
     /// previous key, or has completed no handshake with the new one).
     pub previous_key: bool,
     /// Where the views other peers back up for this one go; `None` when none are backed up.
-    pub path: Option<path::PathState>,
+    pub path: Option<kubetun_gateway_core::path::PathState>,
 }
 
 /// A status reading of one peer's connectivity check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnCheckReport {
     /// The settings in effect.
-    pub config: conncheck::ConnCheckConfig,
+    pub config: kubetun_gateway_core::conncheck::ConnCheckConfig,
     /// Losses, RTTs, counters.
-    pub reading: conncheck::ProberReading,
+    pub reading: kubetun_gateway_core::conncheck::ProberReading,
     /// Unix ms of the last reply; 0 = none yet.
     pub last_reply_unix_ms: u64,
 }
@@ -637,7 +605,7 @@ impl ConnCheckReport {
 impl PeerReport {
     fn new(
         slot: &PeerSlot,
-        conncheck: Option<conncheck::ConnCheckConfig>,
+        conncheck: Option<kubetun_gateway_core::conncheck::ConnCheckConfig>,
         rotating_to: Option<crate::key::Key>,
     ) -> Self {
         let mut report = PeerReport {

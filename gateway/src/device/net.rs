@@ -17,11 +17,11 @@ use std::sync::Arc;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::UdpSocket;
 
-use super::core::transmits::Transmits;
-use super::drops::{DeviceDrop, Drops};
 use crate::io::IoOptions;
-use crate::io::endpoint::Endpoint;
 use crate::io::udp_batch::{UdpOffload, receive_local_addresses, send_datagram};
+use kubetun_gateway_core::drops::{DeviceDrop, Drops};
+use kubetun_gateway_core::endpoint::Endpoint;
+use kubetun_gateway_core::transmits::Transmits;
 
 /// Kernel socket buffer size asked for (the same 7 MiB upstream wireguard-go uses): without it
 /// the decrypting side overflows its receive queue under TCP load.
@@ -202,7 +202,7 @@ fn bind_one(
     set_buffer(&socket, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
     set_buffer(&socket, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
     socket.bind(&addr.into())?;
-    // Replies leave from the address the peer sent to (see `io::endpoint`); without the
+    // Replies leave from the address the peer sent to (see `kubetun_gateway_core::endpoint`); without the
     // option every reply takes the kernel's choice of source, which still works.
     if let Err(error) = receive_local_addresses(socket.as_fd(), addr.is_ipv6()) {
         tracing::warn!(%error, %addr, "cannot learn the local address of received datagrams");

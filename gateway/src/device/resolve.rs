@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::ApplyError;
+use super::error::ApplyError;
 use super::shared::Shared;
 use crate::clock::unix_ms;
 use crate::state::{DesiredState, Endpoint};

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-use super::snapshot::Snapshot;
+use kubetun_gateway_core::snapshot::Snapshot;
 
 /// How long a replaced snapshot is kept after a swap. The data-path tasks drop their cached
 /// reference at their next batch; holding the last one past that makes its (for large tables,
