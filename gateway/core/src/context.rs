@@ -1,6 +1,6 @@
 //! [`Context`]: what one call into the core works with besides its batch — the snapshot,
 //! the drop counters, the time and the threads a long run may be shared with — and the
-//! start of every per-peer run over a batch ([`Context::peer_run`]).
+//! start of every per-peer run over a batch (`Context::peer_run`).
 
 use std::sync::Arc;
 
