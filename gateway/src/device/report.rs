@@ -26,7 +26,7 @@ pub struct DeviceReport {
     pub drops: Vec<(&'static str, u64)>,
     /// Number of remap rules.
     pub remap_rules: usize,
-    /// Host configuration that failed and is being retried (see [`ApplyOutcome`]).
+    /// Host configuration that failed and is being retried (see [`super::ApplyOutcome`]).
     pub host_errors: Vec<String>,
     /// Whether this replica carries traffic (see [`kubetun_gateway_core::role`]).
     pub active: bool,
