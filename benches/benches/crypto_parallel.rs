@@ -11,13 +11,13 @@ use std::net::SocketAddr;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use kubetun_gateway::device::workers::CryptoWorkers;
-use kubetun_gateway::key::Key;
 use kubetun_gateway_core::batch::RecvBatch;
 use kubetun_gateway_core::context::Context;
 use kubetun_gateway_core::drops::Drops;
 use kubetun_gateway_core::egress::Egress;
 use kubetun_gateway_core::handshake::Handshake;
 use kubetun_gateway_core::ingress::Ingress;
+use kubetun_gateway_core::key::Key;
 use kubetun_gateway_core::plan::next_snapshot;
 use kubetun_gateway_core::snapshot::Snapshot;
 use kubetun_gateway_core::state::{

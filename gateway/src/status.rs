@@ -132,9 +132,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::key::Key;
-    use crate::state::PeerConfig;
     use crate::uapi::report::uapi_view;
+    use kubetun_gateway_core::key::Key;
+    use kubetun_gateway_core::state::PeerConfig;
     use proto::ConnectionState as S;
 
     /// A device with one peer, listening on 51820.
@@ -263,11 +263,11 @@ mod tests {
     fn uapi_view_reports_local_views() {
         let mut r = report();
         r.config.routes = vec![
-            crate::state::RouteConfig::remapped(
+            kubetun_gateway_core::state::RouteConfig::remapped(
                 "10.70.0.0/16".parse().expect("cidr"),
                 "10.201.0.0/16".parse().expect("cidr"),
             ),
-            crate::state::RouteConfig::remapped(
+            kubetun_gateway_core::state::RouteConfig::remapped(
                 "10.203.0.0/16".parse().expect("cidr"),
                 "10.203.0.0/16".parse().expect("cidr"),
             ),
@@ -295,7 +295,7 @@ mod tests {
         let peer = |key: u8, view: &str| {
             let mut r = report();
             r.config = PeerConfig::new(Key::from_bytes([key; 32]));
-            r.config.routes = vec![crate::state::RouteConfig::remapped(
+            r.config.routes = vec![kubetun_gateway_core::state::RouteConfig::remapped(
                 "10.70.0.0/16".parse().expect("cidr"),
                 view.parse().expect("cidr"),
             )];

@@ -1,7 +1,7 @@
 //! Why the device could not be created ([`DeviceError`]) or a desired state not applied
 //! ([`ApplyError`]): the ground floor of the device's modules.
 
-use crate::state::StateError;
+use kubetun_gateway_core::state::StateError;
 
 /// Why the device could not be created.
 #[derive(Debug, thiserror::Error)]

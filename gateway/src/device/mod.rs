@@ -33,9 +33,9 @@ use tokio::task::JoinHandle;
 use self::net::Sockets;
 use self::shared::Shared;
 use crate::io::IoOptions;
-use crate::state::DesiredState;
 use kubetun_gateway_core::role::{Role, Transition};
 use kubetun_gateway_core::snapshot::Snapshot;
+use kubetun_gateway_core::state::DesiredState;
 
 /// TUN transmit queue length; the kernel default of 500 drops bursts under TCP load.
 pub const TUN_TX_QUEUE_LEN: u32 = 5000;

@@ -15,7 +15,7 @@ pub struct DeviceReport {
     pub version: String,
     /// The active generation.
     pub generation: u64,
-    pub private_key: Option<crate::key::Key>,
+    pub private_key: Option<kubetun_gateway_core::key::Key>,
     /// The bound UDP port.
     pub listen_port: Option<u16>,
     /// The socket mark.
@@ -40,7 +40,7 @@ pub struct DeviceReport {
 #[derive(Debug, Clone)]
 pub struct PeerReport {
     /// Its desired configuration.
-    pub config: crate::state::PeerConfig,
+    pub config: kubetun_gateway_core::state::PeerConfig,
     /// The endpoint in use.
     pub endpoint: Option<SocketAddr>,
     /// Whether the peer has a session state machine (the interface has a key).
@@ -94,7 +94,7 @@ impl PeerReport {
     pub(super) fn new(
         slot: &PeerSlot,
         conncheck: Option<kubetun_gateway_core::conncheck::ConnCheckConfig>,
-        rotating_to: Option<crate::key::Key>,
+        rotating_to: Option<kubetun_gateway_core::key::Key>,
     ) -> Self {
         let mut report = PeerReport {
             config: slot.config.clone(),

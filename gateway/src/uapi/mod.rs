@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use crate::key::Key;
-use crate::state::{DesiredState, Endpoint, PeerConfig, RouteConfig};
+use kubetun_gateway_core::key::Key;
+use kubetun_gateway_core::state::{DesiredState, Endpoint, PeerConfig, RouteConfig};
 
 /// `EIO`: applying failed for a reason outside the request; also wireguard-go's answer to a
 /// line longer than its line scanner takes.
