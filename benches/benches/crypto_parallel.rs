@@ -10,22 +10,22 @@ use std::hint::black_box;
 use std::net::SocketAddr;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use kubetun_gateway::device::core::batch::RecvBatch;
-use kubetun_gateway::device::core::drops::Drops;
-use kubetun_gateway::device::core::egress::Egress;
-use kubetun_gateway::device::core::ingress::Ingress;
-use kubetun_gateway::device::core::plan::next_snapshot;
-use kubetun_gateway::device::core::snapshot::Snapshot;
-use kubetun_gateway::device::core::state::{
+use kubetun_gateway::device::workers::CryptoWorkers;
+use kubetun_gateway_core::batch::RecvBatch;
+use kubetun_gateway_core::context::Context;
+use kubetun_gateway_core::drops::Drops;
+use kubetun_gateway_core::egress::Egress;
+use kubetun_gateway_core::handshake::Handshake;
+use kubetun_gateway_core::ingress::Ingress;
+use kubetun_gateway_core::key::Key;
+use kubetun_gateway_core::plan::next_snapshot;
+use kubetun_gateway_core::snapshot::Snapshot;
+use kubetun_gateway_core::state::{
     DesiredState, Endpoint as EndpointConfig, InterfaceConfig, PeerConfig, RouteConfig,
 };
-use kubetun_gateway::device::core::workers::{Alone, Workers};
-use kubetun_gateway::device::core::{
-    Endpoint, HandshakeSink, MAX_PACKET, Now, OVERHEAD, Outbox, PacketSink, Step, Transmit,
-    handshake,
-};
-use kubetun_gateway::device::workers::CryptoWorkers;
-use kubetun_gateway::key::Key;
+use kubetun_gateway_core::transmits::Transmits;
+use kubetun_gateway_core::workers::{Alone, Workers};
+use kubetun_gateway_core::{Endpoint, MAX_PACKET, Now, OVERHEAD, Outbox, PacketSink, Step};
 
 /// One round through A and its remotes with some workers: the packets delivered.
 type Round<'a> = dyn Fn(&mut Gateway, &mut [Gateway], &mut [Vec<u8>]) -> usize + 'a;
@@ -45,6 +45,8 @@ struct Gateway {
     outbox: Outbox,
     inbound: RecvBatch,
     writer: Sink,
+    transmits: Transmits,
+    handshake: Handshake,
 }
 
 /// The TUN write batch: `BATCH` buffers, one per packet, emptied after every batch.
@@ -80,17 +82,15 @@ impl PacketSink for Sink {
 #[derive(Default)]
 struct Wire(Vec<(Endpoint, Vec<u8>)>);
 
-impl Transmit for Wire {
-    fn transmit(&mut self, datagram: &[u8], endpoint: Endpoint) -> bool {
-        self.0.push((endpoint, datagram.to_vec()));
-        true
-    }
-}
-
-impl HandshakeSink for Wire {
-    fn offer(&mut self, source: Endpoint, datagram: &[u8]) -> bool {
-        self.0.push((source, datagram.to_vec()));
-        true
+impl Wire {
+    /// Takes everything `out` holds, as the shell sends it.
+    fn send(&mut self, out: &mut Transmits) {
+        for transmit in out.iter() {
+            self.0
+                .push((transmit.endpoint(), transmit.datagram.to_vec()));
+            transmit.sent();
+        }
+        out.clear();
     }
 }
 
@@ -142,6 +142,7 @@ impl Gateway {
             &Snapshot::initial(DesiredState::default()),
             &state,
             &resolved,
+            now(),
         )
         .expect("snapshot");
         Self {
@@ -158,6 +159,8 @@ impl Gateway {
                     .collect(),
                 lengths: Vec::with_capacity(BATCH),
             },
+            transmits: Transmits::new(BATCH, 2 * (MAX_PACKET + OVERHEAD)),
+            handshake: Handshake::new(),
         }
     }
 
@@ -168,16 +171,10 @@ impl Gateway {
         workers: &impl Workers,
     ) -> Vec<(Endpoint, Vec<u8>)> {
         let mut sent = Vec::new();
-        self.egress.route(&self.snapshot, &self.drops, packets);
+        let cx = Context::new(&self.snapshot, &self.drops, now()).with_workers(workers);
+        self.egress.route(&cx, packets);
         loop {
-            let step = self.egress.encrypt(
-                &self.snapshot,
-                &self.drops,
-                packets,
-                &mut self.outbox,
-                workers,
-                now(),
-            );
+            let step = self.egress.encrypt(&cx, packets, &mut self.outbox);
             sent.extend(self.outbox.datagrams().map(|(to, d)| (to, d.to_vec())));
             self.outbox.clear();
             if step == Step::Done {
@@ -193,39 +190,36 @@ impl Gateway {
         from: SocketAddr,
         workers: &impl Workers,
     ) -> (usize, Vec<(Endpoint, Vec<u8>)>) {
-        let mut handshakes = Wire::default();
+        let mut handshakes = Vec::new();
         let mut replies = Wire::default();
-        self.ingress
-            .classify(&self.snapshot, &self.drops, &self.inbound, &mut handshakes);
+        let cx = Context::new(&self.snapshot, &self.drops, now()).with_workers(workers);
+        self.ingress.classify(&cx, &self.inbound);
+        for message in self.ingress.handshakes(&self.inbound) {
+            handshakes.push((message.source, message.datagram.to_vec()));
+        }
         let mut written = 0;
         loop {
-            let step = self.ingress.decrypt(
-                &self.snapshot,
-                &self.drops,
-                &self.inbound,
-                &mut self.writer,
-                &mut replies,
-                workers,
-                now(),
-            );
+            let step =
+                self.ingress
+                    .decrypt(&cx, &self.inbound, &mut self.writer, &mut self.transmits);
+            replies.send(&mut self.transmits);
             written += self.writer.lengths.len();
             self.writer.lengths.clear();
             if step == Step::Done {
                 break;
             }
         }
-        let mut out = vec![0u8; MAX_PACKET + OVERHEAD];
-        for (source, message) in handshakes.0 {
+        for (source, message) in handshakes {
             let source = Endpoint::reply(from, source.local);
-            handshake::process(
-                &self.snapshot,
-                &self.drops,
-                source,
-                &message,
-                &mut out,
-                &mut replies,
-                now(),
-            );
+            let cx = Context::new(&self.snapshot, &self.drops, now());
+            let mut step = self
+                .handshake
+                .process(&cx, source, &message, &mut self.transmits);
+            replies.send(&mut self.transmits);
+            while step == Step::Flush {
+                step = self.handshake.resume(&cx, &mut self.transmits);
+                replies.send(&mut self.transmits);
+            }
         }
         (written, replies.0)
     }
@@ -338,15 +332,9 @@ fn one_round(
     packets: &mut [Vec<u8>],
     workers: &impl Workers,
 ) -> usize {
-    a.egress.route(&a.snapshot, &a.drops, packets);
-    let step = a.egress.encrypt(
-        &a.snapshot,
-        &a.drops,
-        packets,
-        &mut a.outbox,
-        workers,
-        now(),
-    );
+    let cx = Context::new(&a.snapshot, &a.drops, now()).with_workers(workers);
+    a.egress.route(&cx, packets);
+    let step = a.egress.encrypt(&cx, packets, &mut a.outbox);
     assert_eq!(step, Step::Done, "the outbox holds a whole batch");
     let delivered = bs
         .iter_mut()

@@ -21,7 +21,7 @@ use arc_swap::{ArcSwap, Cache};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use etherparse::{Ipv4Header, Ipv6Header, PacketBuilder, TcpHeader};
 use ipnet::IpNet;
-use kubetun_gateway::remap::{PeerId, RemapTable, Route, TableBuilder, Verdict};
+use kubetun_remap::{PeerId, RemapTable, Route, TableBuilder, Verdict};
 
 const PACKET_LEN: usize = 1400;
 const BATCH: usize = 1024;

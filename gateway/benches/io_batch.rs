@@ -18,9 +18,8 @@ use std::process::Command;
 
 use criterion::{Criterion, Throughput, criterion_group};
 use kubetun_gateway::io::tun_offload::{TunReader, TunWriter};
-use kubetun_gateway::io::udp_batch::{
-    BatchReceiver, BatchSender, RecvBatch, SendBatch, UdpOffload,
-};
+use kubetun_gateway::io::udp_batch::{BatchReceiver, BatchSender, UdpOffload};
+use kubetun_gateway_core::batch::{RecvBatch, SendBatch};
 
 const DATAGRAM: usize = 1452;
 const BURST: usize = 64;

@@ -141,6 +141,6 @@ fn uapi_target_survives_a_bounded_randomized_run() {
 #[test]
 fn remap_target_survives_a_bounded_randomized_run() {
     run("remap", &[], |data| {
-        let _ = crate::remap::fuzz_check(data);
+        let _ = kubetun_remap::fuzz_check(data);
     });
 }

@@ -2,10 +2,9 @@
 //! device) with a lock-free 1:1 prefix-remap fast path, the WireGuard UAPI, and a gRPC control
 //! server on a Unix socket.
 //!
-//! Layout: the IO shells around two crates without IO, `kubetun-gateway-core` (the data-path
-//! core and its models, re-exported as [`device::core`], [`state`], [`key`]) and
-//! `kubetun-remap` ([`remap`], the remap fast path); [`state`] (the desired state from gRPC
-//! requests), [`uapi`] (the WireGuard text protocol), [`device`] (TUN, sockets, data-path
+//! Layout: the IO shells around two crates without IO, each named by its own name:
+//! `kubetun-gateway-core` (the data-path core and its models) and `kubetun-remap` (the remap
+//! fast path); [`state`] (the desired state from gRPC requests), [`uapi`] (the WireGuard text protocol), [`device`] (TUN, sockets, data-path
 //! tasks), [`io`] (the batched syscalls), [`grpc`], [`metrics`] and [`status`] (reports).
 
 pub mod caps;
@@ -22,10 +21,6 @@ pub mod unix_socket;
 
 // The control contract, shared with the controller (`kubetun-gateway-api`).
 pub use kubetun_gateway_api::{log_filter, proto, socket_paths};
-// The data-path core (`kubetun-gateway-core`) and the remap fast path (`kubetun-remap`),
-// crates without IO.
-pub use kubetun_gateway_core::key;
-pub use kubetun_remap as remap;
 
 #[cfg(test)]
 mod fuzz_run;

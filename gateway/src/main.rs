@@ -10,13 +10,6 @@
 //! removed and the TUN device disappears; so does deleting the UAPI socket file, which is how
 //! wireguard-go is told to stop. If the TUN device is deleted or fails, it exits 1 and says so.
 
-// The core's mock-clock feature freezes boringtun's clock for its unit tests; a gateway built
-// with it would never retry, rekey or expire a session.
-const _: () = assert!(
-    !kubetun_gateway_core::MOCK_CLOCK,
-    "kubetun-gateway-core's mock-clock feature freezes boringtun's clock: it is for the core's tests only"
-);
-
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;

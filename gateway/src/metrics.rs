@@ -20,7 +20,7 @@ use prometheus_client::encoding::NoLabelSet;
 use prometheus_client::registry::Unit;
 
 use crate::device::Device;
-use crate::device::conncheck::{RTT_BUCKETS_US, RttHistogram};
+use kubetun_gateway_core::conncheck::{RTT_BUCKETS_US, RttHistogram};
 
 /// Reads the device on every scrape, so counters live only in the data path's atomics.
 #[derive(Debug)]

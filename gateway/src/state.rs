@@ -1,13 +1,18 @@
 //! The gateway's desired state as the gRPC `Apply` sends it: [`from_proto`] turns a request
-//! into the pure model of [`kubetun_gateway_core::state`] (re-exported here), which the
+//! into the pure model of [`kubetun_gateway_core::state`], which the
 //! WireGuard UAPI `set` feeds too. A request is parsed and validated completely before the
 //! device applies it, so an invalid one never leaves a half-applied configuration behind.
 
-pub use kubetun_gateway_core::state::*;
-
-use crate::device::conncheck::{ConnCheckConfig, DEFAULT_INTERVAL_MS, DEFAULT_LOSS_THRESHOLD};
-use crate::key::Key;
+// The type `from_proto` takes and returns, for its callers outside the gateway.
 use crate::proto;
+use kubetun_gateway_core::conncheck::{
+    ConnCheckConfig, DEFAULT_INTERVAL_MS, DEFAULT_LOSS_THRESHOLD,
+};
+use kubetun_gateway_core::key::Key;
+pub use kubetun_gateway_core::state::DesiredState;
+use kubetun_gateway_core::state::{
+    Endpoint, InterfaceConfig, MAX_MTU, MIN_MTU, PeerConfig, RouteConfig, StateError, parse_cidr,
+};
 
 /// Builds a state from a gRPC request. Zero/empty interface fields that the API defines
 /// as "keep" take their value from `current`.

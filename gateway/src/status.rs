@@ -1,11 +1,9 @@
-//! Peer connection state and the status reports built from device readings: the gRPC
-//! `StatusResponse` and the UAPI `get` view. Pure: time is passed in.
-
-use std::time::Duration;
+//! Peer connection state and the status report built from device readings: the gRPC
+//! `StatusResponse` (the UAPI `get` view is [`crate::uapi::report`]'s). Pure: time is passed
+//! in.
 
 use crate::device::{DeviceReport, PeerReport};
 use crate::proto;
-use crate::uapi::{InterfaceView, PeerView};
 
 /// A session older than this is gone (WireGuard's REJECT_AFTER_TIME).
 pub const SESSION_LIFETIME_MS: u64 = 180_000;
@@ -129,46 +127,14 @@ pub fn status_response(report: &DeviceReport, now_ms: u64) -> proto::StatusRespo
     }
 }
 
-/// Builds the UAPI `get` view of the device.
-pub fn uapi_view(report: &DeviceReport) -> InterfaceView {
-    InterfaceView {
-        private_key: report.private_key,
-        listen_port: report.listen_port,
-        fwmark: report.fwmark,
-        peers: report
-            .peers
-            .iter()
-            .map(|peer| PeerView {
-                public_key: peer.config.public_key,
-                preshared_key: peer.config.preshared_key,
-                endpoint: peer.endpoint,
-                last_handshake: (peer.last_handshake_ms != 0)
-                    .then(|| Duration::from_millis(peer.last_handshake_ms)),
-                rx_bytes: peer.rx_bytes,
-                tx_bytes: peer.tx_bytes,
-                persistent_keepalive: peer.config.persistent_keepalive,
-                // The local views: unique per device (the remap table is keyed by them), and
-                // what this side routes to the peer. Real prefixes may repeat across peers
-                // (Rome and Milan both 10.70.0.0/16), which `wg show` would print as two
-                // peers owning one prefix. Without remapping, view == real.
-                // A fallback route's view is its primary peer's.
-                allowed_ips: peer
-                    .config
-                    .routes
-                    .iter()
-                    .filter(|r| !r.fallback)
-                    .map(|r| r.view)
-                    .collect(),
-            })
-            .collect(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
-    use crate::key::Key;
-    use crate::state::PeerConfig;
+    use crate::uapi::report::uapi_view;
+    use kubetun_gateway_core::key::Key;
+    use kubetun_gateway_core::state::PeerConfig;
     use proto::ConnectionState as S;
 
     /// A device with one peer, listening on 51820.
@@ -241,8 +207,8 @@ mod tests {
 
     fn conncheck(losses: u32) -> crate::device::ConnCheckReport {
         crate::device::ConnCheckReport {
-            config: crate::device::conncheck::ConnCheckConfig::default(),
-            reading: crate::device::conncheck::ProberReading {
+            config: kubetun_gateway_core::conncheck::ConnCheckConfig::default(),
+            reading: kubetun_gateway_core::conncheck::ProberReading {
                 consecutive_losses: losses,
                 srtt_us: Some(800),
                 ..Default::default()
@@ -297,11 +263,11 @@ mod tests {
     fn uapi_view_reports_local_views() {
         let mut r = report();
         r.config.routes = vec![
-            crate::state::RouteConfig::remapped(
+            kubetun_gateway_core::state::RouteConfig::remapped(
                 "10.70.0.0/16".parse().expect("cidr"),
                 "10.201.0.0/16".parse().expect("cidr"),
             ),
-            crate::state::RouteConfig::remapped(
+            kubetun_gateway_core::state::RouteConfig::remapped(
                 "10.203.0.0/16".parse().expect("cidr"),
                 "10.203.0.0/16".parse().expect("cidr"),
             ),
@@ -329,7 +295,7 @@ mod tests {
         let peer = |key: u8, view: &str| {
             let mut r = report();
             r.config = PeerConfig::new(Key::from_bytes([key; 32]));
-            r.config.routes = vec![crate::state::RouteConfig::remapped(
+            r.config.routes = vec![kubetun_gateway_core::state::RouteConfig::remapped(
                 "10.70.0.0/16".parse().expect("cidr"),
                 view.parse().expect("cidr"),
             )];

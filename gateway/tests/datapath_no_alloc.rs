@@ -37,10 +37,12 @@ use std::time::{Duration, Instant};
 
 use ipnet::{Ipv4Net, Ipv6Net};
 use kubetun_gateway::device::Device;
-use kubetun_gateway::device::conncheck::ConnCheckConfig;
 use kubetun_gateway::io::IoOptions;
-use kubetun_gateway::key::Key;
-use kubetun_gateway::state::{DesiredState, Endpoint, InterfaceConfig, PeerConfig, RouteConfig};
+use kubetun_gateway_core::conncheck::ConnCheckConfig;
+use kubetun_gateway_core::key::Key;
+use kubetun_gateway_core::state::{
+    DesiredState, Endpoint, InterfaceConfig, PeerConfig, RouteConfig,
+};
 
 // ---------------------------------------------------------------------------------------------
 // The counting allocator.

@@ -10,7 +10,7 @@ use support::CountingAllocator;
 
 use arc_swap::{ArcSwap, Cache};
 use ipnet::IpNet;
-use kubetun_gateway::remap::{DropReason, RemapTable, Route, TableBuilder, Verdict};
+use kubetun_remap::{DropReason, RemapTable, Route, TableBuilder, Verdict};
 
 thread_local! {
     static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };

@@ -6,12 +6,12 @@ use boringtun::noise::{Nonces, Session, Tunn, TunnResult};
 use super::{HANDSHAKE_ROOM, Now, OVERHEAD, Outbox, Step};
 use crate::batch::SendBatch;
 use crate::conncheck::is_probe_destination;
+use crate::context::Context;
 use crate::dispatch::is_initiation;
-use crate::drops::{DeviceDrop, Drops};
+use crate::drops::DeviceDrop;
 use crate::endpoint::Endpoint;
 use crate::peer::Peer;
 use crate::remap::{DropReason, PeerId, Verdict};
-use crate::snapshot::Snapshot;
 use crate::workers::{Workers, outside_the_lock, part_end, parts_for, run_parts};
 
 /// One egress task's batch state: the routed packets grouped by peer and how far their
@@ -36,12 +36,12 @@ impl Egress {
     /// Remaps every packet of a new batch in place (view → real destination) and groups the
     /// forwarded ones by peer. Packets to the probe prefix and unroutable ones are dropped
     /// and counted.
-    pub fn route<P: AsRef<[u8]> + AsMut<[u8]>>(
+    pub fn route<P: AsRef<[u8]> + AsMut<[u8]>, W: Workers>(
         &mut self,
-        snapshot: &Snapshot,
-        drops: &Drops,
+        cx: &Context<'_, W>,
         packets: &mut [P],
     ) {
+        let (snapshot, drops) = (cx.snapshot, cx.drops);
         self.routed.clear();
         self.next = 0;
         // Overlaps the batch's table cache misses (the cost of a freshly swapped-in table).
@@ -68,48 +68,35 @@ impl Egress {
     }
 
     /// Encrypts the routed packets into `outbox`, one peer after the other, in read order.
-    /// With several `workers` and a session, the peer's `Tunn` lock is held only to lay the
+    /// With several workers and a session, the peer's `Tunn` lock is held only to lay the
     /// datagrams out and tick its timers; the packets are sealed after it is released, a
     /// long run in parts (see [`crate::workers`]). With one worker, `Tunn::encapsulate`
     /// seals them under the lock; without a session, it queues them and initiates a
     /// handshake. [`Step::Flush`] when an arena filled up: send the outbox
     /// and call again with the same batch.
-    pub fn encrypt<P: AsRef<[u8]> + Sync>(
+    pub fn encrypt<P: AsRef<[u8]> + Sync, W: Workers>(
         &mut self,
-        snapshot: &Snapshot,
-        drops: &Drops,
+        cx: &Context<'_, W>,
         packets: &[P],
         outbox: &mut Outbox,
-        workers: &impl Workers,
-        now: Now,
     ) -> Step {
+        let (drops, now) = (cx.drops, cx.now);
         while self.next < self.routed.len() {
-            let id = self.routed[self.next].0;
-            let end = self.next
-                + self.routed[self.next..]
-                    .iter()
-                    .take_while(|(peer, _)| *peer == id)
-                    .count();
-            let lost = (end - self.next) as u64;
-            let Some(slot) = snapshot.peer(id) else {
-                drops.remap_many(DropReason::UnknownPeer, lost);
-                self.next = end;
-                continue;
-            };
-            let Some(peer) = &slot.runtime else {
-                drops.device_many(DeviceDrop::NoPrivateKey, lost);
+            let run = cx.peer_run(&self.routed, self.next, |(peer, _)| *peer);
+            let end = run.end;
+            let Some(peer) = run.peer else {
                 self.next = end;
                 continue;
             };
             let Some(endpoint) = peer.endpoint() else {
-                drops.device_many(DeviceDrop::NoEndpoint, lost);
+                drops.device_many(DeviceDrop::NoEndpoint, (end - self.next) as u64);
                 self.next = end;
                 continue;
             };
             let out = outbox.batch_for(&endpoint);
             let mut cell = peer.tunn.lock();
-            let tunn = cell.0.get();
-            let session = outside_the_lock(workers).then(|| tunn.current_session());
+            let tunn = cell.0.get(now);
+            let session = outside_the_lock(cx.workers).then(|| tunn.current_session());
             let sent = match session.flatten() {
                 Some(session) => {
                     let from = out.used();
@@ -117,10 +104,24 @@ impl Egress {
                     tunn.mark_sent(run.datagrams, run.datagrams, run.plaintext);
                     drop(cell);
                     let routed = &self.routed[self.next - run.datagrams..self.next];
-                    seal(&session, routed, packets, out.committed_mut(from), workers);
+                    seal(
+                        &session,
+                        routed,
+                        packets,
+                        out.committed_mut(from),
+                        cx.workers,
+                    );
                     run
                 }
-                None => self.encapsulate(tunn, peer, packets, end, out, endpoint, now),
+                None => {
+                    let run = Run {
+                        peer,
+                        endpoint,
+                        end,
+                        now,
+                    };
+                    self.encapsulate(tunn, &run, packets, out)
+                }
             };
             // Counted when queued; a failed send is counted as a `udp_send` drop.
             peer.record_sent_batch(sent.bytes, sent.datagrams as u64, now.unix_ms);
@@ -166,17 +167,19 @@ impl Egress {
     /// Hands the peer's packets (up to `end`) to `Tunn::encapsulate` under its lock: the path
     /// of a single worker, and without a session, where boringtun queues them and initiates
     /// a handshake.
-    #[allow(clippy::too_many_arguments)] // the batch's state, the peer and its lock, the arena
     fn encapsulate<P: AsRef<[u8]>>(
         &mut self,
         tunn: &mut Tunn,
-        peer: &Peer,
+        run: &Run<'_>,
         packets: &[P],
-        end: usize,
         out: &mut SendBatch,
-        endpoint: Endpoint,
-        now: Now,
     ) -> Sent {
+        let Run {
+            peer,
+            endpoint,
+            end,
+            now,
+        } = *run;
         let mut sent = Sent::default();
         while self.next < end {
             let packet = packets[usize::from(self.routed[self.next].1)].as_ref();
@@ -190,7 +193,7 @@ impl Egress {
                 break;
             };
             self.next += 1;
-            match tunn.encapsulate(packet, space) {
+            match tunn.encapsulate_at(packet, space, now.instant()) {
                 TunnResult::WriteToNetwork(datagram) => {
                     let len = datagram.len();
                     if is_initiation(datagram) {
@@ -210,6 +213,16 @@ impl Egress {
         }
         sent
     }
+}
+
+/// One peer's run, sent by `Tunn::encapsulate`.
+#[derive(Clone, Copy)]
+struct Run<'a> {
+    peer: &'a Peer,
+    endpoint: Endpoint,
+    /// Where the run ends in `routed`.
+    end: usize,
+    now: Now,
 }
 
 /// What one peer's run put into the arena.

@@ -1,6 +1,7 @@
 //! One handshake message (initiation, response, cookie reply): the shared rate limiter, the
-//! peer lookup, the peer's `Tunn`, and what it answers.
+//! peer lookup, the peer's `Tunn`, and what it answers, into the caller's [`Transmits`].
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use boringtun::noise::errors::WireGuardError;
@@ -8,73 +9,154 @@ use boringtun::noise::handshake::parse_handshake_anon;
 use boringtun::noise::{Packet, TunnResult};
 
 use super::timers::initiate_to;
-use super::{Endpoint, Now, Transmit, transmit_to_peer};
+use super::{Endpoint, MAX_PACKET, OVERHEAD, Step};
+use crate::context::Context;
 use crate::dispatch::{Incoming, classify, is_cookie_reply};
-use crate::drops::{DeviceDrop, Drops};
+use crate::drops::DeviceDrop;
 use crate::key::Key;
 use crate::peer::Peer;
 use crate::remap::{DropReason, PeerId};
 use crate::snapshot::{Identity, PeerSlot, Snapshot};
+use crate::transmits::Transmits;
+use crate::workers::Workers;
 
-/// Finds the peer of the handshake message `datagram` from `source`, lets its `Tunn`
-/// process it and sends what that answers (a response, a cookie reply, the keepalive that
-/// confirms a session, the packets queued while there was none). `out` is scratch space of
-/// at least `MAX_PACKET + OVERHEAD` bytes.
-pub fn process(
-    snapshot: &Snapshot,
-    drops: &Drops,
-    source: Endpoint,
-    datagram: &[u8],
-    out: &mut [u8],
-    transmit: &mut impl Transmit,
-    now: Now,
-) {
-    let kind = classify(datagram);
-    if let Incoming::Data { .. } = kind {
-        initiate_for_unknown_session(snapshot, source, out, transmit, now);
-        return;
+/// The handshake worker's state: scratch space for boringtun's answers, and the peer whose
+/// queued packets are still to be sent when the last call's [`Transmits`] filled up.
+pub struct Handshake {
+    scratch: Box<[u8]>,
+    queued: Option<(Arc<Peer>, Endpoint)>,
+}
+
+impl std::fmt::Debug for Handshake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handshake")
+            .field(
+                "flushing",
+                &self.queued.as_ref().map(|(peer, _)| peer.index),
+            )
+            .finish_non_exhaustive()
     }
-    let Some((id, addressed)) = find_peer(snapshot, drops, source, datagram, kind, out, transmit)
-    else {
-        return;
-    };
-    let Some(slot) = snapshot.peer(id) else {
-        drops.remap(DropReason::UnknownPeer);
-        return;
-    };
-    let Some(peer) = slot.runtime.as_deref() else {
-        drops.device(DeviceDrop::NoPrivateKey);
-        return;
-    };
-    let result = decapsulate(snapshot, slot, peer, addressed, source, datagram, out, now);
-    match result {
-        TunnResult::Err(error) => {
-            tracing::trace!(?error, %source, "handshake message rejected");
-            drops.device(DeviceDrop::Rejected);
+}
+
+impl Default for Handshake {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One handshake message and where it came from.
+#[derive(Clone, Copy)]
+struct Message<'a> {
+    source: Endpoint,
+    datagram: &'a [u8],
+    kind: Incoming,
+}
+
+impl Handshake {
+    /// Scratch space for the largest datagram boringtun writes.
+    pub fn new() -> Self {
+        Self {
+            scratch: vec![0; MAX_PACKET + OVERHEAD].into_boxed_slice(),
+            queued: None,
         }
-        TunnResult::WriteToNetwork(reply) if is_cookie_reply(reply) => {
-            // The limiter tripped between our check and the peer's: the sender is unproven.
-            drops.device(DeviceDrop::UnderLoad);
-            transmit.transmit(reply, source);
+    }
+
+    /// Finds the peer of the handshake message `datagram` from `source`, lets its `Tunn`
+    /// process it and queues what that answers into `out` (a response, a cookie reply, the
+    /// keepalive that confirms a session, the packets queued while there was none).
+    /// [`Step::Flush`] when `out` filled up before every queued packet was in: send it, then
+    /// call [`Self::resume`].
+    pub fn process<W: Workers>(
+        &mut self,
+        cx: &Context<'_, W>,
+        source: Endpoint,
+        datagram: &[u8],
+        out: &mut Transmits,
+    ) -> Step {
+        let (snapshot, drops, now) = (cx.snapshot, cx.drops, cx.now);
+        self.queued = None;
+        let message = Message {
+            source,
+            datagram,
+            kind: classify(datagram),
+        };
+        if let Incoming::Data { .. } = message.kind {
+            initiate_for_unknown_session(cx, source, out);
+            return Step::Done;
         }
-        TunnResult::WriteToNetwork(reply) => {
-            accepted(peer, kind, source, datagram.len());
-            if matches!(kind, Incoming::Initiation | Incoming::Response { .. }) {
-                peer.record_handshake(now.unix_ms);
-                tracing::debug!(
-                    peer = %slot.config.display_name(),
-                    endpoint = %source,
-                    "handshake completed"
-                );
+        let scratch = &mut self.scratch[..];
+        let Some((id, addressed)) = find_peer(cx, message, scratch, out) else {
+            return Step::Done;
+        };
+        let Some(slot) = snapshot.peer(id) else {
+            drops.remap(DropReason::UnknownPeer);
+            return Step::Done;
+        };
+        let Some(peer) = &slot.runtime else {
+            drops.device(DeviceDrop::NoPrivateKey);
+            return Step::Done;
+        };
+        let (kind, len) = (message.kind, datagram.len());
+        match decapsulate(cx, slot, addressed, message, scratch) {
+            TunnResult::Err(error) => {
+                tracing::trace!(?error, %source, "handshake message rejected");
+                drops.device(DeviceDrop::Rejected);
             }
-            transmit_to_peer(transmit, peer, reply, source, now);
-            flush_queued(peer, source, out, transmit, now);
+            TunnResult::WriteToNetwork(reply) if is_cookie_reply(reply) => {
+                // The limiter tripped between our check and the peer's: the sender is
+                // unproven.
+                drops.device(DeviceDrop::UnderLoad);
+                out.push(reply, source, None, now);
+            }
+            TunnResult::WriteToNetwork(reply) => {
+                accepted(peer, kind, source, len);
+                if matches!(kind, Incoming::Initiation | Incoming::Response { .. }) {
+                    peer.record_handshake(now.unix_ms);
+                    tracing::debug!(
+                        peer = %slot.config.display_name(),
+                        endpoint = %source,
+                        "handshake completed"
+                    );
+                }
+                out.push(reply, source, Some(peer), now);
+                self.queued = Some((Arc::clone(peer), source));
+                return self.resume(cx, out);
+            }
+            TunnResult::Done => accepted(peer, kind, source, len),
+            TunnResult::WriteToTunnelV4(..) | TunnResult::WriteToTunnelV6(..) => {
+                // Only transport data decrypts to a packet, and data never reaches this path.
+                drops.device(DeviceDrop::InvalidDatagram);
+            }
         }
-        TunnResult::Done => accepted(peer, kind, source, datagram.len()),
-        TunnResult::WriteToTunnelV4(..) | TunnResult::WriteToTunnelV6(..) => {
-            // Only transport data decrypts to a packet, and data never reaches this path.
-            drops.device(DeviceDrop::InvalidDatagram);
+        Step::Done
+    }
+
+    /// Queues into `out` the packets the peer's `Tunn` kept while it had no session, now
+    /// that the last message processed gave it one: [`Step::Flush`] while some are left.
+    pub fn resume<W: Workers>(&mut self, cx: &Context<'_, W>, out: &mut Transmits) -> Step {
+        let Some((peer, endpoint)) = &self.queued else {
+            return Step::Done;
+        };
+        let instant = cx.now.instant();
+        loop {
+            if !out.has_room(self.scratch.len()) && !out.is_empty() {
+                return Step::Flush;
+            }
+            let result = peer.tunn.lock().0.get(cx.now).decapsulate_at(
+                None,
+                &[],
+                &mut self.scratch,
+                instant,
+            );
+            match result {
+                TunnResult::WriteToNetwork(datagram) => {
+                    out.push(datagram, *endpoint, Some(peer), cx.now);
+                }
+                _ => break,
+            }
         }
+        self.queued = None;
+        Step::Done
     }
 }
 
@@ -85,17 +167,21 @@ pub fn process(
 /// once the peer has learned it (it dropped its old-key sessions then), or the previous one
 /// while it has not (after a restart our tunnels start on the new key; once one is proven by
 /// a handshake, old-key initiations, which may be replays, no longer move it back).
-#[allow(clippy::too_many_arguments)]
-fn decapsulate<'o>(
-    snapshot: &Snapshot,
+fn decapsulate<'o, W: Workers>(
+    cx: &Context<'_, W>,
     slot: &PeerSlot,
-    peer: &Peer,
     addressed: Option<&Identity>,
-    source: Endpoint,
-    datagram: &[u8],
+    message: Message<'_>,
     out: &'o mut [u8],
-    now: Now,
 ) -> TunnResult<'o> {
+    let (snapshot, now) = (cx.snapshot, cx.now);
+    let Message {
+        source, datagram, ..
+    } = message;
+    let Some(peer) = slot.runtime.as_deref() else {
+        return TunnResult::Done;
+    };
+    let instant = now.instant();
     let mut tunn = peer.tunn.lock();
     let to_current = |identity: &Identity| {
         snapshot
@@ -109,10 +195,11 @@ fn decapsulate<'o>(
                 && (to_current(identity) || !peer.proven_on_its_key()) =>
         {
             let mut moved = identity.tunn(&slot.config, peer.index);
-            let result = moved
-                .0
-                .get()
-                .decapsulate(Some(source.remote.ip()), datagram, out);
+            let result =
+                moved
+                    .0
+                    .get(now)
+                    .decapsulate_at(Some(source.remote.ip()), datagram, out, instant);
             if matches!(&result, TunnResult::WriteToNetwork(reply) if !is_cookie_reply(reply)) {
                 *tunn = moved;
                 peer.stats
@@ -129,8 +216,8 @@ fn decapsulate<'o>(
         }
         _ => tunn
             .0
-            .get()
-            .decapsulate(Some(source.remote.ip()), datagram, out),
+            .get(now)
+            .decapsulate_at(Some(source.remote.ip()), datagram, out, instant),
     }
 }
 
@@ -138,18 +225,17 @@ fn decapsulate<'o>(
 /// `report_unknown_session`): initiates a handshake, from our address the data arrived at,
 /// unless the peer has a session or a handshake under way by now. The initiation is not
 /// forced, so boringtun's own limit of one per REKEY_TIMEOUT holds.
-fn initiate_for_unknown_session(
-    snapshot: &Snapshot,
+fn initiate_for_unknown_session<W: Workers>(
+    cx: &Context<'_, W>,
     source: Endpoint,
-    out: &mut [u8],
-    transmit: &mut impl Transmit,
-    now: Now,
+    out: &mut Transmits,
 ) {
-    let Some((slot, peer)) = snapshot.peer_at(source.remote) else {
+    let Some((slot, peer)) = cx.snapshot.peer_at(source.remote) else {
         return;
     };
     peer.unknown_session_handled();
-    if initiate_to(peer, source, now, transmit, out, false) {
+    let Some(peer) = &slot.runtime else { return };
+    if initiate_to(peer, source, cx.now, out, false) {
         tracing::debug!(
             peer = %slot.config.display_name(),
             endpoint = %source,
@@ -179,25 +265,6 @@ fn accepted(peer: &Peer, kind: Incoming, source: Endpoint, len: usize) {
     peer.record_received(len);
 }
 
-/// Sends the packets `Tunn` queued while it had no session, now that it has one.
-fn flush_queued(
-    peer: &Peer,
-    endpoint: Endpoint,
-    out: &mut [u8],
-    transmit: &mut impl Transmit,
-    now: Now,
-) {
-    loop {
-        let result = peer.tunn.lock().0.get().decapsulate(None, &[], out);
-        match result {
-            TunnResult::WriteToNetwork(datagram) => {
-                transmit_to_peer(transmit, peer, datagram, endpoint, now);
-            }
-            _ => return,
-        }
-    }
-}
-
 /// The receiver lookup: by index for responses and cookies; by decrypting the initiator's
 /// static key for initiations. Initiations and unsolicited responses pass the shared rate
 /// limiter first, which answers with a cookie reply when over the allowance; a response to
@@ -205,15 +272,19 @@ fn flush_queued(
 /// [`Identity::tunnel_limiter`]). During a key rotation a message
 /// whose MAC does not match the current key is tried with the previous one; for an initiation
 /// the pair it was addressed to is returned too (its peer's tunnel may have to move to it).
-fn find_peer<'s>(
-    snapshot: &'s Snapshot,
-    drops: &Drops,
-    source: Endpoint,
-    datagram: &[u8],
-    kind: Incoming,
-    out: &mut [u8],
-    transmit: &mut impl Transmit,
+fn find_peer<'s, W: Workers>(
+    cx: &Context<'s, W>,
+    message: Message<'_>,
+    scratch: &mut [u8],
+    out: &mut Transmits,
 ) -> Option<(PeerId, Option<&'s Identity>)> {
+    let (snapshot, drops, now) = (cx.snapshot, cx.drops, cx.now);
+    let Message {
+        source,
+        datagram,
+        kind,
+    } = message;
+    let instant = now.instant();
     let Some(current) = snapshot.identity.as_deref() else {
         drops.device(DeviceDrop::NoPrivateKey);
         return None;
@@ -233,19 +304,28 @@ fn find_peer<'s>(
                     &identity.rate_limiter
                 }
             };
-            let mut verified =
-                limiter(current).verify_packet(Some(source.remote.ip()), datagram, out);
+            let mut verified = limiter(current).verify_packet_at(
+                Some(source.remote.ip()),
+                datagram,
+                scratch,
+                instant,
+            );
             if matches!(verified, Err(TunnResult::Err(WireGuardError::InvalidMac)))
                 && let Some(previous) = current.previous.as_deref()
             {
                 identity = previous;
-                verified = limiter(previous).verify_packet(Some(source.remote.ip()), datagram, out);
+                verified = limiter(previous).verify_packet_at(
+                    Some(source.remote.ip()),
+                    datagram,
+                    scratch,
+                    instant,
+                );
             }
             let packet = match verified {
                 Ok(packet) => packet,
                 Err(TunnResult::WriteToNetwork(cookie)) => {
                     drops.device(DeviceDrop::UnderLoad);
-                    transmit.transmit(cookie, source);
+                    out.push(cookie, source, None, now);
                     return None;
                 }
                 Err(_) => {

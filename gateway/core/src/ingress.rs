@@ -2,19 +2,23 @@
 //! consumed → remap → IP packets in the TUN write batch; handshake messages to the handshake
 //! queue.
 
+use std::sync::Arc;
+
 use boringtun::noise::{Packet, Session, Tunn, TunnResult};
 
 use super::PacketSink;
 use super::timers::send_probe;
-use super::{HandshakeSink, Now, PROBE_ROOM, Step, Transmit};
+use super::{Now, PROBE_ROOM, Step};
 use crate::batch::{Datagram, Position, RecvBatch};
 use crate::conncheck::{self, Probe, ProbeKind};
+use crate::context::{Context, PeerRun};
 use crate::dispatch::{Incoming, MIN_DATA_LEN, classify};
 use crate::drops::{DeviceDrop, Drops};
 use crate::endpoint::Endpoint;
 use crate::peer::Peer;
 use crate::remap::{DropReason, PeerId, Verdict};
 use crate::snapshot::Snapshot;
+use crate::transmits::Transmits;
 use crate::workers::{Workers, outside_the_lock, part_end, parts_for, run_parts};
 
 /// One ingress task's batch state: the data messages grouped by peer and how far their
@@ -29,6 +33,41 @@ pub struct Ingress {
     /// Per datagram of a run opened in parts: its plaintext's length in its slot of the
     /// TUN batch, or `None` when it was refused.
     lengths: Vec<Option<u32>>,
+    /// The handshake messages of the batch, for the shell's handshake queue.
+    handshakes: Vec<Handoff>,
+}
+
+/// A handshake message of the batch (see [`Ingress::handshakes`]).
+#[derive(Debug)]
+struct Handoff {
+    position: Position,
+    /// How much of the datagram is handed on.
+    len: usize,
+    source: Endpoint,
+    /// For the header of a data message on a session we do not have: its peer.
+    unknown_session: Option<Arc<Peer>>,
+}
+
+/// A handshake message found by [`Ingress::classify`], to be queued for
+/// [`crate::handshake::Handshake::process`].
+#[derive(Debug, Clone, Copy)]
+pub struct HandshakeMessage<'a> {
+    /// Where it came from (where a reply goes).
+    pub source: Endpoint,
+    /// The message.
+    pub datagram: &'a [u8],
+    handoff: &'a Handoff,
+}
+
+impl HandshakeMessage<'_> {
+    /// The queue refused it (full): counted as a `handshake_queue_full` drop; a report of a
+    /// session we do not have lets its peer report again instead.
+    pub fn refused(&self, drops: &Drops) {
+        match &self.handoff.unknown_session {
+            Some(peer) => peer.unknown_session_handled(),
+            None => drops.device(DeviceDrop::HandshakeQueueFull),
+        }
+    }
 }
 
 impl Ingress {
@@ -38,19 +77,30 @@ impl Ingress {
             pending: Vec::with_capacity(datagrams),
             next: 0,
             lengths: Vec::with_capacity(datagrams),
+            handshakes: Vec::with_capacity(datagrams),
         }
     }
 
+    /// The handshake messages of the batch last classified, in arrival order: the shell
+    /// queues them, reporting those it could not as [`HandshakeMessage::refused`].
+    pub fn handshakes<'b>(
+        &'b self,
+        batch: &'b RecvBatch,
+    ) -> impl Iterator<Item = HandshakeMessage<'b>> {
+        self.handshakes.iter().map(move |handoff| HandshakeMessage {
+            source: handoff.source,
+            datagram: &batch.get(handoff.position).bytes[..handoff.len],
+            handoff,
+        })
+    }
+
     /// Sorts a new batch: data messages are grouped by the peer their receiver index names,
-    /// handshake messages go to `handshakes`, the rest is dropped and counted.
-    pub fn classify(
-        &mut self,
-        snapshot: &Snapshot,
-        drops: &Drops,
-        batch: &RecvBatch,
-        handshakes: &mut impl HandshakeSink,
-    ) {
+    /// handshake messages are kept for [`Self::handshakes`], the rest is dropped and
+    /// counted.
+    pub fn classify<W: Workers>(&mut self, cx: &Context<'_, W>, batch: &RecvBatch) {
+        let (snapshot, drops) = (cx.snapshot, cx.drops);
         self.pending.clear();
+        self.handshakes.clear();
         self.next = 0;
         drops.device_many(DeviceDrop::InvalidDatagram, batch.rejected() as u64);
         for (sequence, datagram) in batch.datagrams().enumerate() {
@@ -67,16 +117,21 @@ impl Ingress {
                     }
                     None => {
                         drops.device(DeviceDrop::UnknownReceiver);
-                        report_unknown_session(snapshot, &datagram, handshakes);
+                        if let Some(report) = report_unknown_session(snapshot, &datagram) {
+                            self.handshakes.push(report);
+                        }
                     }
                 },
                 Incoming::Invalid => drops.device(DeviceDrop::InvalidDatagram),
                 // A handshake completing behind data of the same batch is harmless: a session's
                 // first data message can only follow the handshake that created it.
                 Incoming::Initiation | Incoming::Response { .. } | Incoming::CookieReply { .. } => {
-                    if !handshakes.offer(datagram.reply_to(), datagram.bytes) {
-                        drops.device(DeviceDrop::HandshakeQueueFull);
-                    }
+                    self.handshakes.push(Handoff {
+                        position: datagram.position,
+                        len: datagram.bytes.len(),
+                        source: datagram.reply_to(),
+                        unknown_session: None,
+                    });
                 }
             }
         }
@@ -85,42 +140,31 @@ impl Ingress {
 
     /// Decrypts the data messages into `writer`, peer by peer, in arrival order per peer,
     /// translating each packet (source check, ACL, real → view) in place. With several
-    /// `workers`, a run of one peer's messages on one session is opened outside the peer's
+    /// workers, a run of one peer's messages on one session is opened outside the peer's
     /// `Tunn` lock, a long run in parts; the lock is taken to find the session and, after
     /// the run, to tick boringtun's timers. With one worker, `Tunn::decapsulate` opens them
-    /// under one lock. Probe PINGs are answered through `transmit`. [`Step::Flush`]
-    /// when the TUN batch is full: write it, then call again.
-    #[allow(clippy::too_many_arguments)] // the batch, its two outputs, the workers, the time
-    pub fn decrypt(
+    /// under one lock. Probe PINGs are answered into `out` (one per peer and call).
+    /// [`Step::Flush`] when the TUN batch or `out` is full: write the batch, send `out`,
+    /// then call again.
+    pub fn decrypt<W: Workers>(
         &mut self,
-        snapshot: &Snapshot,
-        drops: &Drops,
+        cx: &Context<'_, W>,
         batch: &RecvBatch,
         writer: &mut impl PacketSink,
-        transmit: &mut impl Transmit,
-        workers: &impl Workers,
-        now: Now,
+        out: &mut Transmits,
     ) -> Step {
+        let (drops, now, workers) = (cx.drops, cx.now, cx.workers);
         while self.next < self.pending.len() {
-            let id = self.pending[self.next].0;
-            let end = self.next
-                + self.pending[self.next..]
-                    .iter()
-                    .take_while(|(peer, ..)| *peer == id)
-                    .count();
-            let lost = (end - self.next) as u64;
-            let Some(slot) = snapshot.peer(id) else {
-                drops.remap_many(DropReason::UnknownPeer, lost);
-                self.next = end;
-                continue;
-            };
-            let Some(peer) = slot.runtime.as_deref() else {
-                drops.device_many(DeviceDrop::NoPrivateKey, lost);
+            if !out.has_room(PROBE_ROOM) && !out.is_empty() {
+                return Step::Flush;
+            }
+            let PeerRun { id, end, peer } = cx.peer_run(&self.pending, self.next, |e| e.0);
+            let Some(peer) = peer else {
                 self.next = end;
                 continue;
             };
             let mut run = Run {
-                snapshot,
+                snapshot: cx.snapshot,
                 drops,
                 peer,
                 id,
@@ -140,7 +184,7 @@ impl Ingress {
             if let Some(source) = tally.last_source {
                 peer.roam(source);
             }
-            probes.answer(peer, transmit, now);
+            probes.answer(peer, out, now);
             drops.device_many(DeviceDrop::Rejected, tally.rejected);
             if self.next < end {
                 return Step::Flush;
@@ -202,12 +246,13 @@ impl Ingress {
         writer: &mut impl PacketSink,
     ) {
         let mut cell = run.peer.tunn.lock();
-        let tunn = cell.0.get();
+        let now = run.now.instant();
+        let tunn = cell.0.get(run.now);
         while self.next < end {
             let Some(space) = writer.space() else { break };
             let datagram = batch.get(self.pending[self.next].3);
             self.next += 1;
-            match tunn.decapsulate(Some(datagram.source.ip()), datagram.bytes, space) {
+            match tunn.decapsulate_at(Some(datagram.source.ip()), datagram.bytes, space, now) {
                 TunnResult::WriteToTunnelV4(packet, _) | TunnResult::WriteToTunnelV6(packet, _) => {
                     if let Some(len) = run.accept(&datagram, packet) {
                         writer.commit(len);
@@ -366,7 +411,7 @@ struct Tally {
 struct Run<'a> {
     snapshot: &'a Snapshot,
     drops: &'a Drops,
-    peer: &'a Peer,
+    peer: &'a Arc<Peer>,
     id: PeerId,
     now: Now,
     probes: ProbeInbox,
@@ -427,19 +472,17 @@ fn ip_length(plaintext: &[u8]) -> Option<usize> {
 /// goes to the handshake worker, which initiates at once ([`super::handshake::process`])
 /// instead of leaving the peer to notice after 15 s of unanswered data; at most one per
 /// peer waits in the queue, and none while a handshake of ours is under way.
-fn report_unknown_session(
-    snapshot: &Snapshot,
-    datagram: &Datagram<'_>,
-    handshakes: &mut impl HandshakeSink,
-) {
-    let Some((_, peer)) = snapshot.peer_at(datagram.source) else {
-        return;
-    };
-    if peer.report_unknown_session()
-        && !handshakes.offer(datagram.reply_to(), &datagram.bytes[..MIN_DATA_LEN])
-    {
-        peer.unknown_session_handled();
+fn report_unknown_session(snapshot: &Snapshot, datagram: &Datagram<'_>) -> Option<Handoff> {
+    let (slot, peer) = snapshot.peer_at(datagram.source)?;
+    if !peer.report_unknown_session() {
+        return None;
     }
+    Some(Handoff {
+        position: datagram.position,
+        len: MIN_DATA_LEN,
+        source: datagram.reply_to(),
+        unknown_session: slot.runtime.clone(),
+    })
 }
 
 /// Probes found among one peer's decrypted packets. A PONG is recorded at once; a PING is
@@ -474,13 +517,13 @@ impl ProbeInbox {
         true
     }
 
-    /// Sends the PONG for the PING taken, if any, through the same peer's session.
-    fn answer(&mut self, peer: &Peer, transmit: &mut impl Transmit, now: Now) {
+    /// Puts the PONG for the PING taken, if any, into `out`, sealed with the same peer's
+    /// session.
+    fn answer(&mut self, peer: &Arc<Peer>, out: &mut Transmits, now: Now) {
         let Some(ping) = self.ping.take() else { return };
         let Some(endpoint) = peer.endpoint() else {
             return;
         };
-        let mut out = [0u8; PROBE_ROOM];
-        send_probe(peer, endpoint, ping.answer(), transmit, &mut out, now);
+        send_probe(peer, endpoint, ping.answer(), now, out);
     }
 }

@@ -10,14 +10,14 @@
 //!   laid out under the peer's `Tunn` lock and sealed with the session's nonces outside
 //!   it, a long run in parts; with one, by `Tunn::encapsulate` under the lock.
 //! - [`ingress::Ingress`]: a batch of received datagrams ([`batch::RecvBatch`]) →
-//!   classification by message type and receiver index → handshake messages to a
-//!   [`HandshakeSink`] (the shell's queue) → per peer, opened into the shell's TUN write
-//!   batch ([`PacketSink`]): with several workers per session outside the `Tunn` lock, a
-//!   long run in parts, each packet into its own slot; with one, by `Tunn::decapsulate`
-//!   under the lock → connectivity
-//!   probes consumed (PONGs recorded, PINGs answered) → remap (source check, ACL, real →
+//!   classification by message type and receiver index → handshake messages kept for the
+//!   shell's queue ([`ingress::Ingress::handshakes`]) → per peer, opened into the shell's
+//!   TUN write batch ([`PacketSink`]): with several workers per session outside the `Tunn`
+//!   lock, a long run in parts, each packet into its own slot; with one, by
+//!   `Tunn::decapsulate` under the lock → connectivity probes consumed (PONGs recorded,
+//!   PINGs answered into the [`transmits::Transmits`]) → remap (source check, ACL, real →
 //!   view).
-//! - [`handshake::process`]: one handshake message → rate limiter, cookie, peer lookup,
+//! - [`handshake::Handshake`]: one handshake message → rate limiter, cookie, peer lookup,
 //!   `Tunn` → replies and the packets queued during the handshake.
 //! - [`timers`]: per peer, boringtun's timers and the persistent keepalive; the initiations
 //!   sent after an apply; the connectivity probes.
@@ -25,21 +25,25 @@
 //!   (state → next [`snapshot::Snapshot`], keeping sessions), [`peer`], [`path`] and
 //!   [`conncheck`] (per-peer runtime, path and probe state), [`role`] (active/standby),
 //!   [`dispatch`] (message classification), [`drops`] (counters by reason), [`key`],
-//!   [`endpoint`], [`clock::Now`], and the remap fast path, [`remap`] (`kubetun-remap`).
+//!   [`endpoint`], [`clock::Now`], [`context::Context`] (what one call works with), and the
+//!   remap fast path, `kubetun-remap`.
 //!
-//! What leaves the core is explicit: datagrams in the [`Outbox`] or the [`PacketSink`] (the
-//! two batch paths, which stop with [`Step::Flush`] when their arena is full and resume
-//! after the shell wrote it), single datagrams through [`Transmit`] (handshake replies,
-//! cookies, timer messages, probes), handshake messages through [`HandshakeSink`], and drops
-//! counted in [`drops::Drops`] by reason. Time comes in as [`Now`]; nothing here reads a
-//! clock, except that boringtun's `Tunn` and rate limiter read their own (see
-//! `docs/design.md`, "Seams").
+//! What leaves the core is returned, never sent: datagrams in the [`Outbox`] (egress) or
+//! the [`PacketSink`] (ingress's TUN batch), which stop with [`Step::Flush`] when their arena
+//! is full and resume after the shell wrote it; single datagrams (handshake replies,
+//! cookies, timer messages, probes) in [`transmits::Transmits`], which the shell sends after
+//! the call; handshake messages in [`ingress::Ingress::handshakes`]; and drops counted in
+//! [`drops::Drops`] by reason. No call performs IO: the one trait the shell implements for a
+//! step, [`PacketSink`], is its TUN batch's buffers, and [`workers::Workers`] shares
+//! computation between threads. Time comes in as [`Now`], boringtun's included (its `*_at`
+//! functions); nothing here reads a clock.
 //!
 //! Nothing here allocates after construction.
 
 pub mod batch;
 pub mod clock;
 pub mod conncheck;
+pub mod context;
 pub mod dispatch;
 pub mod drops;
 pub mod egress;
@@ -54,26 +58,21 @@ pub mod role;
 pub mod snapshot;
 pub mod state;
 pub mod timers;
+pub mod transmits;
 pub mod workers;
 
 pub use kubetun_remap as remap;
 
-#[cfg(all(test, feature = "mock-clock"))]
+#[cfg(test)]
 mod clock_tests;
-#[cfg(all(test, feature = "mock-clock"))]
+#[cfg(test)]
 mod sim_tests;
 #[cfg(test)]
 mod tests;
 
 use crate::batch::SendBatch;
 pub use crate::clock::Now;
-use crate::dispatch::is_initiation;
 pub use crate::endpoint::Endpoint;
-use crate::peer::Peer;
-
-/// Whether boringtun's clock is frozen (the `mock-clock` feature, for tests): a binary that
-/// runs checks this at compile time and refuses to build.
-pub const MOCK_CLOCK: bool = cfg!(feature = "mock-clock");
 
 /// Largest IP packet or UDP datagram handled.
 pub const MAX_PACKET: usize = 65536;
@@ -96,13 +95,6 @@ pub enum Step {
     Done,
     /// The output arena is full: write it out, then call again to continue.
     Flush,
-}
-
-/// Sends single datagrams that leave the core outside the batch arenas.
-pub trait Transmit {
-    /// Sends `datagram` to `endpoint` without waiting; true when it left (a failure is the
-    /// sender's to count).
-    fn transmit(&mut self, datagram: &[u8], endpoint: Endpoint) -> bool;
 }
 
 /// Takes the packets decrypted from a receive batch: the shell's TUN write batch.
@@ -135,30 +127,6 @@ pub trait PacketSink {
     /// theirs. So committing the accepted slots of one [`PacketSink::free_slots`] in order,
     /// each at its index less the number committed before it, adds them in that order.
     fn commit_slot(&mut self, skip: usize, len: usize);
-}
-
-/// Takes the handshake messages found in a receive batch.
-pub trait HandshakeSink {
-    /// Queues a handshake message that came from `source` (the endpoint a reply goes to);
-    /// false when it was refused (full).
-    fn offer(&mut self, source: Endpoint, datagram: &[u8]) -> bool;
-}
-
-/// Sends `datagram` to `peer` at `endpoint`, recording it in the peer's counters (and a
-/// handshake initiation as pending) when it left.
-pub fn transmit_to_peer(
-    sink: &mut impl Transmit,
-    peer: &Peer,
-    datagram: &[u8],
-    endpoint: Endpoint,
-    now: Now,
-) {
-    if is_initiation(datagram) {
-        peer.record_initiation(now.unix_ms);
-    }
-    if sink.transmit(datagram, endpoint) {
-        peer.record_sent(datagram.len(), now.unix_ms);
-    }
 }
 
 /// Outgoing datagrams of one egress task, per address family: the arena the core encrypts

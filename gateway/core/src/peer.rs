@@ -15,6 +15,7 @@ use rand_core::RngCore as _;
 
 use super::conncheck::Prober;
 use super::path::PathState;
+use crate::clock::Now;
 use crate::endpoint::Endpoint;
 use crate::key::Key;
 
@@ -88,16 +89,18 @@ impl LazyTunn {
         Self(LazyState::Pending(Box::new(params)))
     }
 
-    /// The `Tunn`, made now if it was not yet.
-    pub fn get(&mut self) -> &mut Tunn {
+    /// The `Tunn`, made at `now` if it was not yet.
+    pub fn get(&mut self, now: Now) -> &mut Tunn {
         if let LazyState::Pending(params) = &self.0 {
-            let tunn = Tunn::new(
+            let tunn = Tunn::new_at(
                 params.private.clone(),
                 params.peer,
                 params.preshared_key,
                 None,
                 params.index,
                 Some(Arc::clone(&params.limiter)),
+                now.instant(),
+                now.unix_time(),
             );
             self.0 = LazyState::Made(tunn);
         }

@@ -10,22 +10,25 @@ use rand_core::RngCore;
 
 use super::peer::Peer;
 use super::snapshot::{Identity, IndexMap, PeerSlot, Snapshot};
+use crate::clock::Now;
 use crate::key::Key;
 use crate::remap::{self, PeerId, RemapTable, TableBuilder};
 use crate::state::{DesiredState, PeerConfig, RouteConfig, StateError};
 use ipnet::IpNet;
 
-/// The snapshot implementing `next`, given the endpoints resolved for its peers (same order)
-/// Fails if the remap table rejects the routes.
+/// The snapshot implementing `next`, given the endpoints resolved for its peers (same order),
+/// at `now` (when new key pairs' rate limiters start). Fails if the remap table rejects the
+/// routes.
 pub fn next_snapshot(
     current: &Snapshot,
     next: &DesiredState,
     resolved: &[Option<SocketAddr>],
+    now: Now,
 ) -> Result<Snapshot, StateError> {
     let plan = plan_peers(current, next)?;
     let fallbacks = Fallbacks::of(next, &plan.reused);
     let table = remap_table(next, &plan.ids, &current.remap, &fallbacks)?;
-    let identity = next_identity(current, next);
+    let identity = next_identity(current, next, now);
 
     let mut used_indices: HashSet<u32> = plan
         .reused
@@ -96,7 +99,7 @@ pub fn next_snapshot(
 
 /// The identity of `next`: the current one when neither key changed; otherwise new pairs that
 /// keep the rate limiters of the keys they share with the current identity.
-fn next_identity(current: &Snapshot, next: &DesiredState) -> Option<Arc<Identity>> {
+fn next_identity(current: &Snapshot, next: &DesiredState, at: Now) -> Option<Arc<Identity>> {
     let (now, then) = (&current.state.interface, &next.interface);
     let key = then.private_key.as_ref()?;
     if now.private_key == then.private_key && now.previous_private_key == then.previous_private_key
@@ -108,11 +111,11 @@ fn next_identity(current: &Snapshot, next: &DesiredState) -> Option<Arc<Identity
         .iter()
         .flat_map(|identity| identity.pairs())
         .collect();
-    let mut identity = Identity::reusing(key, &known);
+    let mut identity = Identity::reusing(key, &known, at);
     identity.previous = then
         .previous_private_key
         .as_ref()
-        .map(|previous| Arc::new(Identity::reusing(previous, &known)));
+        .map(|previous| Arc::new(Identity::reusing(previous, &known, at)));
     Some(Arc::new(identity))
 }
 
@@ -271,6 +274,12 @@ mod tests {
     use crate::remap::Verdict;
     use crate::state::{Endpoint, PeerConfig, RouteConfig};
 
+    /// The time of every apply here.
+    const NOW: Now = Now {
+        unix_ms: 1_000_000,
+        mono_us: 1_000_000_000,
+    };
+
     fn key(n: u8) -> Key {
         Key::from_bytes([n; 32])
     }
@@ -321,7 +330,7 @@ mod tests {
                 _ => None,
             })
             .collect();
-        next_snapshot(current, next, &resolved).expect("apply")
+        next_snapshot(current, next, &resolved, NOW).expect("apply")
     }
 
     fn runtime(snapshot: &Snapshot, n: u8) -> (PeerId, Arc<Peer>) {
@@ -383,7 +392,7 @@ mod tests {
             mono_us: 1,
         };
         assert_eq!(shortcut_peer.path.lock().observe(5, 5, now), Some(true));
-        let failed_over = next_snapshot(&direct, &next, &[None, None]).expect("replan");
+        let failed_over = next_snapshot(&direct, &next, &[None, None], NOW).expect("replan");
         assert!(
             Arc::ptr_eq(&runtime(&failed_over, 2).1, &shortcut_peer),
             "same sessions"
@@ -421,7 +430,7 @@ mod tests {
         };
         assert_eq!(shortcut_peer.path.lock().observe(0, 5, now), None);
         assert_eq!(shortcut_peer.path.lock().observe(0, 5, later), Some(false));
-        let back = next_snapshot(&failed_over, &next, &[None, None]).expect("replan");
+        let back = next_snapshot(&failed_over, &next, &[None, None], NOW).expect("replan");
         let mut packet = udp([10, 10, 0, 5], [10, 73, 2, 2]);
         assert_eq!(
             back.remap.egress(&mut packet),
@@ -440,7 +449,7 @@ mod tests {
         assert!(cell.0.made().is_none(), "no Diffie-Hellman in the Apply");
         assert!(cell.0.made_mut().is_none());
         assert_eq!(
-            cell.0.get().stats().0,
+            cell.0.get(NOW).stats_at(NOW.instant()).0,
             None,
             "made on use, without a session"
         );
@@ -597,7 +606,7 @@ mod tests {
             net("10.202.0.0/16"),
         ));
         let next = state(vec![conflicting]);
-        let error = next_snapshot(&empty(), &next, &[None]).expect_err("conflict");
+        let error = next_snapshot(&empty(), &next, &[None], NOW).expect_err("conflict");
         assert!(matches!(error, StateError::Remap(_)), "{error}");
         assert!(error.to_string().contains("two views"), "{error}");
     }

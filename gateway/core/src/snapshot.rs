@@ -11,6 +11,7 @@ use boringtun::noise::rate_limiter::RateLimiter;
 use boringtun::x25519::{PublicKey, StaticSecret};
 
 use super::peer::{LazyTunn, Peer, TunnCell, TunnParams};
+use crate::clock::Now;
 use crate::key::Key;
 use crate::remap::{PeerId, RemapTable};
 use crate::state::{DesiredState, PeerConfig};
@@ -41,12 +42,13 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// Derives the public key and creates the rate limiter.
-    pub fn new(private_key: &Key) -> Self {
+    /// Derives the public key and creates the rate limiters, at `now`.
+    pub fn new(private_key: &Key, now: Now) -> Self {
         let private = StaticSecret::from(*private_key.as_bytes());
         let public = PublicKey::from(&private);
-        let rate_limiter = Arc::new(RateLimiter::new(&public, HANDSHAKE_RATE_LIMIT));
-        let tunnel_limiter = Arc::new(RateLimiter::new(&public, u64::MAX));
+        let instant = now.instant();
+        let rate_limiter = Arc::new(RateLimiter::new_at(&public, HANDSHAKE_RATE_LIMIT, instant));
+        let tunnel_limiter = Arc::new(RateLimiter::new_at(&public, u64::MAX, instant));
         Self {
             private,
             public,
@@ -59,8 +61,8 @@ impl Identity {
     /// The pair of `private_key`, taking the limiters of the pair in `known` with the same
     /// key (a cookie the gate issued stays valid, its count carries over, and the `Tunn`s
     /// made with that key share one limiter).
-    pub fn reusing(private_key: &Key, known: &[&Identity]) -> Self {
-        let mut identity = Self::new(private_key);
+    pub fn reusing(private_key: &Key, known: &[&Identity], now: Now) -> Self {
+        let mut identity = Self::new(private_key, now);
         if let Some(same) = known.iter().find(|k| k.public == identity.public) {
             identity.rate_limiter = Arc::clone(&same.rate_limiter);
             identity.tunnel_limiter = Arc::clone(&same.tunnel_limiter);
@@ -91,10 +93,10 @@ impl Identity {
         std::iter::once(self).chain(self.previous.as_deref())
     }
 
-    /// Starts the next second of every gate.
-    pub fn reset_rate_limiters(&self) {
+    /// Starts the next second of every gate, at `now`.
+    pub fn reset_rate_limiters(&self, now: Now) {
         for pair in self.pairs() {
-            pair.rate_limiter.reset_count();
+            pair.rate_limiter.reset_count_at(now.instant());
         }
     }
 }

@@ -9,17 +9,18 @@ use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 
 use super::egress::Egress;
 use super::ingress::Ingress;
-use super::{
-    Endpoint, HandshakeSink, MAX_PACKET, Now, Outbox, PacketSink, Step, Transmit, handshake, timers,
-};
+use super::{Endpoint, MAX_PACKET, Now, OVERHEAD, Outbox, PacketSink, Step, timers};
 use crate::batch::RecvBatch;
 use crate::conncheck::ConnCheckConfig;
+use crate::context::Context;
 use crate::drops::Drops;
 use crate::endpoint::LocalAddr;
+use crate::handshake::Handshake;
 use crate::key::Key;
 use crate::plan::next_snapshot;
 use crate::snapshot::Snapshot;
 use crate::state::{self, DesiredState, InterfaceConfig, PeerConfig, RouteConfig};
+use crate::transmits::Transmits;
 
 mod parallel;
 
@@ -27,7 +28,7 @@ use parallel::Threads;
 
 const BATCH: usize = 16;
 
-/// Datagrams sent through [`Transmit`], or handshake messages offered, in order; the second
+/// Datagrams sent from a [`Transmits`], or handshake messages queued, in order; the second
 /// list holds their endpoints with the local address each was sent from (or arrived at).
 #[derive(Debug, Default)]
 pub(super) struct Wire(pub Vec<(SocketAddr, Vec<u8>)>, pub Vec<Endpoint>);
@@ -37,20 +38,20 @@ impl Wire {
         self.0.push((endpoint.remote, datagram.to_vec()));
         self.1.push(endpoint);
     }
-}
 
-impl Transmit for Wire {
-    fn transmit(&mut self, datagram: &[u8], endpoint: Endpoint) -> bool {
-        self.record(endpoint, datagram);
-        true
+    /// Sends everything `out` holds, as the shell does: each leaves.
+    pub fn send(&mut self, out: &mut Transmits) {
+        for transmit in out.iter() {
+            self.record(transmit.endpoint(), transmit.datagram);
+            transmit.sent();
+        }
+        out.clear();
     }
 }
 
-impl HandshakeSink for Wire {
-    fn offer(&mut self, source: Endpoint, datagram: &[u8]) -> bool {
-        self.record(source, datagram);
-        true
-    }
+/// A test's single-datagram arena: as large as the shells'.
+pub(super) fn transmits() -> Transmits {
+    Transmits::new(BATCH, 2 * (MAX_PACKET + OVERHEAD))
 }
 
 /// One side: its real prefix, how the other side sees it, its key and underlay address.
@@ -132,7 +133,8 @@ pub(super) struct Gateway {
     outbox: Outbox,
     writer: TunBatch,
     inbound: RecvBatch,
-    scratch: Vec<u8>,
+    transmits: Transmits,
+    handshake: Handshake,
     /// The threads a long run of one peer is sealed and opened on.
     pub workers: Threads,
 }
@@ -182,7 +184,7 @@ impl Gateway {
             })
             .collect();
         let initial = Snapshot::initial(DesiredState::default());
-        let snapshot = next_snapshot(&initial, state, &resolved).expect("snapshot");
+        let snapshot = next_snapshot(&initial, state, &resolved, at(START_MS)).expect("snapshot");
         Gateway {
             address,
             snapshot,
@@ -192,7 +194,8 @@ impl Gateway {
             outbox: Outbox::new(BATCH),
             writer: TunBatch::default(),
             inbound: RecvBatch::new(BATCH),
-            scratch: vec![0u8; super::MAX_PACKET + super::OVERHEAD],
+            transmits: transmits(),
+            handshake: Handshake::new(),
             workers: Threads::default(),
         }
     }
@@ -212,16 +215,10 @@ impl Gateway {
         now: Now,
     ) -> Vec<(Endpoint, Vec<u8>)> {
         let mut sent = Vec::new();
-        self.egress.route(&self.snapshot, &self.drops, &mut packets);
+        let cx = Context::new(&self.snapshot, &self.drops, now).with_workers(&self.workers);
+        self.egress.route(&cx, &mut packets);
         loop {
-            let step = self.egress.encrypt(
-                &self.snapshot,
-                &self.drops,
-                &packets,
-                &mut self.outbox,
-                &self.workers,
-                now,
-            );
+            let step = self.egress.encrypt(&cx, &packets, &mut self.outbox);
             sent.extend(
                 self.outbox
                     .datagrams()
@@ -251,6 +248,7 @@ impl Gateway {
         let mut received = Received::default();
         let mut handshakes = Wire::default();
         let mut replies = Wire::default();
+        let cx = Context::new(&self.snapshot, &self.drops, now).with_workers(&self.workers);
         for chunk in datagrams.chunks(BATCH) {
             self.inbound.clear();
             for datagram in chunk {
@@ -259,34 +257,31 @@ impl Gateway {
                     "batch has room"
                 );
             }
-            self.ingress
-                .classify(&self.snapshot, &self.drops, &self.inbound, &mut handshakes);
+            self.ingress.classify(&cx, &self.inbound);
+            for message in self.ingress.handshakes(&self.inbound) {
+                handshakes.record(message.source, message.datagram);
+            }
             loop {
-                let step = self.ingress.decrypt(
-                    &self.snapshot,
-                    &self.drops,
-                    &self.inbound,
-                    &mut self.writer,
-                    &mut replies,
-                    &self.workers,
-                    now,
-                );
+                let step =
+                    self.ingress
+                        .decrypt(&cx, &self.inbound, &mut self.writer, &mut self.transmits);
                 received.packets.append(&mut self.writer.packets);
+                replies.send(&mut self.transmits);
                 if step == Step::Done {
                     break;
                 }
             }
         }
+        let cx = Context::new(&self.snapshot, &self.drops, now);
         for (source, (_, message)) in handshakes.1.into_iter().zip(handshakes.0) {
-            handshake::process(
-                &self.snapshot,
-                &self.drops,
-                source,
-                &message,
-                &mut self.scratch,
-                &mut replies,
-                now,
-            );
+            let mut step = self
+                .handshake
+                .process(&cx, source, &message, &mut self.transmits);
+            replies.send(&mut self.transmits);
+            while step == Step::Flush {
+                step = self.handshake.resume(&cx, &mut self.transmits);
+                replies.send(&mut self.transmits);
+            }
         }
         received.replies = replies.0;
         received.reply_endpoints = replies.1;
@@ -296,7 +291,12 @@ impl Gateway {
     /// One timer tick at `now`: what the timers sent.
     pub fn tick(&mut self, now: Now) -> Vec<(SocketAddr, Vec<u8>)> {
         let mut wire = Wire::default();
-        timers::tick(&self.snapshot, now, &mut wire, &mut self.scratch);
+        let cx = Context::new(&self.snapshot, &self.drops, now);
+        let mut tick = timers::Tick::default();
+        while tick.run(&cx, &mut self.transmits) == Step::Flush {
+            wire.send(&mut self.transmits);
+        }
+        wire.send(&mut self.transmits);
         wire.0
     }
 
@@ -308,14 +308,17 @@ impl Gateway {
             .map_or_else(|| panic!("no drop reason {reason}"), |(_, count)| count)
     }
 
-    pub fn peer(&self) -> &crate::peer::Peer {
+    pub fn peer(&self) -> &std::sync::Arc<crate::peer::Peer> {
         self.snapshot
             .slots()
             .next()
-            .and_then(|(_, slot)| slot.runtime.as_deref())
+            .and_then(|(_, slot)| slot.runtime.as_ref())
             .expect("one peer with a runtime")
     }
 }
+
+/// When the tests' gateways are made (Unix milliseconds).
+pub(super) const START_MS: u64 = 1_000_000;
 
 pub(super) fn at(unix_ms: u64) -> Now {
     Now {
@@ -589,15 +592,9 @@ fn connectivity_probe_round_trip_measures_the_injected_rtt() {
         .lock()
         .next_ping(at(start).mono_us, 2_000_000);
     let mut wire = Wire::default();
-    let mut out = [0u8; super::PROBE_ROOM];
-    let direct = timers::send_probe(
-        a.peer(),
-        b.address.into(),
-        ping,
-        &mut wire,
-        &mut out,
-        at(start),
-    );
+    let mut out = transmits();
+    let direct = timers::send_probe(a.peer(), b.address.into(), ping, at(start), &mut out);
+    wire.send(&mut out);
     assert!(direct, "sent through the session");
     // B consumes the PING (nothing reaches its TUN device) and answers with a PONG.
     let received = b.receive(a.address, &payloads(&wire.0), at(start + 3));
@@ -616,18 +613,15 @@ fn initiation_after_apply_only_without_a_session() {
     let (sa, sb) = (side_a(), side_b());
     let a = Gateway::new(&sa, &sb, 0);
     let mut wire = Wire::default();
-    let mut out = [0u8; 256];
+    let mut out = transmits();
     let (_, slot) = a.snapshot.slots().next().expect("a peer");
-    assert!(timers::initiate_session(
-        slot, now, &mut wire, &mut out, false
-    ));
+    assert!(timers::initiate_session(slot, now, &mut out, false));
+    wire.send(&mut out);
     assert_eq!(wire.0.len(), 1);
     assert_eq!(wire.0[0].0, sb.address);
     let (a, _b, _) = connected(0, now);
     let (_, slot) = a.snapshot.slots().next().expect("a peer");
-    assert!(!timers::initiate_session(
-        slot, now, &mut wire, &mut out, false
-    ));
+    assert!(!timers::initiate_session(slot, now, &mut out, false));
 }
 
 #[test]
@@ -635,16 +629,15 @@ fn a_promoted_replica_initiates_despite_a_session_and_the_remote_roams_to_it() {
     let now = at(1_000_000);
     let (a, mut b, _) = connected(0, now);
     let mut wire = Wire::default();
-    let mut out = [0u8; 256];
+    let mut out = transmits();
     let (_, slot) = a.snapshot.slots().next().expect("a peer");
-    // An initiation's timestamp must be newer than the last one the remote accepted; under
-    // the mock clock (`mock-clock`) time stands still unless advanced.
-    #[cfg(feature = "mock-clock")]
-    mock_instant::MockClock::advance(std::time::Duration::from_secs(1));
+    // An initiation's timestamp must be newer than the last one the remote accepted.
+    let later = at(1_001_000);
     assert!(
-        timers::initiate_session(slot, now, &mut wire, &mut out, true),
+        timers::initiate_session(slot, later, &mut out, true),
         "forced although a session exists"
     );
+    wire.send(&mut out);
     // The same key and state, another node's address: a standby that took over.
     let replica: SocketAddr = "192.0.2.99:51820".parse().expect("address");
     assert_ne!(b.peer().remote(), Some(replica));

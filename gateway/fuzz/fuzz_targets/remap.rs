@@ -5,7 +5,7 @@
 #![no_main]
 
 use etherparse::SlicedPacket;
-use kubetun_gateway::remap::{Verdict, fuzz_check};
+use kubetun_remap::{Verdict, fuzz_check};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

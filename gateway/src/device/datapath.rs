@@ -1,4 +1,4 @@
-//! The data-path tasks, the IO shell around [`super::core`]: TUN → peer (egress), UDP → TUN
+//! The data-path tasks, the IO shell around [`kubetun_gateway_core`]: TUN → peer (egress), UDP → TUN
 //! (ingress), the timer task and the initiations after an apply.
 //!
 //! Each task owns its buffers and an `arc_swap::Cache` of the snapshot, reads a batch, hands
@@ -47,16 +47,19 @@ use std::time::Duration;
 use arc_swap::Cache;
 use tun_rs::AsyncDevice;
 
-use super::core::egress::Egress;
-use super::core::ingress::Ingress;
-use super::core::{MAX_PACKET, OVERHEAD, Outbox, Step, timers};
-use super::drops::DeviceDrop;
 use super::net::{Sender, WgSocket, queue_socket};
 use super::shared::{Shared, SnapshotCache};
-use super::snapshot::Snapshot;
 use crate::clock;
 use crate::io::tun_offload::{SEGMENTS_PER_READ, TunReader, TunWriter};
-use crate::io::udp_batch::{BatchReceiver, BatchSender, MAX_GSO_SEGMENTS, RecvBatch};
+use crate::io::udp_batch::{BatchReceiver, BatchSender};
+use kubetun_gateway_core::batch::{MAX_GSO_SEGMENTS, RecvBatch};
+use kubetun_gateway_core::context::Context;
+use kubetun_gateway_core::drops::DeviceDrop;
+use kubetun_gateway_core::egress::Egress;
+use kubetun_gateway_core::ingress::Ingress;
+use kubetun_gateway_core::snapshot::Snapshot;
+use kubetun_gateway_core::transmits::Transmits;
+use kubetun_gateway_core::{HANDSHAKE_ROOM, Outbox, PROBE_ROOM, Step, timers};
 
 /// With UDP GRO a receive reads `batch / GRO_MESSAGES_DIVISOR` messages, each holding up to
 /// 64 datagrams.
@@ -65,6 +68,10 @@ const GRO_MESSAGES_DIVISOR: usize = 8;
 pub const TIMER_TICK: Duration = Duration::from_millis(250);
 /// How often the shared handshake rate limiter is reset, in timer ticks.
 const RATE_LIMIT_RESET_TICKS: u64 = 4;
+/// Timer messages queued before they are sent (two per peer at most).
+const TIMER_TRANSMITS: usize = 64;
+/// PONGs queued during one decryption step before they are sent.
+const PONGS: usize = 64;
 
 /// Reads batches of packets from TUN queue `queue` and sends them, encrypted, to the peers
 /// the remap table routes them to, on the sockets of the same queue. Runs until the device
@@ -96,16 +103,9 @@ pub async fn tun_loop(shared: Arc<Shared>, queue: usize) {
             continue;
         }
         let snapshot = cache.load();
-        egress.route(snapshot, &shared.drops, reader.packets_mut());
-        while egress.encrypt(
-            snapshot,
-            &shared.drops,
-            reader.packets(),
-            &mut outbox,
-            &shared.workers,
-            now,
-        ) == Step::Flush
-        {
+        let cx = Context::new(snapshot, &shared.drops, now).with_workers(&shared.workers);
+        egress.route(&cx, reader.packets_mut());
+        while egress.encrypt(&cx, reader.packets(), &mut outbox) == Step::Flush {
             flush_outbox(&shared, &mut outbox, &mut batch_sender, queue).await;
         }
         flush_outbox(&shared, &mut outbox, &mut batch_sender, queue).await;
@@ -173,6 +173,8 @@ pub async fn udp_loop(shared: Arc<Shared>, socket: Arc<WgSocket>, queue: usize) 
     let mut receiver = BatchReceiver::default();
     let mut writer = TunWriter::new(batch);
     let mut ingress = Ingress::new(messages * MAX_GSO_SEGMENTS);
+    // The PONGs of a batch: one per peer, sent after each step.
+    let mut pongs = Transmits::new(PONGS, PONGS * PROBE_ROOM);
     loop {
         if let Err(error) = receiver.recv_from(&mut inbound, &socket.udp).await {
             tracing::debug!(%error, "UDP receive failed");
@@ -184,21 +186,23 @@ pub async fn udp_loop(shared: Arc<Shared>, socket: Arc<WgSocket>, queue: usize) 
             continue;
         }
         let snapshot = cache.load();
-        ingress.classify(snapshot, &shared.drops, &inbound, &mut &shared.handshakes);
+        let cx = Context::new(snapshot, &shared.drops, now).with_workers(&shared.workers);
+        ingress.classify(&cx, &inbound);
+        for message in ingress.handshakes(&inbound) {
+            if shared
+                .handshakes
+                .offer(message.source, message.datagram)
+                .is_err()
+            {
+                message.refused(&shared.drops);
+            }
+        }
         loop {
-            let step = {
+            let step = ingress.decrypt(&cx, &inbound, &mut writer, &mut pongs);
+            if !pongs.is_empty() {
                 let sockets = shared.sockets.load();
-                let mut sender = Sender::new(&sockets, &shared.drops);
-                ingress.decrypt(
-                    snapshot,
-                    &shared.drops,
-                    &inbound,
-                    &mut writer,
-                    &mut sender,
-                    &shared.workers,
-                    now,
-                )
-            };
+                Sender::new(&sockets, &shared.drops).send(&mut pongs);
+            }
             flush_tun(&shared, &tun, &mut writer).await;
             if step == Step::Done {
                 break;
@@ -240,8 +244,7 @@ pub(super) async fn initiate_sessions(
     snapshot: Arc<Snapshot>,
     which: Initiate,
 ) {
-    // A handshake initiation is 148 bytes.
-    let mut out = [0u8; 256];
+    let mut out = Transmits::new(1, HANDSHAKE_ROOM);
     let mut sent = 0usize;
     for (_, slot) in snapshot.slots() {
         let now = clock::now();
@@ -251,11 +254,11 @@ pub(super) async fn initiate_sessions(
         if which == Initiate::ProbedWithoutSession && !snapshot.state.probes(&slot.config) {
             continue;
         }
-        let initiated = {
+        let initiated = timers::initiate_session(slot, now, &mut out, which == Initiate::All);
+        if initiated {
             let sockets = shared.sockets.load();
-            let mut sender = Sender::new(&sockets, &shared.drops);
-            timers::initiate_session(slot, now, &mut sender, &mut out, which == Initiate::All)
-        };
+            Sender::new(&sockets, &shared.drops).send(&mut out);
+        }
         if !initiated {
             continue;
         }
@@ -270,12 +273,13 @@ pub(super) async fn initiate_sessions(
     }
 }
 
-/// Every [`TIMER_TICK`]: the core's [`timers::tick`] for every peer (handshake retries,
+/// Every [`TIMER_TICK`]: the core's [`timers::Tick`] for every peer (handshake retries,
 /// rekey, expiry, passive and persistent keepalive), and the rate limiter reset every second.
 pub async fn timer_loop(shared: Arc<Shared>) {
     let mut interval = tokio::time::interval(TIMER_TICK);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut out = vec![0u8; MAX_PACKET + OVERHEAD];
+    let mut out = Transmits::new(TIMER_TRANSMITS, TIMER_TRANSMITS * HANDSHAKE_ROOM);
+    let mut tick = timers::Tick::default();
     let mut ticks: u64 = 0;
     let mut was_active = true;
     loop {
@@ -293,10 +297,14 @@ pub async fn timer_loop(shared: Arc<Shared>) {
         }
         let snapshot = shared.snapshot.load_full();
         if ticks.is_multiple_of(RATE_LIMIT_RESET_TICKS) {
-            timers::reset_rate_limiters(&snapshot);
+            timers::reset_rate_limiters(&snapshot, now);
         }
         let sockets = shared.sockets.load();
         let mut sender = Sender::new(&sockets, &shared.drops);
-        timers::tick(&snapshot, now, &mut sender, &mut out);
+        let cx = Context::new(&snapshot, &shared.drops, now);
+        while tick.run(&cx, &mut out) == Step::Flush {
+            sender.send(&mut out);
+        }
+        sender.send(&mut out);
     }
 }

@@ -1,18 +1,23 @@
 //! The handshake worker: one thread at a lower priority that drains the
-//! [`super::handshake_queue`] and hands each message to [`super::core::handshake::process`],
-//! sending its replies straight from the thread (the sockets are non-blocking).
+//! [`super::handshake_queue`] and hands each message to the core's
+//! [`Handshake::process`], then sends what it returned straight from the thread (the
+//! sockets are non-blocking).
 
 use std::sync::Weak;
 
-use super::core::handshake::process;
-use super::core::{MAX_PACKET, OVERHEAD};
 use super::handshake_queue::HandshakeReceiver;
 use super::net::Sender;
 use super::shared::Shared;
 use crate::clock;
+use kubetun_gateway_core::context::Context;
+use kubetun_gateway_core::handshake::Handshake;
+use kubetun_gateway_core::transmits::Transmits;
+use kubetun_gateway_core::{MAX_PACKET, OVERHEAD, Step};
 
 /// The worker's nice value: below the data path's, so a flood yields the CPU to it.
 const WORKER_NICE: i32 = 10;
+/// Datagrams one handshake message may answer with before they are sent.
+const TRANSMITS: usize = 64;
 
 /// Starts the worker thread. It holds the device weakly and ends when the queue's sender is
 /// dropped with the device.
@@ -25,7 +30,9 @@ pub fn spawn_worker(shared: Weak<Shared>, queue: HandshakeReceiver) -> std::io::
 
 fn run_worker(shared: &Weak<Shared>, queue: &HandshakeReceiver) {
     lower_priority();
-    let mut out = vec![0u8; MAX_PACKET + OVERHEAD];
+    let mut handshake = Handshake::new();
+    // A reply, and the packets a peer queued during its handshake (flushed when full).
+    let mut out = Transmits::new(TRANSMITS, 2 * (MAX_PACKET + OVERHEAD));
     while let Some(message) = queue.recv() {
         let Some(shared) = shared.upgrade() else {
             return;
@@ -39,15 +46,13 @@ fn run_worker(shared: &Weak<Shared>, queue: &HandshakeReceiver) {
         let sockets = shared.sockets.load();
         let mut sender = Sender::new(&sockets, &shared.drops);
         let (source, datagram) = (message.source(), message.datagram());
-        process(
-            &snapshot,
-            &shared.drops,
-            source,
-            datagram,
-            &mut out,
-            &mut sender,
-            now,
-        );
+        let cx = Context::new(&snapshot, &shared.drops, now);
+        let mut step = handshake.process(&cx, source, datagram, &mut out);
+        sender.send(&mut out);
+        while step == Step::Flush {
+            step = handshake.resume(&cx, &mut out);
+            sender.send(&mut out);
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! response and cookie reply to this bounded [`HandshakeQueue`]. One worker thread
 //! ([`super::handshake`]) drains it: the shared rate limiter (cookie replies when over the
 //! allowance), the Diffie-Hellman work of initiations, the replies, and the packets a peer
-//! queued while it had no session ([`super::core::handshake`]).
+//! queued while it had no session ([`kubetun_gateway_core::handshake`]).
 //!
 //! Why a queue and a thread of its own: a flood of initiations from unknown keys costs MAC
 //! checks, cookie replies and sends for every datagram. Inline, that work sits in front of the
@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
-use super::core::{Endpoint, HandshakeSink};
-use super::dispatch::INITIATION_LEN;
+use kubetun_gateway_core::Endpoint;
+use kubetun_gateway_core::dispatch::INITIATION_LEN;
 
 /// Handshake messages that may wait for the worker. At the worker's pace (tens of µs per
 /// initiation that passes the limiter, a few µs per cookie reply) this is a few ms of work:
@@ -161,12 +161,6 @@ impl SourceShares {
 
     fn give_back(&self, bucket: u8) {
         self.queued[usize::from(bucket)].fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl HandshakeSink for &HandshakeQueue {
-    fn offer(&mut self, source: Endpoint, datagram: &[u8]) -> bool {
-        HandshakeQueue::offer(self, source, datagram).is_ok()
     }
 }
 

@@ -5,23 +5,23 @@
 //! then brings the host configuration (MTU, addresses, routes) in line.
 
 pub mod datapath;
+mod error;
 pub mod handshake;
 pub mod handshake_queue;
 mod host;
 pub mod net;
 pub mod probe;
+mod report;
 mod resolve;
 mod retired;
 pub mod shared;
 pub mod spin;
 pub mod workers;
 
-/// The pure data-path core and its models, in their own crate so that no IO can reach them.
-pub use kubetun_gateway_core as core;
-pub use kubetun_gateway_core::{conncheck, dispatch, drops, path, peer, plan, role, snapshot};
+pub use self::error::{ApplyError, DeviceError};
+pub use self::report::{ConnCheckReport, DeviceReport, PeerReport};
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -31,50 +31,14 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use self::net::Sockets;
-use self::role::{Role, Transition};
 use self::shared::Shared;
-use self::snapshot::{PeerSlot, Snapshot};
 use crate::io::IoOptions;
-use crate::state::{DesiredState, StateError};
+use kubetun_gateway_core::role::{Role, Transition};
+use kubetun_gateway_core::snapshot::Snapshot;
+use kubetun_gateway_core::state::DesiredState;
 
 /// TUN transmit queue length; the kernel default of 500 drops bursts under TCP load.
 pub const TUN_TX_QUEUE_LEN: u32 = 5000;
-
-/// Why the device could not be created.
-#[derive(Debug, thiserror::Error)]
-pub enum DeviceError {
-    /// The TUN device could not be created.
-    #[error("creating TUN device {name}: {source}")]
-    Tun {
-        name: String,
-        source: std::io::Error,
-    },
-    /// The UDP sockets could not be bound.
-    #[error("binding UDP sockets: {0}")]
-    Bind(std::io::Error),
-    /// The handshake worker thread could not be started.
-    #[error("starting the handshake worker: {0}")]
-    Worker(std::io::Error),
-}
-
-/// Why a desired state was not applied. The previous state stays active in every case.
-#[derive(Debug, thiserror::Error)]
-pub enum ApplyError {
-    /// The state is invalid (including routes the remap table rejects, and too many peers).
-    #[error(transparent)]
-    Invalid(#[from] StateError),
-    /// An endpoint name did not resolve.
-    #[error("peer {peer}: cannot resolve endpoint {endpoint}: {reason}")]
-    Resolve {
-        peer: String,
-        endpoint: String,
-        /// Why.
-        reason: String,
-    },
-    /// The listen port could not be bound.
-    #[error("cannot listen on UDP port {port}: {source}")]
-    Bind { port: u16, source: std::io::Error },
-}
 
 /// The result of an [`Device::apply`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,7 +136,7 @@ impl Device {
             tun_queues,
             role: Role::default(),
             replan: tokio::sync::Notify::new(),
-            activity: spin::Activity::default(),
+            activity: Arc::default(),
             workers: workers::CryptoWorkers::new(io.crypto_workers())
                 .map_err(DeviceError::Worker)?,
         });
@@ -207,7 +171,7 @@ impl Device {
         let spin = shared.io.spin_window;
         if !spin.is_zero() {
             if spin::runtime_supports_spinning() {
-                let spinner = tokio::spawn(spin::spin_loop(Arc::clone(&shared), spin));
+                let spinner = tokio::spawn(spin::spin_loop(Arc::clone(&shared.activity), spin));
                 device.tasks.lock().push(spinner);
             } else {
                 tracing::debug!("no spin window: the runtime has several threads");
@@ -227,7 +191,7 @@ impl Device {
     }
 
     /// Drop counters.
-    pub fn drops(&self) -> &drops::Drops {
+    pub fn drops(&self) -> &kubetun_gateway_core::drops::Drops {
         &self.shared.drops
     }
 
@@ -424,7 +388,7 @@ impl Device {
     }
 
     /// Puts the gateway under its controller's lease: active for `active_for` from now (a
-    /// renewal), or on standby at once with zero (see [`role`]). A promotion initiates a
+    /// renewal), or on standby at once with zero (see [`kubetun_gateway_core::role`]). A promotion initiates a
     /// handshake with every peer, so that the remotes' endpoints move to this replica.
     pub fn hold(&self, active_for: Duration) -> Transition {
         let transition = self.shared.role.hold(active_for, crate::clock::mono_us());
@@ -445,7 +409,7 @@ impl Device {
     }
 
     /// Plans the running state again, so that the fallback paths follow the peers'
-    /// [`path::PathState`]s. Nothing else changes: same peers, sessions, endpoints.
+    /// [`kubetun_gateway_core::path::PathState`]s. Nothing else changes: same peers, sessions, endpoints.
     async fn replan(&self) {
         let control = self.control.lock().await;
         let current = self.shared.snapshot.load_full();
@@ -509,14 +473,20 @@ async fn plan_off_runtime(
     let (current, next) = (Arc::clone(current), next.clone());
     tokio::task::spawn_blocking(move || {
         let started = std::time::Instant::now();
-        let snapshot = plan::next_snapshot(&current, &next, &resolved).map_err(ApplyError::from);
+        let snapshot = kubetun_gateway_core::plan::next_snapshot(
+            &current,
+            &next,
+            &resolved,
+            crate::clock::now(),
+        )
+        .map_err(ApplyError::from);
         (snapshot, started.elapsed())
     })
     .await
     .unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()))
 }
 
-/// Plans the snapshot again whenever a fallback path switched (see [`path`]).
+/// Plans the snapshot again whenever a fallback path switched (see [`kubetun_gateway_core::path`]).
 async fn replan_loop(device: Weak<Device>) {
     loop {
         let Some(shared) = device.upgrade().map(|d| Arc::clone(&d.shared)) else {
@@ -548,153 +518,6 @@ async fn host_retry_loop(device: Weak<Device>) {
         let mut control = device.control.lock().await;
         let state = device.shared.snapshot.load().state.clone();
         device.sync_host(&mut control, &state).await;
-    }
-}
-
-/// A status reading of the device.
-#[derive(Debug, Clone)]
-pub struct DeviceReport {
-    pub interface_name: String,
-    /// The version of the active desired state.
-    pub version: String,
-    /// The active generation.
-    pub generation: u64,
-    pub private_key: Option<crate::key::Key>,
-    /// The bound UDP port.
-    pub listen_port: Option<u16>,
-    /// The socket mark.
-    pub fwmark: u32,
-    /// Every configured peer.
-    pub peers: Vec<PeerReport>,
-    /// Drop counters by reason.
-    pub drops: Vec<(&'static str, u64)>,
-    /// Number of remap rules.
-    pub remap_rules: usize,
-    /// Host configuration that failed and is being retried (see [`ApplyOutcome`]).
-    pub host_errors: Vec<String>,
-    /// Whether this replica carries traffic (see [`role`]).
-    pub active: bool,
-    /// How long it stays active without a lease renewal; `None` for a gateway alone.
-    pub active_remaining: Option<Duration>,
-    /// How often it became active under a lease.
-    pub promotions: u64,
-}
-
-/// A status reading of one peer.
-#[derive(Debug, Clone)]
-pub struct PeerReport {
-    /// Its desired configuration.
-    pub config: crate::state::PeerConfig,
-    /// The endpoint in use.
-    pub endpoint: Option<SocketAddr>,
-    /// Whether the peer has a session state machine (the interface has a key).
-    pub active: bool,
-    /// Bytes received.
-    pub rx_bytes: u64,
-    /// Bytes sent.
-    pub tx_bytes: u64,
-    /// Datagrams received.
-    pub rx_packets: u64,
-    /// Datagrams sent.
-    pub tx_packets: u64,
-    /// Completed handshakes.
-    pub handshakes: u64,
-    /// Unix ms of the last handshake; 0 = never.
-    pub last_handshake_ms: u64,
-    /// Unix ms since which handshakes go unanswered; 0 = none pending.
-    pub handshake_pending_since_ms: u64,
-    /// Round-trip time: the smoothed probe RTT when the connectivity check is on for this
-    /// peer, else the RTT of the last handshake.
-    pub latency_us: Option<u64>,
-    /// The connectivity check; `None` when it is off for this peer.
-    pub conncheck: Option<ConnCheckReport>,
-    /// During a key rotation: the peer's tunnel has not moved to the new key yet (it uses the
-    /// previous key, or has completed no handshake with the new one).
-    pub previous_key: bool,
-    /// Where the views other peers back up for this one go; `None` when none are backed up.
-    pub path: Option<path::PathState>,
-}
-
-/// A status reading of one peer's connectivity check.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConnCheckReport {
-    /// The settings in effect.
-    pub config: conncheck::ConnCheckConfig,
-    /// Losses, RTTs, counters.
-    pub reading: conncheck::ProberReading,
-    /// Unix ms of the last reply; 0 = none yet.
-    pub last_reply_unix_ms: u64,
-}
-
-impl ConnCheckReport {
-    /// True once the last `loss_threshold` probes went unanswered.
-    pub fn is_unreachable(&self) -> bool {
-        self.reading.consecutive_losses >= self.config.loss_threshold
-    }
-}
-
-impl PeerReport {
-    fn new(
-        slot: &PeerSlot,
-        conncheck: Option<conncheck::ConnCheckConfig>,
-        rotating_to: Option<crate::key::Key>,
-    ) -> Self {
-        let mut report = PeerReport {
-            config: slot.config.clone(),
-            endpoint: None,
-            active: false,
-            rx_bytes: 0,
-            tx_bytes: 0,
-            rx_packets: 0,
-            tx_packets: 0,
-            handshakes: 0,
-            last_handshake_ms: 0,
-            handshake_pending_since_ms: 0,
-            latency_us: None,
-            conncheck: None,
-            previous_key: false,
-            path: None,
-        };
-        if let Some(peer) = &slot.runtime {
-            report.path = slot.backed_up.then(|| *peer.path.lock());
-            let stats = &peer.stats;
-            report.active = true;
-            report.endpoint = peer.remote();
-            report.rx_bytes = stats.rx_bytes.load(Ordering::Relaxed);
-            report.tx_bytes = stats.tx_bytes.load(Ordering::Relaxed);
-            report.rx_packets = stats.rx_packets.load(Ordering::Relaxed);
-            report.tx_packets = stats.tx_packets.load(Ordering::Relaxed);
-            report.handshakes = stats.handshakes.load(Ordering::Relaxed);
-            report.last_handshake_ms = stats.last_handshake_ms.load(Ordering::Relaxed);
-            report.handshake_pending_since_ms =
-                stats.handshake_pending_since_ms.load(Ordering::Relaxed);
-            let (rtt_ms, tunnel_key) = {
-                let tunn = peer.tunn.lock();
-                let rtt_ms = tunn.0.made().and_then(|t| t.stats().4);
-                (rtt_ms, tunn.1)
-            };
-            report.previous_key =
-                rotating_to.is_some_and(|new| new != tunnel_key || !peer.proven_on_its_key());
-            report.latency_us = rtt_ms.map(|ms| u64::from(ms) * 1000);
-            if let Some(config) = conncheck
-                .filter(|_| slot.config.conncheck)
-                .map(|c| c.for_peer(slot.backed_up))
-            {
-                let reading = peer.conncheck.lock().reading();
-                // The prober's clock is monotonic; status speaks Unix time.
-                let last_reply_unix_ms = reading.last_reply_us.map_or(0, |at| {
-                    let age_ms = crate::clock::mono_us().saturating_sub(at) / 1000;
-                    crate::clock::unix_ms().saturating_sub(age_ms)
-                });
-                report.latency_us = reading.srtt_us;
-                report.conncheck = Some(ConnCheckReport {
-                    config,
-                    reading,
-                    last_reply_unix_ms,
-                });
-            }
-        }
-        report
     }
 }
 

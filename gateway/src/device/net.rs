@@ -17,11 +17,11 @@ use std::sync::Arc;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::UdpSocket;
 
-use super::core::Transmit;
-use super::drops::{DeviceDrop, Drops};
 use crate::io::IoOptions;
-use crate::io::endpoint::Endpoint;
 use crate::io::udp_batch::{UdpOffload, receive_local_addresses, send_datagram};
+use kubetun_gateway_core::drops::{DeviceDrop, Drops};
+use kubetun_gateway_core::endpoint::Endpoint;
+use kubetun_gateway_core::transmits::Transmits;
 
 /// Kernel socket buffer size asked for (the same 7 MiB upstream wireguard-go uses): without it
 /// the decrypting side overflows its receive queue under TCP load.
@@ -96,7 +96,7 @@ impl Sockets {
     }
 }
 
-/// Sends the core's single datagrams ([`Transmit`]) on the family's first socket without
+/// Sends the core's single datagrams ([`Transmits`]) on the family's first socket without
 /// waiting, from the endpoint's local address when it has one: the sockets are non-blocking,
 /// and a full send buffer drops the datagram (counted as `udp_send`), as the kernel would.
 #[derive(Debug)]
@@ -112,7 +112,19 @@ impl<'a> Sender<'a> {
     }
 }
 
-impl Transmit for Sender<'_> {
+impl Sender<'_> {
+    /// Sends every datagram `out` holds, in order, records those that left for their peers,
+    /// and empties it.
+    pub fn send(&mut self, out: &mut Transmits) {
+        for transmit in out.iter() {
+            if self.transmit(transmit.datagram, transmit.endpoint()) {
+                transmit.sent();
+            }
+        }
+        out.clear();
+    }
+
+    /// Sends `datagram` to `endpoint` without waiting; true when it left.
     fn transmit(&mut self, datagram: &[u8], endpoint: Endpoint) -> bool {
         let Some(socket) = self.sockets.for_addr(&endpoint.remote) else {
             self.drops.device(DeviceDrop::UdpSend);
@@ -190,7 +202,7 @@ fn bind_one(
     set_buffer(&socket, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
     set_buffer(&socket, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
     socket.bind(&addr.into())?;
-    // Replies leave from the address the peer sent to (see `io::endpoint`); without the
+    // Replies leave from the address the peer sent to (see `kubetun_gateway_core::endpoint`); without the
     // option every reply takes the kernel's choice of source, which still works.
     if let Err(error) = receive_local_addresses(socket.as_fd(), addr.is_ipv6()) {
         tracing::warn!(%error, %addr, "cannot learn the local address of received datagrams");

@@ -1,26 +1,29 @@
-//! The connectivity check's prober task, an IO shell around the pure [`super::conncheck`]
+//! The connectivity check's prober task, an IO shell around the pure [`kubetun_gateway_core::conncheck`]
 //! state machine: each round it sends a PING through every probed peer's session whose
-//! interval has passed ([`super::core::timers::send_probe`]); peers whose views others back
+//! interval has passed ([`kubetun_gateway_core::timers::send_probe`]); peers whose views others back
 //! up have their own, usually shorter, interval. The answers are consumed by the ingress core.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::conncheck::ConnCheckConfig;
-use super::core::PROBE_ROOM;
-use super::core::timers::send_probe;
 use super::net::Sender;
 use super::shared::Shared;
 use crate::clock;
+use kubetun_gateway_core::PROBE_ROOM;
+use kubetun_gateway_core::conncheck::ConnCheckConfig;
+use kubetun_gateway_core::timers::send_probe;
+use kubetun_gateway_core::transmits::Transmits;
 
 /// How often the prober looks at the configuration between probe rounds, so that a change
 /// of interval or an enabled check takes effect promptly.
 const CONFIG_POLL: Duration = Duration::from_millis(250);
+/// Datagrams one probe may take: the probe, or the handshake initiation sent instead.
+const PROBES: usize = 1;
 
 /// Sends a PING to every probed peer with an endpoint once per interval while the interface
 /// enables the check. Runs until aborted.
 pub async fn prober_loop(shared: Arc<Shared>) {
-    let mut out = [0u8; PROBE_ROOM];
+    let mut out = Transmits::new(PROBES, PROBES * PROBE_ROOM);
     let mut active: Option<ConnCheckConfig> = None;
     let mut next_round = tokio::time::Instant::now();
     loop {
@@ -91,9 +94,10 @@ pub async fn prober_loop(shared: Arc<Shared>) {
                 log_switch(&slot.config.display_name(), failed_over);
                 shared.replan.notify_one();
             }
-            if !send_probe(peer, endpoint, ping, &mut sender, &mut out, now) {
+            if !send_probe(peer, endpoint, ping, now, &mut out) {
                 peer.conncheck.lock().delayed(ping.seq);
             }
+            sender.send(&mut out);
         }
     }
 }
@@ -108,7 +112,7 @@ fn log_switch(peer: &str, failed_over: bool) {
     } else {
         tracing::info!(
             peer,
-            hold_s = super::path::RETURN_HOLD_US / 1_000_000,
+            hold_s = kubetun_gateway_core::path::RETURN_HOLD_US / 1_000_000,
             "fallback over: the peer answered every probe for the hold; its views return to it"
         );
     }

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::ApplyError;
+use super::error::ApplyError;
 use super::shared::Shared;
 use crate::clock::unix_ms;
-use crate::state::{DesiredState, Endpoint};
+use kubetun_gateway_core::state::{DesiredState, Endpoint};
 
 /// How often names are re-resolved.
 const RERESOLVE_INTERVAL: Duration = Duration::from_secs(30);

@@ -3,7 +3,7 @@
 //!
 //! A new remap table in new memory costs the readers a cache miss on every route the traffic
 //! touches. [`Retired::swap`] instead copies the new table into a spare the readers used a
-//! swap or two ago ([`RemapTable::refill`](crate::remap::RemapTable::refill)), so only the
+//! swap or two ago ([`RemapTable::refill`](kubetun_remap::RemapTable::refill)), so only the
 //! lines of changed routes are cold. A spare is reused only once no data-path task holds it
 //! (each holds the snapshot of its last batch while it waits for the next one), and is never
 //! written while published.
@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-use super::snapshot::Snapshot;
+use kubetun_gateway_core::snapshot::Snapshot;
 
 /// How long a replaced snapshot is kept after a swap. The data-path tasks drop their cached
 /// reference at their next batch; holding the last one past that makes its (for large tables,
@@ -101,8 +101,8 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
-    use crate::remap::{Route, TableBuilder};
-    use crate::state::DesiredState;
+    use kubetun_gateway_core::state::DesiredState;
+    use kubetun_remap::{Route, TableBuilder};
 
     /// A snapshot of generation `generation` whose table has one route per generation.
     fn snapshot(generation: u64) -> Snapshot {

@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use arc_swap::{ArcSwap, Cache};
 
-use super::drops::{DeviceDrop, Drops};
 use super::handshake_queue::HandshakeQueue;
 use super::net::Sockets;
-use super::role::Role;
-use super::snapshot::Snapshot;
+use super::spin::Activity;
 use crate::io::IoOptions;
+use kubetun_gateway_core::drops::{DeviceDrop, Drops};
+use kubetun_gateway_core::role::Role;
+use kubetun_gateway_core::snapshot::Snapshot;
 
 /// What the data-path tasks share.
 pub struct Shared {
@@ -29,12 +30,12 @@ pub struct Shared {
     /// Every queue of the TUN device, at least one: one per [`IoOptions::queues`], each
     /// read by its own egress task.
     pub tun_queues: Vec<Arc<tun_rs::AsyncDevice>>,
-    /// Whether this replica carries traffic now (see [`super::role`]).
+    /// Whether this replica carries traffic now (see [`kubetun_gateway_core::role`]).
     pub role: Role,
     /// Woken when a peer's fallback path switched: the snapshot must be planned again.
     pub replan: tokio::sync::Notify,
     /// Batches read, for the spin window ([`super::spin`]).
-    pub activity: super::spin::Activity,
+    pub activity: Arc<Activity>,
     /// The threads a peer's long run is sealed and opened on beside its task.
     pub workers: super::workers::CryptoWorkers,
 }

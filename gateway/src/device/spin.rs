@@ -35,8 +35,6 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use super::shared::Shared;
-
 /// The window measured for latency (`--spin-window-us 200`): it must outlast the round trip
 /// to the peer gateway and back, wake-up of the peer included (100–150 µs on the benchmark
 /// machine), and costs at most this much CPU per burst of traffic. Off by default: the
@@ -83,10 +81,9 @@ pub fn runtime_supports_spinning() -> bool {
         .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread)
 }
 
-/// Spins for `window` after every batch of the data path of `shared` (see the module
+/// Spins for `window` after every batch the data path marks in `activity` (see the module
 /// docs). Runs until aborted with the device's other tasks.
-pub async fn spin_loop(shared: Arc<Shared>, window: Duration) {
-    let activity = &shared.activity;
+pub async fn spin_loop(activity: Arc<Activity>, window: Duration) {
     activity.spinning.store(true, Ordering::Relaxed);
     loop {
         activity.parked.store(true, Ordering::SeqCst);

@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex};
 
-use super::core::workers::Workers;
+use kubetun_gateway_core::workers::Workers;
 
 /// A run offered to the helpers: `job(part)` for every part below `parts`.
 struct Offer<'a> {

@@ -17,7 +17,7 @@
 //! valid one. Everything else is written as it is, behind an empty virtio header.
 
 use super::buffer::PacketBuf;
-use crate::remap::checksum::{fold, sum_words};
+use kubetun_remap::checksum::{fold, sum_words};
 use tun_rs::ExpandBuffer;
 
 /// Length of the virtio-net header in front of every packet written to an offload TUN.

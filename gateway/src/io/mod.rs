@@ -4,14 +4,12 @@
 //! - [`tun_offload`]: TUN reads and writes in batches, with tun-rs's virtio-net offloads
 //!   (TSO/USO super-packets split on read, GRO coalescing on write).
 //! - [`gro`]: the in-place coalescing of TUN writes.
-//! - [`endpoint`]: a peer's address and the local address its datagrams arrived at.
 //! - [`buffer`]: the preallocated buffers both use; nothing allocates per packet.
 //!
 //! Each technique can be switched off on its own ([`IoOptions`]) so its effect can be
 //! measured in isolation.
 
 pub mod buffer;
-pub use kubetun_gateway_core::endpoint;
 pub mod gro;
 pub mod tun_offload;
 pub mod udp_batch;
@@ -48,7 +46,7 @@ pub struct IoOptions {
     /// Receive coalesced datagrams with UDP GRO.
     pub udp_gro: bool,
     /// Most packets handled per batch (1 turns batching off; at most
-    /// [`udp_batch::MAX_BATCH`]).
+    /// [`kubetun_gateway_core::batch::MAX_BATCH`]).
     pub batch_size: usize,
     /// Data-path queues (1..=[`MAX_QUEUES`]). With more than one, the TUN device is opened
     /// multi-queue (`IFF_MULTI_QUEUE`) with this many queues, each read and encrypted by its
@@ -84,7 +82,8 @@ impl Default for IoOptions {
 impl IoOptions {
     /// The batch size clamped to what the batch structures hold.
     pub fn batch(&self) -> usize {
-        self.batch_size.clamp(1, udp_batch::MAX_BATCH)
+        self.batch_size
+            .clamp(1, kubetun_gateway_core::batch::MAX_BATCH)
     }
 
     /// Crypto workers per run: [`Self::crypto_workers`], or [`default_crypto_workers`] when

@@ -25,12 +25,12 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub use kubetun_gateway_core::batch::*;
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
 
 use self::cmsg::{CONTROL_LEN, Control, UDP_GRO, UDP_SEGMENT, received_control, set_control};
-use super::endpoint::Endpoint;
+use kubetun_gateway_core::batch::{MAX_BATCH, Received, RecvBatch, SendBatch, SendReport};
+use kubetun_gateway_core::endpoint::Endpoint;
 
 /// Storage for an IPv4 or IPv6 socket address as the kernel reads and writes it.
 #[derive(Clone, Copy)]

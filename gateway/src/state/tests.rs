@@ -1,4 +1,5 @@
 use super::*;
+use kubetun_gateway_core::state::DEFAULT_MTU;
 
 fn key(n: u8) -> Key {
     Key::from_bytes([n; 32])

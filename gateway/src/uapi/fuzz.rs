@@ -4,8 +4,8 @@
 use ipnet::IpNet;
 
 use super::*;
-use crate::key::Key;
-use crate::state::{DesiredState, PeerConfig, RouteConfig};
+use kubetun_gateway_core::key::Key;
+use kubetun_gateway_core::state::{DesiredState, PeerConfig, RouteConfig};
 
 /// The oracle of the `uapi` fuzz target, also replayed over the committed corpus by the unit
 /// tests: parses arbitrary bytes as a request. A `set` is applied to an empty and to a

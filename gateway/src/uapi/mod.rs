@@ -4,8 +4,9 @@
 //! This module is the pure half: [`Operation::parse`] recognises the operation line,
 //! [`SetParser`] takes the lines of a `set` one at a time (as bytes: the protocol is not
 //! UTF-8), [`SetCommand::apply_to`] folds a `set` into a [`DesiredState`] (the same model the
-//! gRPC API feeds), and [`format_get`] renders a `get` reply. The socket server, which frames
-//! requests and bounds them, lives in [`server`].
+//! gRPC API feeds), and [`format_get`] renders a `get` reply, of the view [`report`] makes
+//! of a device report. The socket server, which frames requests and bounds them, lives in
+//! [`server`].
 //!
 //! Errors follow wireguard-go: the reply is `errno=-N` with `N` the Linux errno (`wg` prints
 //! it with `strerror`). Error messages never repeat a value the client sent, and name a key
@@ -13,6 +14,7 @@
 
 #[cfg(any(fuzzing, test))]
 mod fuzz;
+pub mod report;
 pub mod server;
 
 #[cfg(any(fuzzing, test))]
@@ -25,8 +27,8 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use crate::key::Key;
-use crate::state::{DesiredState, Endpoint, PeerConfig, RouteConfig};
+use kubetun_gateway_core::key::Key;
+use kubetun_gateway_core::state::{DesiredState, Endpoint, PeerConfig, RouteConfig};
 
 /// `EIO`: applying failed for a reason outside the request; also wireguard-go's answer to a
 /// line longer than its line scanner takes.

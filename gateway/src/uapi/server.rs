@@ -23,13 +23,13 @@ use tokio::net::UnixListener;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
+use super::report::uapi_view;
 use super::{
     EADDRINUSE, EAGAIN, EINVAL, EIO, EMSGSIZE, ETIMEDOUT, Operation, Request, SetParser,
     format_errno, format_get,
 };
 use crate::device::{ApplyError, Device};
 use crate::peercred::PeerPolicy;
-use crate::status::uapi_view;
 use crate::unix_socket::SocketFile;
 
 /// The directory the `wg` tool looks in.

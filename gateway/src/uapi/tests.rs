@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::*;
-use crate::state::DesiredState;
+use kubetun_gateway_core::state::DesiredState;
 
 fn parse(text: &str) -> Result<Request, UapiError> {
     parse_request(text.as_bytes())

@@ -18,13 +18,10 @@
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::time::Duration;
 
-use mock_instant::MockClock;
 use proptest::prelude::*;
 
-use super::super::tests::{Gateway, Wire, at, parse_udp, udp};
-use crate::PROBE_ROOM;
+use super::super::tests::{Gateway, Wire, at, parse_udp, transmits, udp};
 use crate::conncheck::ConnCheckConfig;
 use crate::key::Key;
 use crate::path::RETURN_HOLD_US;
@@ -199,12 +196,12 @@ impl Trio {
             .conncheck
             .expect("the check is on");
         let round_us = u64::from(config.shortest_interval_ms()) * 1000;
-        let (mut wire, mut out, mut switched) = (Wire::default(), [0u8; PROBE_ROOM], false);
+        let (mut wire, mut out, mut switched) = (Wire::default(), transmits(), false);
         for (_, slot) in x.snapshot.slots() {
             if !slot.config.conncheck {
                 continue;
             }
-            let peer = slot.runtime.as_deref().expect("a runtime");
+            let peer = slot.runtime.as_ref().expect("a runtime");
             let endpoint = peer.endpoint().expect("an endpoint");
             let config = config.for_peer(slot.backed_up);
             let (ping, losses) = {
@@ -219,13 +216,15 @@ impl Trio {
                 let mut path = peer.path.lock();
                 switched |= path.observe(losses, config.loss_threshold, now).is_some();
             }
-            if !send_probe(peer, endpoint, ping, &mut wire, &mut out, now) {
+            if !send_probe(peer, endpoint, ping, now, &mut out) {
                 peer.conncheck.lock().delayed(ping.seq);
             }
+            wire.send(&mut out);
         }
         if switched {
             let resolved = vec![None; x.snapshot.state.peers.len()];
-            let next = next_snapshot(&x.snapshot, &x.snapshot.state, &resolved).expect("replan");
+            let next =
+                next_snapshot(&x.snapshot, &x.snapshot.state, &resolved, now).expect("replan");
             self.nodes[X].snapshot = next;
         }
         self.carry(X, wire.0);
@@ -235,7 +234,6 @@ impl Trio {
     /// view went through H in it.
     fn round(&mut self, up: bool, id: u32) -> Result<bool, TestCaseError> {
         self.link_up = up;
-        MockClock::advance(Duration::from_millis(ROUND_MS));
         self.now_ms += ROUND_MS;
         let now = at(self.now_ms);
         for i in [X, S, H] {

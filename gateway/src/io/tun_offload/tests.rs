@@ -6,7 +6,8 @@ use etherparse::{IpHeaders, PacketBuilder};
 
 use super::*;
 use crate::io::testns::{in_private_netns, ip, runtime};
-use crate::io::udp_batch::{BatchSender, SendBatch, UdpOffload};
+use crate::io::udp_batch::{BatchSender, UdpOffload};
+use kubetun_gateway_core::batch::SendBatch;
 
 const SEGMENT: usize = 1372;
 const SEGMENTS: usize = 40;

@@ -4,7 +4,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::io::endpoint::LocalAddr;
+use kubetun_gateway_core::endpoint::LocalAddr;
 
 /// `SOL_UDP` socket option: the segment size of a GSO send.
 pub(super) const UDP_SEGMENT: libc::c_int = 103;
