@@ -15,11 +15,10 @@ use kubetun_controller::context::{Context, ControllerConfig};
 use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::ipam::{Ipam, IpamConfig};
 use kubetun_controller::keys::GatewayKey;
-use kubetun_controller::planner::{
-    self, GatewaySettings, PEER_LABEL, ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE,
-};
+use kubetun_controller::planner::{self, GatewaySettings};
 use kubetun_controller::reconcile;
 use kubetun_controller_testing::FakeGateway;
+use kubetun_crds::contract::link::{PEER_LABEL, ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE};
 use kubetun_crds::{
     CidrMapping, ClusterRef, Endpoint, Network, NetworkConfig, NetworkConfigSpec,
     NetworkConfigStatus, TunnelEndpoint,

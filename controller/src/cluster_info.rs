@@ -7,17 +7,12 @@ use std::collections::BTreeMap;
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams};
+use kubetun_crds::contract::cluster_info::{CONFIG_MAP_KEY, CONFIG_MAP_NAME};
 use kubetun_crds::{ClusterRef, Endpoint, NetworkConfigSpec};
 use serde::{Deserialize, Serialize};
 
-/// Name of the ConfigMap holding the cluster info.
-pub const CONFIG_MAP_NAME: &str = "kubetun-cluster-info";
-/// Key of the YAML document in the ConfigMap.
-pub const CONFIG_MAP_KEY: &str = "cluster-info.yaml";
 /// Field manager of every write the controller makes.
 pub const FIELD_MANAGER: &str = "kubetun-controller";
-/// Namespace kubetun runs in unless configured otherwise.
-pub const DEFAULT_NAMESPACE: &str = "kubetun-system";
 
 /// Reading or publishing the cluster info failed.
 #[derive(Debug, thiserror::Error)]

@@ -4,51 +4,6 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kubetun_crds::Condition;
 
-/// Condition type on a remote NetworkConfig: its CIDRs have been mapped.
-pub const PROCESSED: &str = "Processed";
-/// Condition type on a TunnelEndpoint: the gateway accepted the state that contains it.
-pub const APPLIED: &str = "Applied";
-/// Condition type on a TunnelEndpoint: the gateway reports a working tunnel.
-pub const CONNECTED: &str = "Connected";
-
-/// Reasons, in `UpperCamelCase` as the API conventions require.
-pub mod reason {
-    /// Every CIDR has a view.
-    pub const PROCESSED: &str = "Processed";
-    /// A CIDR does not parse or has host bits set.
-    pub const INVALID_CIDR: &str = "InvalidCIDR";
-    /// A CIDR needed a remap and no pool has room.
-    pub const POOL_EXHAUSTED: &str = "PoolExhausted";
-    /// The NetworkConfig is addressed to another cluster.
-    pub const WRONG_DESTINATION: &str = "WrongDestination";
-    /// The public key is not a base64 X25519 key.
-    pub const INVALID_PUBLIC_KEY: &str = "InvalidPublicKey";
-    /// Labels and spec disagree about who sent the NetworkConfig.
-    pub const INVALID_SOURCE: &str = "InvalidSource";
-    /// The spec is unusable for another reason.
-    pub const INVALID_SPEC: &str = "InvalidSpec";
-    /// A NetworkConfig lacks the role/peer labels (or has an unknown role): not processed.
-    pub const MISSING_LABELS: &str = "MissingLabels";
-    /// A labelled NetworkConfig does not have the name its labels call for.
-    pub const INVALID_NAME: &str = "InvalidName";
-    /// A TunnelEndpoint that no NetworkConfig owns (made by hand): removed (Event reason).
-    pub const NOT_MANAGED: &str = "NotManaged";
-    /// The gateway accepted the state.
-    pub const APPLIED: &str = "Applied";
-    /// The gateway does not run the desired state (yet).
-    pub const PENDING: &str = "Pending";
-    /// The gateway refused the state.
-    pub const REJECTED: &str = "Rejected";
-    /// The gateway cannot be reached.
-    pub const GATEWAY_UNAVAILABLE: &str = "GatewayUnavailable";
-    /// The tunnel is up.
-    pub const CONNECTED: &str = "Connected";
-    /// Waiting for the first handshake.
-    pub const CONNECTING: &str = "Connecting";
-    /// Handshakes fail or the peer is unreachable.
-    pub const CONNECTION_ERROR: &str = "ConnectionError";
-}
-
 /// Sets condition `type_` in `conditions`. `lastTransitionTime` moves to `now` only when the
 /// status flips (or the condition is new); reason, message and generation always update.
 pub fn set(
@@ -96,6 +51,7 @@ pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
 mod tests {
     use super::*;
     use k8s_openapi::jiff::Timestamp;
+    use kubetun_crds::contract::link::{APPLIED, CONNECTED, PROCESSED};
 
     fn at(seconds: i64) -> Time {
         Time(Timestamp::from_second(seconds).expect("valid timestamp"))

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams};
 use kubetun_crds::NetworkConfig;
+use kubetun_crds::contract::link::{ROLE_LABEL, ROLE_REMOTE};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -20,11 +21,10 @@ use crate::gateway_api::StatusResponse;
 use crate::gateway_client::GatewayClient;
 use crate::ipam::{Ipam, IpamConfig};
 use crate::keys::GatewayKeys;
-use crate::planner::{self, GatewaySettings, ROLE_LABEL, ROLE_REMOTE};
+use crate::planner::{self, GatewaySettings};
 use crate::reconcile::cache::Cache;
-use crate::runtime::{self, ApiHealth, ReconcileError as _};
-
 pub use crate::runtime::FailureLabels;
+use crate::runtime::{self, ApiHealth, ReconcileError as _};
 
 /// Static configuration of one controller instance.
 #[derive(Debug, Clone)]

@@ -15,17 +15,11 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, PostParams};
+use kubetun_crds::contract::gateway_key::{
+    PREVIOUS_PRIVATE_KEY_FIELD, PRIVATE_KEY_FIELD, PUBLIC_KEY_FIELD, SECRET_NAME,
+};
 use x25519_dalek::{PublicKey, StaticSecret};
 
-/// Name of the Secret holding the gateway's private key.
-pub const SECRET_NAME: &str = "kubetun-gateway-key";
-/// Key of the private key (base64) in the Secret's data.
-pub const PRIVATE_KEY_FIELD: &str = "privateKey";
-/// Key of the public key (base64) in the Secret's data.
-pub const PUBLIC_KEY_FIELD: &str = "publicKey";
-/// Key of the previous private key (base64) in the Secret's data, present only while a key
-/// rotation is in progress.
-pub const PREVIOUS_PRIVATE_KEY_FIELD: &str = "previousPrivateKey";
 /// How often a rotation step re-reads the Secret after a conflicting write.
 const CONFLICT_RETRIES: usize = 5;
 

@@ -24,16 +24,16 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams, Patch, PatchParams};
+use kubetun_crds::contract::link::{
+    MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL, ROLE_LABEL, ROLE_LOCAL,
+};
 use kubetun_crds::{ConnectionState, NetworkConfig, TunnelEndpoint};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::connector::{
-    self, ClusterHandle, FIELD_MANAGER, MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL, Progress,
-    error_chain, link_owner,
-};
+use crate::connector::{self, ClusterHandle, FIELD_MANAGER, Progress, error_chain, link_owner};
 use crate::keys::{self, GatewayKeys, KeyError, RotationStart};
-use crate::planner::{ROLE_LABEL, ROLE_LOCAL, local_config_name, remote_config_name};
+use crate::planner::{local_config_name, remote_config_name};
 
 /// Bounds of [`rotate_keys`].
 #[derive(Debug, Clone, Copy)]
@@ -251,7 +251,7 @@ pub async fn rotate_keys(
                 &local.label,
                 &format!(
                     "every tunnel uses the new key; the previous key is gone from Secret {}",
-                    keys::SECRET_NAME
+                    kubetun_crds::contract::gateway_key::SECRET_NAME
                 ),
             );
             return Ok(report);
@@ -471,11 +471,14 @@ async fn observe(
     let cluster = format!("{}, cluster {own_id}", local.label);
     let secrets: Api<Secret> = Api::namespaced(local.client.clone(), &local.namespace);
     let secret = secrets
-        .get(keys::SECRET_NAME)
+        .get(kubetun_crds::contract::gateway_key::SECRET_NAME)
         .await
         .map_err(|source| RotationError::Api {
             cluster: cluster.clone(),
-            action: format!("read Secret {}", keys::SECRET_NAME),
+            action: format!(
+                "read Secret {}",
+                kubetun_crds::contract::gateway_key::SECRET_NAME
+            ),
             source,
         })?;
     let keys = GatewayKeys::from_secret(&secret).map_err(|source| RotationError::Keys {

@@ -11,9 +11,13 @@
 //! [`mcs`] holds the Multi-Cluster Services API (`multicluster.x-k8s.io`: ServiceExport,
 //! ServiceImport) that kubetun implements.
 //!
+//! [`contract`] names what the programs share on objects (labels, annotations, finalizers,
+//! Secret keys, condition types and reasons).
+//!
 //! [`all_crds`] lists kubetun's definitions and [`mcs::mcs_crds`] the MCS API's; the `crdgen`
 //! binary prints either as YAML.
 
+pub mod contract;
 mod exportedservice;
 pub mod mcs;
 mod network;

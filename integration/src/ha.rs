@@ -24,9 +24,9 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kubetun_controller::cluster_info::ClusterInfo;
 use kubetun_controller::gateway_api::{self, StatusResponse};
 use kubetun_controller::gateway_client::GatewayClient;
-use kubetun_controller::ha::DEFAULT_LEASE_NAME;
 use kubetun_controller::keys::GatewayKey;
 use kubetun_controller_testing::link_as_connector;
+use kubetun_crds::contract::lease::DEFAULT_LEASE_NAME;
 use kubetun_crds::{ClusterRef, Endpoint, NetworkConfig};
 use kubetun_testenv::{Assets, TestCluster};
 

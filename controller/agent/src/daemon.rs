@@ -22,6 +22,7 @@ use kube::runtime::utils::PredicateConfig;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
 use kubetun_crds::TunnelEndpoint;
+use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
 
 use super::diff::Change;
 use super::netlink::{Kernel, NetlinkError, Underlay};
@@ -32,7 +33,6 @@ use super::source::{
     ClusterView, GatewayLocator, SourceError, lease_fingerprint, node_fingerprint, read_cluster,
 };
 use super::{cleanup, converge};
-use kubetun_controller::cluster_info::DEFAULT_NAMESPACE;
 use kubetun_controller::runtime::{ApiHealth, watch};
 
 /// Label selector of the gateway pod unless configured otherwise.

@@ -229,7 +229,7 @@ impl From<&ShortcutConnection> for ShortcutOutput {
         let status = sc.status.clone().unwrap_or_default();
         let message = kubetun_controller::conditions::find(
             &status.conditions,
-            kubetun_controller::shortcut::READY,
+            kubetun_crds::contract::shortcut::READY,
         )
         .map_or_else(String::new, |c| c.message.clone());
         let directions = status

@@ -10,13 +10,13 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt as _};
+use kubetun_crds::contract::services::SERVICE_NAME_LABEL;
 use kubetun_crds::mcs::v1beta1::{ServiceExport, ServiceImport};
 use serde::Serialize;
 use serde_json::json;
 
 use super::output::{OutputArgs, render};
 use super::{Error, KubeconfigSource, local_api_error as api_error, render_table};
-use kubetun_controller::services::desired::SERVICE_NAME_LABEL;
 
 /// Field manager of the CLI's ServiceExports.
 const FIELD_MANAGER: &str = "kubetun-cli";

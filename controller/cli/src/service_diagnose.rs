@@ -8,6 +8,8 @@ use clap::Args;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams};
+use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
+use kubetun_crds::contract::services::{CREDENTIAL_KEY, SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL};
 use kubetun_crds::mcs::v1beta1::{ServiceExport, ServiceImport};
 use kubetun_crds::{ExportedService, TunnelEndpoint};
 
@@ -15,10 +17,8 @@ use super::diagnose::{Check, Outcome, Report, render};
 use super::output::{self, OutputArgs};
 use super::service::ClusterArgs;
 use super::{Error, KubeconfigSource};
-use kubetun_controller::cluster_info::{ClusterInfo, DEFAULT_NAMESPACE};
+use kubetun_controller::cluster_info::ClusterInfo;
 use kubetun_controller::connector::credential_name;
-use kubetun_controller::services::desired::{SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL};
-use kubetun_controller::services::sync::CREDENTIAL_KEY;
 
 /// `service diagnose`.
 #[derive(Debug, Args)]

@@ -16,7 +16,7 @@
 //! (`services_access`). Every object the connector makes carries [`MANAGED_BY_LABEL`] and
 //! [`PEER_LABEL`]; [`Connector::disconnect`] and [`forget`] delete exactly those.
 //!
-//! [`PEER_LABEL`]: crate::planner::PEER_LABEL
+//! [`PEER_LABEL`]: kubetun_crds::contract::link::PEER_LABEL
 
 mod cluster;
 mod error;
@@ -42,17 +42,8 @@ pub use teardown::{Removed, forget, reset, wait_removed};
 
 use crate::cluster_info::ClusterInfo;
 
-/// Label marking every object the connector creates.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-/// [`MANAGED_BY_LABEL`] value of the connector.
-pub const MANAGED_BY_CONNECTOR: &str = "kubetun-connector";
 /// Field manager of the connector's writes.
 pub const FIELD_MANAGER: &str = "kubetun-connector";
-/// Annotation on the NetworkConfigs of a link a hub manages: `namespace/name` of the
-/// ShortcutConnection on the hub.
-pub const SHORTCUT_ANNOTATION: &str = "net.kubetun.io/shortcut";
-/// Annotation naming the hub (its cluster id) next to [`SHORTCUT_ANNOTATION`].
-pub const HUB_ANNOTATION: &str = "net.kubetun.io/hub";
 
 /// Who manages a link besides whoever runs the connector: the hub's ShortcutConnection.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -21,23 +21,19 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt as _};
+use kubetun_crds::contract::link::{MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL, PEER_LABEL};
+use kubetun_crds::contract::services::{
+    CREDENTIAL_KEY, CREDENTIAL_LABEL, EXPIRES_ANNOTATION, SERVER_ANNOTATION,
+};
 use serde_json::json;
 
 use super::teardown::{Removed, delete_ignoring_missing};
-use super::{
-    ClusterHandle, ConnectError, FIELD_MANAGER, MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL, Progress,
-};
-use crate::planner::PEER_LABEL;
-use crate::services::sync::{CREDENTIAL_KEY, CREDENTIAL_LABEL};
+use super::{ClusterHandle, ConnectError, FIELD_MANAGER, Progress};
 
 /// How long a token is asked for.
 pub const TOKEN_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 /// A credential expiring sooner than this is renewed by the next pass.
 pub const RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
-/// Annotation of the credential Secret: when its token expires (RFC 3339).
-const EXPIRES_ANNOTATION: &str = "net.kubetun.io/expires";
-/// Annotation of the credential Secret: the API server it names.
-const SERVER_ANNOTATION: &str = "net.kubetun.io/server";
 
 /// How other clusters reach a cluster's API server: what a credential's kubeconfig names.
 #[derive(Clone, PartialEq, Eq)]

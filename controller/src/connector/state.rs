@@ -101,7 +101,7 @@ pub(super) fn current_processed_status(config: &NetworkConfig) -> Option<Network
 /// The `Processed=False` condition of a NetworkConfig, when it describes the current spec.
 pub(super) fn current_rejection(config: &NetworkConfig) -> Option<Condition> {
     let status = config.status.as_ref()?;
-    let condition = conditions::find(&status.conditions, conditions::PROCESSED)?;
+    let condition = conditions::find(&status.conditions, kubetun_crds::contract::link::PROCESSED)?;
     let current = match (condition.observed_generation, config.metadata.generation) {
         (Some(observed), Some(generation)) => observed == generation,
         _ => true,

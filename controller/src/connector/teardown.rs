@@ -5,14 +5,11 @@ use std::fmt;
 
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Resource, ResourceExt};
+use kubetun_crds::contract::link::{MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL, PEER_LABEL};
 use kubetun_crds::{NetworkConfig, TunnelEndpoint};
 use tokio::time::Instant;
 
-use super::{
-    ClusterHandle, ConnectError, Connector, MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL, Progress,
-    WaitOptions, error_chain,
-};
-use crate::planner::PEER_LABEL;
+use super::{ClusterHandle, ConnectError, Connector, Progress, WaitOptions, error_chain};
 
 /// What one side of a disconnect or reset deleted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

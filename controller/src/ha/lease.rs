@@ -17,16 +17,12 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::{Client, Resource as _};
+use kubetun_crds::contract::lease::NODE_IP_ANNOTATION;
 
 use super::election::{Decision, Election, Observed};
 use super::metrics::HaMetrics;
 use crate::gateway_client::GatewayClient;
 
-/// Annotation on the Lease naming the underlay IP of the holder's node: where the route
-/// agents send traffic for remote clusters.
-pub const NODE_IP_ANNOTATION: &str = "net.kubetun.io/gateway-node-ip";
-/// The Lease's name unless configured otherwise.
-pub const DEFAULT_LEASE_NAME: &str = "kubetun-gateway";
 /// Reporter of the failover events.
 const EVENT_REPORTER: &str = "kubetun-controller";
 /// How long a Hold call to the local gateway may take: a later one would extend the

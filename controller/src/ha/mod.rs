@@ -20,5 +20,5 @@ pub mod metrics;
 pub mod standby;
 
 pub use election::{Election, Timing, TimingError};
-pub use lease::{DEFAULT_LEASE_NAME, Elector, NODE_IP_ANNOTATION};
+pub use lease::Elector;
 pub use metrics::HaMetrics;

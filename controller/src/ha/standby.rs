@@ -39,7 +39,7 @@ pub async fn sync(
     gateway: &GatewayClient,
 ) -> Result<bool, StandbyError> {
     let secret = Api::<Secret>::namespaced(client.clone(), namespace)
-        .get(keys::SECRET_NAME)
+        .get(kubetun_crds::contract::gateway_key::SECRET_NAME)
         .await?;
     let keys = GatewayKeys::from_secret(&secret)?;
     settings.set_keys(&keys.current, keys.previous.as_ref());

@@ -14,14 +14,10 @@ use std::collections::BTreeSet;
 
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use kube::{Client, ResourceExt};
+use kubetun_crds::contract::network::CLAIM_UID_LABEL;
 use kubetun_crds::{ClaimRef, NetworkId, NetworkIdSpec};
 
 use super::ids::{IdRange, parse_canonical};
-
-/// Label on every `NetworkId` naming the UID of its claimer.
-pub const CLAIM_UID_LABEL: &str = "net.kubetun.io/claim-uid";
-/// `claimRef.resource` of IDs claimed by Networks.
-pub const NETWORKS_RESOURCE: &str = "networks";
 
 /// Why no ID could be claimed.
 #[derive(Debug, thiserror::Error)]

@@ -12,9 +12,8 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Preconditions};
 use kube::{Client, ResourceExt};
+use kubetun_crds::contract::network::NETWORKS_RESOURCE;
 use kubetun_crds::{GROUP, Network, NetworkId};
-
-use super::allocator::NETWORKS_RESOURCE;
 
 /// Grace period the controller uses before a claim without claimer is collected.
 pub const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(120);

@@ -18,13 +18,15 @@ use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
+use kubetun_crds::contract::network::{FINALIZER, NETWORKS_RESOURCE, condition, reason};
 use kubetun_crds::{
     ClaimRef, GROUP, Network, NetworkId, NetworkPeeringStatus, NetworkPhase, NetworkStatus,
     PeeringState,
 };
 use rand_core::{OsRng, RngCore};
 
-use super::allocator::{AllocError, ClaimOutcome, IdAllocator, NETWORKS_RESOURCE, Release};
+use super::allocator::{AllocError, ClaimOutcome, IdAllocator, Release};
+
 use super::gc;
 use super::ids::{IdRange, parse_canonical};
 use super::peering::{NetworkKey, Peer, peering_statuses};
@@ -32,48 +34,10 @@ use super::{NetworkError, NetworkOptions};
 use crate::conditions;
 use crate::runtime::{self, ApiHealth};
 
-/// Finalizer on every Network: its ID is released before the Network goes away.
-pub const FINALIZER: &str = "net.kubetun.io/network-id";
 /// Field manager of the status written by server-side apply.
 pub const FIELD_MANAGER: &str = "kubetun-network";
 /// How often a healthy Network is looked at again without any event.
 pub const RESYNC: Duration = Duration::from_secs(600);
-
-/// Condition types on a Network.
-pub mod condition {
-    /// The Network holds an ID.
-    pub const ID_ALLOCATED: &str = "IDAllocated";
-    /// Every peering is Ready.
-    pub const PEERINGS_READY: &str = "PeeringsReady";
-}
-
-/// Condition reasons on a Network.
-pub mod reason {
-    /// An ID is claimed.
-    pub const ALLOCATED: &str = "Allocated";
-    /// The ID was released on deletion (Event reason).
-    pub const RELEASED: &str = "Released";
-    /// Every ID of the range is taken.
-    pub const RANGE_EXHAUSTED: &str = "RangeExhausted";
-    /// The attempt budget ran out; retried soon.
-    pub const ALLOCATION_FAILED: &str = "AllocationFailed";
-    /// The requested `spec.id` belongs to another Network.
-    pub const ID_TAKEN: &str = "IDTaken";
-    /// The requested `spec.id` lies outside `--min-vni..=--max-vni`.
-    pub const ID_OUT_OF_RANGE: &str = "IDOutOfRange";
-    /// The requested `spec.id` is not canonical decimal.
-    pub const INVALID_ID: &str = "InvalidID";
-    /// All peerings are Ready (or there are none).
-    pub const PEERINGS_READY: &str = "PeeringsReady";
-    /// Some peering waits for the other side.
-    pub const PEERINGS_PENDING: &str = "PeeringsPending";
-    /// Some peering can never become Ready as specified.
-    pub const PEERING_ERROR: &str = "PeeringError";
-    /// A NetworkID no live Network holds, awaiting collection (Event reason).
-    pub const ORPHANED: &str = "Orphaned";
-    /// An orphaned NetworkID was deleted (Event reason).
-    pub const COLLECTED: &str = "Collected";
-}
 
 /// The Network controller's name in logs and backoff keys.
 const NETWORK_KIND: &str = "network";

@@ -73,7 +73,10 @@ pub fn next_step(
 /// Follows the key Secret and drives rotations until the task is dropped.
 pub async fn run(ctx: Arc<Context>) {
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    let config = watcher::Config::default().fields(&format!("metadata.name={}", keys::SECRET_NAME));
+    let config = watcher::Config::default().fields(&format!(
+        "metadata.name={}",
+        kubetun_crds::contract::gateway_key::SECRET_NAME
+    ));
     let changes = runtime::watch(secrets, config, &ctx.health, "Secret");
     futures::pin_mut!(changes);
     let mut published = ctx.cluster.public_key.clone();

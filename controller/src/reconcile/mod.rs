@@ -38,9 +38,6 @@ use crate::runtime;
 
 pub use gateway::{GatewaySync, GatewaySyncOutcome};
 
-/// Finalizer on peers' NetworkConfigs: their views are released before they go.
-pub const FINALIZER: &str = "net.kubetun.io/ipam";
-
 /// How often the garbage collector of [`run`] looks for leftovers.
 const GC_INTERVAL: Duration = Duration::from_secs(60);
 
@@ -100,7 +97,7 @@ pub async fn sync_once(ctx: &Arc<Context>) -> Result<SyncReport, Error> {
             && let Some(nc) = configs.get_opt(&name).await?
             && let Some(status) = &nc.status
         {
-            match conditions::find(&status.conditions, conditions::PROCESSED) {
+            match conditions::find(&status.conditions, kubetun_crds::contract::link::PROCESSED) {
                 Some(c) if c.status == "True" => report.processed.push(name.clone()),
                 Some(c) => report.rejected.push((name.clone(), c.reason.clone())),
                 None => {}

@@ -18,14 +18,17 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{self, Event};
 use kube::{Resource as _, ResourceExt as _};
+use kubetun_crds::contract::link::{
+    FINALIZER, PEER_LABEL, ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE, reason,
+};
 use kubetun_crds::{NetworkConfig, NetworkConfigStatus};
 
-use crate::conditions::{self, reason};
+use crate::conditions;
 use crate::context::Context;
 use crate::error::Error;
 use crate::events;
-use crate::planner::{self, PEER_LABEL, PlanError, ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE};
-use crate::reconcile::{FINALIZER, apply_status, tunnel_endpoint};
+use crate::planner::{self, PlanError};
+use crate::reconcile::{apply_status, tunnel_endpoint};
 
 /// How often a healthy NetworkConfig is reconciled anyway.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -265,7 +268,7 @@ fn mark_unprocessed(
     status.external_cidrs.clear();
     conditions::set(
         &mut status.conditions,
-        conditions::PROCESSED,
+        kubetun_crds::contract::link::PROCESSED,
         false,
         why,
         message,
@@ -280,7 +283,7 @@ async fn announce_rejection(nc: &NetworkConfig, ctx: &Context, why: &str, messag
     let known = nc
         .status
         .as_ref()
-        .and_then(|s| conditions::find(&s.conditions, conditions::PROCESSED))
+        .and_then(|s| conditions::find(&s.conditions, kubetun_crds::contract::link::PROCESSED))
         .is_some_and(|c| c.status == "False" && c.reason == why && c.message == message);
     if !known {
         events::warn(&ctx.client, &nc.object_ref(&()), why, "Process", message).await;
@@ -340,7 +343,7 @@ async fn apply_remote(nc: &NetworkConfig, ctx: &Context) -> Result<Action, Error
             let message = format!("{total} CIDRs mapped, {remapped} remapped to avoid overlaps");
             conditions::set(
                 &mut status.conditions,
-                conditions::PROCESSED,
+                kubetun_crds::contract::link::PROCESSED,
                 true,
                 reason::PROCESSED,
                 &message,

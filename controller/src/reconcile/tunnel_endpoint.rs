@@ -9,18 +9,19 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Resource as _;
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, Preconditions};
+use kubetun_crds::contract::link::{PEER_LABEL, reason};
 use kubetun_crds::{
     ConnectionState, ConnectionStatus, NetworkConfig, ProbeStatus, TunnelEndpoint,
     TunnelEndpointSpec, TunnelEndpointStatus,
 };
 
 use crate::cluster_info::FIELD_MANAGER;
-use crate::conditions::{self, reason};
+use crate::conditions;
 use crate::context::Context;
 use crate::error::Error;
 use crate::gateway_api::{self, PeerStatus, StatusResponse};
 use crate::gateway_client::GatewayClientError;
-use crate::planner::{self, PEER_LABEL};
+use crate::planner;
 
 /// Creates or updates the TunnelEndpoint of `peer` when both NetworkConfigs exist and are
 /// processed for their current spec; removes it otherwise. `fresh` is one of the two as the
@@ -365,7 +366,7 @@ pub fn status_from_report(
             };
             conditions::set(
                 &mut status.conditions,
-                conditions::APPLIED,
+                kubetun_crds::contract::link::APPLIED,
                 applied,
                 why,
                 &message,
@@ -382,7 +383,7 @@ pub fn status_from_report(
             };
             conditions::set(
                 &mut status.conditions,
-                conditions::APPLIED,
+                kubetun_crds::contract::link::APPLIED,
                 false,
                 why,
                 &error.to_string(),
@@ -403,7 +404,7 @@ pub fn status_from_report(
     };
     conditions::set(
         &mut status.conditions,
-        conditions::CONNECTED,
+        kubetun_crds::contract::link::CONNECTED,
         connected,
         why,
         &connection.message,
@@ -576,10 +577,13 @@ pub(super) mod tests {
             connection.last_handshake.as_deref(),
             Some("2027-01-15T08:00:00Z")
         );
-        assert!(conditions::is_true(&status.conditions, conditions::APPLIED));
         assert!(conditions::is_true(
             &status.conditions,
-            conditions::CONNECTED
+            kubetun_crds::contract::link::APPLIED
+        ));
+        assert!(conditions::is_true(
+            &status.conditions,
+            kubetun_crds::contract::link::CONNECTED
         ));
         assert_eq!(status.observed_generation, Some(3));
     }
@@ -594,7 +598,8 @@ pub(super) mod tests {
             },
             now(),
         );
-        let applied = conditions::find(&pending.conditions, conditions::APPLIED).expect("set");
+        let applied = conditions::find(&pending.conditions, kubetun_crds::contract::link::APPLIED)
+            .expect("set");
         assert_eq!(applied.reason, "Pending");
         assert!(applied.message.contains("\"v1\""));
         assert_eq!(
@@ -607,7 +612,8 @@ pub(super) mod tests {
             message: "No such file or directory".into(),
         };
         let down = status_from_report(&endpoint(), GatewayReport::Failed(&error), now());
-        let applied = conditions::find(&down.conditions, conditions::APPLIED).expect("set");
+        let applied =
+            conditions::find(&down.conditions, kubetun_crds::contract::link::APPLIED).expect("set");
         assert_eq!(applied.reason, "GatewayUnavailable");
         assert!(
             applied.message.contains("No such file"),
@@ -654,7 +660,8 @@ pub(super) mod tests {
         assert_eq!(probes.consecutive_losses, 5);
         assert_eq!((probes.sent, probes.lost), (40, 5));
         assert_eq!(probes.last_reply.as_deref(), Some("2027-01-15T08:00:00Z"));
-        let condition = conditions::find(&lost.conditions, conditions::CONNECTED).expect("set");
+        let condition = conditions::find(&lost.conditions, kubetun_crds::contract::link::CONNECTED)
+            .expect("set");
         assert_eq!(condition.status, "False");
         assert_eq!(condition.reason, reason::CONNECTION_ERROR);
         assert_eq!(condition.message, message);

@@ -10,22 +10,12 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kubetun_crds::contract::services::{
+    KUBE_SERVICE_NAME_LABEL, MANAGED_BY, MANAGED_BY_LABEL, SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL,
+};
 use kubetun_crds::{CidrMapping, ExportedServiceSpec, TunnelEndpointSpec};
 
 use super::merge::{Merged, merge};
-
-/// Label of an imported EndpointSlice: the ServiceImport's name.
-pub const SERVICE_NAME_LABEL: &str = "multicluster.kubernetes.io/service-name";
-/// Label of an imported EndpointSlice: the exporting cluster's id.
-pub const SOURCE_CLUSTER_LABEL: &str = "multicluster.kubernetes.io/source-cluster";
-/// The EndpointSlice controller label kube-proxy reads: the derived Service's name.
-pub const KUBE_SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-/// Who manages an EndpointSlice.
-pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
-/// kubetun's value of [`MANAGED_BY_LABEL`].
-pub const MANAGED_BY: &str = "kubetun.io";
-/// Label of a derived Service: the ServiceImport it serves.
-pub const DERIVED_FOR_LABEL: &str = "net.kubetun.io/service-import";
 
 /// How this cluster sees one exporter's addresses.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

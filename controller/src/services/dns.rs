@@ -21,9 +21,10 @@ use std::net::IpAddr;
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::rdata::{A, AAAA, SRV};
 use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
+use kubetun_crds::contract::services::SOURCE_CLUSTER_LABEL;
 use kubetun_crds::mcs::ServiceImportType;
 
-use super::desired::{DesiredImport, SOURCE_CLUSTER_LABEL};
+use super::desired::DesiredImport;
 
 /// The zone kubetun answers for.
 pub const ZONE: &str = "svc.clusterset.local.";

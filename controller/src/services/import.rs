@@ -12,12 +12,14 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource as _, ResourceExt as _};
+use kubetun_crds::contract::services::{DERIVED_FOR_LABEL, MANAGED_BY, MANAGED_LABEL};
 use kubetun_crds::mcs::v1beta1::{ServiceImport, ServiceImportSpec, ServiceImportStatus};
 use kubetun_crds::mcs::{ClusterStatus, ServiceImportType};
 
-use super::desired::{DERIVED_FOR_LABEL, DesiredImport, MANAGED_BY, derived_service_name};
+use super::desired::{DesiredImport, derived_service_name};
+
 use super::dns::{DnsService, DnsTable};
-use super::sync::{FIELD_MANAGER, MANAGED_LABEL, Pass, apply_changed, delete, hash, key};
+use super::sync::{FIELD_MANAGER, Pass, apply_changed, delete, hash, key};
 use crate::runtime;
 
 /// Imports written at once (their requests overlap; the API server orders nothing across

@@ -20,27 +20,22 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Resource as _, ResourceExt as _};
+use kubetun_crds::contract::services::{
+    CREDENTIAL_KEY, CREDENTIAL_LABEL, KUBE_SERVICE_NAME_LABEL, MANAGED_BY, MANAGED_BY_LABEL,
+    MANAGED_LABEL,
+};
 use kubetun_crds::mcs::v1beta1::{ServiceExport, ServiceExportStatus, ServiceImport};
 use kubetun_crds::{ExportedService, ExportedServiceSpec, TunnelEndpoint};
 use tokio::sync::Notify;
 
-use super::desired::{
-    AddressViews, DesiredImport, KUBE_SERVICE_NAME_LABEL, MANAGED_BY, MANAGED_BY_LABEL, Source,
-    desired_imports,
-};
+use super::desired::{AddressViews, DesiredImport, Source, desired_imports};
+
 use super::dns_server::SharedTable;
 use super::metrics::ServiceMetrics;
 use super::offer::{ExportRequest, offer};
 use crate::context::Context;
 use crate::runtime::{self, ApiHealth};
 
-/// Label of a Secret holding a linked cluster's credential (key `kubeconfig`) to read its
-/// ExportedServices; the value is that cluster's id.
-pub const CREDENTIAL_LABEL: &str = "net.kubetun.io/services-of";
-/// Key of the kubeconfig in a credential Secret.
-pub const CREDENTIAL_KEY: &str = "kubeconfig";
-/// Label of the ServiceImports kubetun manages.
-pub(super) const MANAGED_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Field manager of every write.
 pub(super) const FIELD_MANAGER: &str = "kubetun-services";
 /// Under churn, passes start at most this often (changes meanwhile make one pass).

@@ -8,8 +8,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kubetun_crds::LeafCluster;
+use kubetun_crds::contract::shortcut::{DEFAULT_SECRET_KEY, reason};
 
-use super::{DEFAULT_SECRET_KEY, reason};
 use crate::connector::ServerAccess;
 
 /// Why a leaf client cannot be built.

@@ -10,11 +10,12 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 use kube::{Resource as _, ResourceExt as _};
+use kubetun_crds::contract::shortcut::{READY, reason};
 use kubetun_crds::{ShortcutConnection, ShortcutPhase};
 
 use super::reconcile::KIND;
 use super::status::write_status;
-use super::{Intervals, READY, ShortcutError, key_of, reason};
+use super::{Intervals, ShortcutError, key_of};
 use crate::conditions;
 use crate::events;
 use crate::runtime::{self, ApiHealth, ErrorBackoff};

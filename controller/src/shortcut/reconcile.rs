@@ -14,14 +14,12 @@ use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{self, Event, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt as _, watcher};
+use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
+use kubetun_crds::contract::shortcut::{FINALIZER, READY, SHORTCUT_LABEL};
 use kubetun_crds::{LeafCluster, ShortcutConnection, ShortcutPhase};
 
 use super::status::{record_error, status_from, write_status};
-use super::{
-    FINALIZER, Intervals, LeafClients, LeafWatches, READY, SHORTCUT_LABEL, SecretKubeconfigs,
-    ShortcutError, key_of,
-};
-use crate::cluster_info::DEFAULT_NAMESPACE;
+use super::{Intervals, LeafClients, LeafWatches, SecretKubeconfigs, ShortcutError, key_of};
 use crate::conditions;
 use crate::connector::{
     self, ClusterHandle, Connector, LinkOwner, TracingProgress, Transit, WaitOptions,

@@ -4,12 +4,14 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource as _, ResourceExt as _};
+use kubetun_crds::contract::shortcut::{LEAF_REACHABLE, READY, reason};
 use kubetun_crds::{
     Condition, ShortcutConnection, ShortcutConnectionStatus, ShortcutDirection, ShortcutPath,
     ShortcutPhase,
 };
 
-use super::{FIELD_MANAGER, LEAF_REACHABLE, READY, ShortcutError, key_of, reason};
+use super::{FIELD_MANAGER, ShortcutError, key_of};
+
 use crate::conditions;
 use crate::connector::{self, Direction, LinkState};
 

@@ -12,7 +12,7 @@ use kube::runtime::watcher;
 use kubetun_crds::ShortcutConnection;
 
 use super::key_of;
-use crate::connector::{self, Connector};
+use crate::connector::Connector;
 
 /// Watches of each shortcut's leaves (NetworkConfigs and TunnelEndpoints in kubetun's
 /// namespace there) that ask for a reconcile of the shortcut when something that decides its
@@ -91,8 +91,8 @@ impl LeafWatches {
                 Api::namespaced(handle.client.clone(), &handle.namespace);
             let config = watcher::Config::default().labels(&format!(
                 "{}={}",
-                connector::MANAGED_BY_LABEL,
-                connector::MANAGED_BY_CONNECTOR
+                kubetun_crds::contract::link::MANAGED_BY_LABEL,
+                kubetun_crds::contract::link::MANAGED_BY_CONNECTOR
             ));
             tasks.push(tokio::spawn(forward_changes(
                 watcher(configs, config),

@@ -389,9 +389,8 @@ pub async fn link_as_connector(
     remote: &kubetun_controller::cluster_info::ClusterInfo,
 ) -> Result<(), kube::Error> {
     use kube::api::{Patch, PatchParams};
-    use kubetun_controller::planner::{
-        ROLE_LOCAL, ROLE_REMOTE, local_config_name, remote_config_name,
-    };
+    use kubetun_controller::planner::{local_config_name, remote_config_name};
+    use kubetun_crds::contract::link::{ROLE_LOCAL, ROLE_REMOTE};
     let id = &remote.cluster.id;
     let apply = PatchParams::apply(kubetun_controller::connector::FIELD_MANAGER).force();
     // The status describes the generation of our own NetworkConfig.

@@ -11,9 +11,10 @@ use kubetun_controller::context::{Context, ControllerConfig};
 use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::ipam::IpamConfig;
 use kubetun_controller::keys::GatewayKey;
-use kubetun_controller::planner::{self, PEER_LABEL, ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE};
+use kubetun_controller::planner;
 use kubetun_controller::reconcile::{self, SyncReport};
 use kubetun_controller_testing::FakeGateway;
+use kubetun_crds::contract::link::{PEER_LABEL, ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE};
 use kubetun_crds::{
     Network, NetworkConfig, NetworkConfigSpec, NetworkConfigStatus, TunnelEndpoint,
 };

@@ -9,9 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use kube::ResourceExt;
 use kube_fake_client::Error as FakeError;
-use kubetun_controller::network::allocator::CLAIM_UID_LABEL;
-use kubetun_controller::network::reconciler::{FINALIZER, condition, reason};
 use kubetun_controller::runtime::ApiHealth;
+use kubetun_crds::contract::network::{CLAIM_UID_LABEL, FINALIZER, condition, reason};
 use kubetun_crds::{ClaimRef, GROUP, NetworkId, NetworkIdSpec, NetworkPhase};
 use network_common::*;
 

@@ -18,9 +18,8 @@ use kube::runtime::controller::Action;
 use kubetun_controller::conditions;
 use kubetun_controller::connector::Connector;
 use kubetun_controller::runtime::{self, ApiHealth};
-use kubetun_controller::shortcut::{
-    self, Context, FINALIZER, LEAF_REACHABLE, LeafError, READY, SecretKubeconfigs, reason,
-};
+use kubetun_controller::shortcut::{self, Context, LeafError, SecretKubeconfigs};
+use kubetun_crds::contract::shortcut::{FINALIZER, LEAF_REACHABLE, READY, reason};
 use kubetun_crds::{
     ConnectionState, LeafCluster, NetworkConfigSpec, NetworkConfigStatus, SecretKeyRef,
     ShortcutConnection, ShortcutConnectionSpec, ShortcutPhase,

@@ -48,8 +48,13 @@ async fn rotation_states_of_the_key_secret() {
         assert_eq!(again, RotationStart::Resumed(rotating.clone()));
     }
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
-    let stored = GatewayKeys::from_secret(&secrets.get(keys::SECRET_NAME).await.expect("get"))
-        .expect("keys");
+    let stored = GatewayKeys::from_secret(
+        &secrets
+            .get(kubetun_crds::contract::gateway_key::SECRET_NAME)
+            .await
+            .expect("get"),
+    )
+    .expect("keys");
     assert_eq!(&stored, rotating);
 
     // Ending is conditional on the current key, and removes the previous key's field.
@@ -69,9 +74,12 @@ async fn rotation_states_of_the_key_secret() {
             .expect("end again"),
         "ending twice changes nothing"
     );
-    let secret = secrets.get(keys::SECRET_NAME).await.expect("get");
+    let secret = secrets
+        .get(kubetun_crds::contract::gateway_key::SECRET_NAME)
+        .await
+        .expect("get");
     let data = secret.data.clone().unwrap_or_default();
-    assert!(!data.contains_key(keys::PREVIOUS_PRIVATE_KEY_FIELD));
+    assert!(!data.contains_key(kubetun_crds::contract::gateway_key::PREVIOUS_PRIVATE_KEY_FIELD));
     let old_private = original.current.private_base64();
     assert!(
         data.values()

@@ -3,12 +3,14 @@
 //! namespace, and in-process leaves (published cluster info, reconcilers on watches, a fake
 //! gateway that reports every peer connected). The binaries run as processes.
 
+use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kubetun_controller::cluster_info::{ClusterInfo, DEFAULT_NAMESPACE};
+use kubetun_controller::cluster_info::ClusterInfo;
+
 use kubetun_controller::context::{Context, ControllerConfig};
 use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::ipam::IpamConfig;

@@ -21,7 +21,7 @@ use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams};
 use kubetun_controller::services::dns_server::{self, SharedTable};
 use kubetun_controller::services::metrics::ServiceMetrics;
-use kubetun_controller::services::sync::{CREDENTIAL_KEY, CREDENTIAL_LABEL};
+use kubetun_crds::contract::services::{CREDENTIAL_KEY, CREDENTIAL_LABEL};
 use kubetun_crds::mcs::v1beta1::{ServiceExport, ServiceImport};
 use kubetun_crds::{ExportedService, TunnelEndpoint};
 use realapi_support::{Leaf, NAMESPACE};

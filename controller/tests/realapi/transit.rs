@@ -25,8 +25,9 @@ use std::time::{Duration, Instant};
 
 use kube::api::{Api, Patch, PatchParams};
 use kubetun_controller::gateway_api::DesiredState;
-use kubetun_controller::planner::{TRANSIT_ANNOTATION_PREFIX, remote_config_name};
+use kubetun_controller::planner::remote_config_name;
 use kubetun_controller::shortcut;
+use kubetun_crds::contract::link::TRANSIT_ANNOTATION_PREFIX;
 use kubetun_crds::{NetworkConfig, ShortcutConnection, TunnelEndpoint};
 use realapi_support::{Leaf, NAMESPACE, kubetun, text};
 

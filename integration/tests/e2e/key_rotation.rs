@@ -20,6 +20,7 @@ use kube::api::ListParams;
 use kubetun_controller::cluster_info::ClusterInfo;
 use kubetun_controller::keys;
 use kubetun_crds::TunnelEndpoint;
+use kubetun_crds::contract::gateway_key;
 use kubetun_integration::lab;
 use kubetun_integration::lab::apiserver::{self, NAMESPACE};
 use kubetun_integration::lab::services::fetch_by_name;
@@ -111,7 +112,10 @@ fn kubeconfig(cluster: &ClusterState) -> String {
 /// The private key (base64) in a cluster's key Secret.
 async fn private_key(cluster: &ClusterState) -> String {
     let secrets: Api<Secret> = Api::namespaced(admin(cluster).await, NAMESPACE);
-    let secret = secrets.get(keys::SECRET_NAME).await.expect("key Secret");
+    let secret = secrets
+        .get(gateway_key::SECRET_NAME)
+        .await
+        .expect("key Secret");
     keys::GatewayKeys::from_secret(&secret)
         .expect("keys")
         .current
@@ -287,7 +291,10 @@ async fn rotating_keys_keeps_traffic_and_leaves_no_old_key() {
     );
     assert!(!error.contains(&old_private));
     let rome_secrets: Api<Secret> = Api::namespaced(admin(rome).await, NAMESPACE);
-    let secret = rome_secrets.get(keys::SECRET_NAME).await.expect("Secret");
+    let secret = rome_secrets
+        .get(gateway_key::SECRET_NAME)
+        .await
+        .expect("Secret");
     let pending = keys::GatewayKeys::from_secret(&secret).expect("keys");
     assert_eq!(
         pending

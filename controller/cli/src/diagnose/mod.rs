@@ -19,10 +19,10 @@ mod tests;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::Args;
+use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
 
 use super::output::{self, OutputArgs};
 use super::{Error, KubeconfigSource};
-use kubetun_controller::cluster_info::DEFAULT_NAMESPACE;
 use kubetun_controller::connector::ClusterHandle;
 
 pub use checks::diagnose;
