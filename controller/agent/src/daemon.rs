@@ -33,7 +33,7 @@ use super::source::{
     ClusterView, GatewayLocator, SourceError, lease_fingerprint, node_fingerprint, read_cluster,
 };
 use super::{cleanup, converge};
-use kubetun_controller::runtime::{ApiHealth, watch};
+use kubetun_controller::plumbing::runtime::{ApiHealth, watch};
 
 /// Label selector of the gateway pod unless configured otherwise.
 pub const DEFAULT_GATEWAY_SELECTOR: &str =
@@ -193,7 +193,7 @@ pub enum AgentError {
     Source(#[from] SourceError),
     /// No client could be built from the kubeconfig or the in-cluster configuration.
     #[error(transparent)]
-    Client(#[from] kubetun_controller::kubeconfig::KubeconfigError),
+    Client(#[from] kubetun_controller::plumbing::kubeconfig::KubeconfigError),
     /// A Kubernetes API call failed.
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
@@ -270,7 +270,7 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
         );
         return Ok(());
     }
-    let client = kubetun_controller::kubeconfig::KubeconfigSource {
+    let client = kubetun_controller::plumbing::kubeconfig::KubeconfigSource {
         path: args.kubeconfig.clone(),
         context: args.context.clone(),
     }
@@ -291,7 +291,7 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
     if args.once {
         return pass(&client, &kernel, &config, underlay).await.map(drop);
     }
-    let health = kubetun_controller::runtime::ApiHealth::new(client.clone());
+    let health = kubetun_controller::plumbing::runtime::ApiHealth::new(client.clone());
     let mut triggers = pin!(changes(&client, &config, &health));
     let resync = Duration::from_secs(args.resync_seconds.max(1));
     let mut shutdown = pin!(shutdown_signal());

@@ -23,7 +23,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kubetun_crds::Endpoint;
 
 use kubetun_controller::connector::{self, Progress};
-pub use kubetun_controller::kubeconfig::{KubeconfigError, KubeconfigSource, install_tls_provider};
+pub use kubetun_controller::plumbing::kubeconfig::{
+    KubeconfigError, KubeconfigSource, install_tls_provider,
+};
 
 /// A failure of a `kubetun` subcommand.
 #[derive(Debug, thiserror::Error)]
@@ -59,7 +61,7 @@ pub enum Error {
     Incomplete(String),
     /// A key rotation failed.
     #[error("{}", connector::error_chain(.0.as_ref()))]
-    Rotation(Box<kubetun_controller::rotation::RotationError>),
+    Rotation(Box<kubetun_controller::connector::rotation::RotationError>),
     /// A wait ran out of time.
     #[error("timed out after {timeout:?} waiting for {what}")]
     Timeout {
@@ -70,8 +72,8 @@ pub enum Error {
     },
 }
 
-impl From<kubetun_controller::rotation::RotationError> for Error {
-    fn from(error: kubetun_controller::rotation::RotationError) -> Self {
+impl From<kubetun_controller::connector::rotation::RotationError> for Error {
+    fn from(error: kubetun_controller::connector::rotation::RotationError) -> Self {
         Self::Rotation(Box::new(error))
     }
 }
@@ -125,7 +127,7 @@ impl ConsoleProgress {
     /// Spinner when stdout is a terminal, plain lines otherwise.
     pub fn stdout() -> Self {
         Self {
-            interactive: kubetun_controller::logging::colour(&std::io::stdout()),
+            interactive: kubetun_controller::plumbing::logging::colour(&std::io::stdout()),
             spinner: Mutex::new(None),
         }
     }

@@ -12,8 +12,8 @@ use super::{
     ConsoleProgress, Error, KubeconfigSource, format_bytes, parse_duration, parse_endpoint,
     push_indented, render_table,
 };
+use kubetun_controller::connector::rotation::{self, RotationOptions, RotationReport};
 use kubetun_controller::connector::{self, ClusterHandle, Connector, LinkStatus, WaitOptions};
-use kubetun_controller::rotation::{self, RotationOptions, RotationReport};
 
 /// `kubetun network`.
 #[derive(Debug, Args)]

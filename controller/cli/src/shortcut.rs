@@ -24,8 +24,8 @@ use super::{
     ConsoleProgress, Error, KubeconfigSource, minify_kubeconfig, parse_duration, parse_endpoint,
     push_indented, render_table,
 };
-use kubetun_controller::conditions;
 use kubetun_controller::connector::Progress;
+use kubetun_controller::plumbing::conditions;
 
 /// Field manager of the CLI's writes on the hub.
 const FIELD_MANAGER: &str = "kubetun-cli";

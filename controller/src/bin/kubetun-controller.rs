@@ -11,17 +11,19 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::Parser;
 use ipnet::IpNet;
-use kubetun_controller::cluster_info::{Cidrs, ClusterInfo, parse_cidrs};
-use kubetun_controller::context::{Context, ControllerConfig};
-use kubetun_controller::gateway_client::{DEFAULT_INTERFACE, GatewayClient, grpc_socket_path};
-use kubetun_controller::ha::{self, Election, Elector, HaMetrics, Timing};
 use kubetun_controller::ipam::{IpamConfig, rfc1918_pools};
 use kubetun_controller::keys::GatewayKeys;
-use kubetun_controller::network::{self, NetworkOptions};
+use kubetun_controller::operator::ha::{self, Election, Elector, HaMetrics, Timing};
+use kubetun_controller::operator::isolation::{self, NetworkOptions};
+use kubetun_controller::operator::network_config;
+use kubetun_controller::operator::network_config::context::{Context, ControllerConfig};
+use kubetun_controller::operator::services;
+use kubetun_controller::operator::shortcut;
 use kubetun_controller::planner::{self, GatewaySettings};
-use kubetun_controller::reconcile;
-use kubetun_controller::services;
-use kubetun_controller::shortcut;
+use kubetun_controller::plumbing::cluster_info::{Cidrs, ClusterInfo, parse_cidrs};
+use kubetun_controller::plumbing::gateway_client::{
+    DEFAULT_INTERFACE, GatewayClient, grpc_socket_path,
+};
 use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
 use kubetun_crds::contract::lease::DEFAULT_LEASE_NAME;
 use kubetun_crds::{ClusterRef, Endpoint};
@@ -179,7 +181,7 @@ impl ReplicaArgs {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    kubetun_controller::logging::init_daemon(args.log_json);
+    kubetun_controller::plumbing::logging::init_daemon(args.log_json);
     run_controller(args).await
 }
 
@@ -267,7 +269,7 @@ impl Standby<'_> {
         tokio::select! {
             () = elector.acquire() => Ok(Some(elector)),
             () = ha::standby::run(self.client.clone(), namespace, self.settings.clone(), gateway) => Ok(Some(elector)),
-            () = kubetun_controller::shutdown::signal() => {
+            () = kubetun_controller::plumbing::shutdown::signal() => {
                 tracing::info!("stopped while on standby");
                 Ok(None)
             }
@@ -278,7 +280,7 @@ impl Standby<'_> {
 /// The controller: metrics, the standby wait of a replica, then every reconciler until one
 /// stops, the lease is lost or a signal comes.
 async fn run_controller(args: Args) -> anyhow::Result<()> {
-    let client = kubetun_controller::kubeconfig::KubeconfigSource {
+    let client = kubetun_controller::plumbing::kubeconfig::KubeconfigSource {
         path: args.kubeconfig.clone(),
         context: args.context.clone(),
     }
@@ -354,13 +356,13 @@ async fn run_controller(args: Args) -> anyhow::Result<()> {
     };
     tracing::info!("running; SIGTERM or ctrl+c stops gracefully");
     tokio::select! {
-        () = reconcile::run(ctx.clone()) => tracing::info!("controller stopped"),
+        () = network_config::run(ctx.clone()) => tracing::info!("controller stopped"),
         () = services => {}
         () = dns => {}
         result = shortcut_operator(&client, &args, &ctx) => {
             result.context("the ShortcutConnection operator failed")?;
         }
-        result = network::run(client.clone(), None, network_options, ctx.health.clone()) => {
+        result = isolation::run(client.clone(), None, network_options, ctx.health.clone()) => {
             result.context("the Network controllers failed")?;
         }
         result = &mut http => {

@@ -11,8 +11,8 @@ use super::{
     ClusterHandle, ConnectError, Connector, Direction, LinkState, Progress, WaitOptions,
     describe_views, error_chain,
 };
-use crate::cluster_info::ClusterInfo;
 use crate::planner::{local_config_name, remote_config_name};
+use crate::plumbing::cluster_info::ClusterInfo;
 
 impl Connector {
     /// One pass: applies the four NetworkConfigs, mirrors processed statuses and reads both

@@ -23,6 +23,7 @@ mod error;
 mod link;
 mod progress;
 mod publish;
+pub mod rotation;
 mod services_access;
 mod state;
 mod status;
@@ -35,12 +36,12 @@ pub use cluster::ClusterHandle;
 pub use error::{ConnectError, error_chain};
 pub use progress::{Progress, TracingProgress};
 pub use publish::{link_owner, network_config};
-pub use services_access::{ServerAccess, credential_name, reader_name};
+pub use services_access::{credential_name, reader_name};
 pub use state::{Direction, LinkState, describe_views};
 pub use status::{CidrKind, LinkStatus, link_statuses};
 pub use teardown::{Removed, forget, reset, wait_removed};
 
-use crate::cluster_info::ClusterInfo;
+use crate::plumbing::cluster_info::ClusterInfo;
 
 /// Field manager of the connector's writes.
 pub const FIELD_MANAGER: &str = "kubetun-connector";

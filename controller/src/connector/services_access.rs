@@ -29,49 +29,12 @@ use serde_json::json;
 
 use super::teardown::{Removed, delete_ignoring_missing};
 use super::{ClusterHandle, ConnectError, FIELD_MANAGER, Progress};
+use crate::plumbing::kubeconfig::ServerAccess;
 
 /// How long a token is asked for.
 pub const TOKEN_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 /// A credential expiring sooner than this is renewed by the next pass.
 pub const RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
-
-/// How other clusters reach a cluster's API server: what a credential's kubeconfig names.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ServerAccess {
-    /// `https://…` as the kubeconfig that reached it says.
-    pub url: String,
-    /// The CA certificates (DER) the kubeconfig trusts, if it names any.
-    pub ca_der: Vec<Vec<u8>>,
-    /// The kubeconfig skips TLS verification.
-    pub insecure: bool,
-    /// The name the server's certificate is checked against, when not the URL's host
-    /// (`tls-server-name`: an API server reached at an address its certificate does not name).
-    pub tls_server_name: Option<String>,
-}
-
-impl std::fmt::Debug for ServerAccess {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerAccess")
-            .field("url", &self.url)
-            .finish_non_exhaustive()
-    }
-}
-
-impl ServerAccess {
-    /// What `config` (a loaded kubeconfig) says about its API server.
-    pub fn of(config: &kube::Config) -> Self {
-        Self {
-            url: config
-                .cluster_url
-                .to_string()
-                .trim_end_matches('/')
-                .to_owned(),
-            ca_der: config.root_cert.clone().unwrap_or_default(),
-            insecure: config.accept_invalid_certs,
-            tls_server_name: config.tls_server_name.clone(),
-        }
-    }
-}
 
 /// The ServiceAccount (and Role, RoleBinding) in an exporter for `importer_id`.
 pub fn reader_name(importer_id: &str) -> String {

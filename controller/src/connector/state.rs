@@ -5,9 +5,9 @@ use kubetun_crds::{
     CidrMapping, ClusterRef, Condition, ConnectionStatus, NetworkConfig, NetworkConfigStatus,
 };
 
-use crate::cluster_info::ClusterInfo;
-use crate::conditions;
 use crate::planner::status_matches_spec;
+use crate::plumbing::cluster_info::ClusterInfo;
+use crate::plumbing::conditions;
 
 /// How one cluster sees the other and the state of its tunnel towards it.
 #[derive(Debug, Clone, PartialEq)]

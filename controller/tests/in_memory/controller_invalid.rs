@@ -4,9 +4,9 @@
 use crate::controller_support;
 
 use controller_support::{Cluster, announce, announce_spec, labelled, put, settle};
-use kubetun_controller::conditions;
 use kubetun_controller::ipam::IpamConfig;
 use kubetun_controller::planner::remote_config_name;
+use kubetun_controller::plumbing::conditions;
 use kubetun_crds::contract::link::ROLE_REMOTE;
 use kubetun_crds::{Condition, NetworkConfigSpec};
 

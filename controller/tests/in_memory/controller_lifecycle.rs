@@ -10,8 +10,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kubetun_controller::gateway_api::DesiredState;
-use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::ipam::IpamConfig;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use kubetun_controller_testing::FakeGateway;
 use kubetun_crds::contract::link::FINALIZER;
 use kubetun_crds::{

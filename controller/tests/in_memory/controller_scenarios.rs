@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use controller_support::{Cluster, announce, connect, settle};
 use kube::api::DeleteParams;
-use kubetun_controller::conditions;
-use kubetun_controller::gateway_client::GatewayClient;
-use kubetun_controller::reconcile::GatewaySync;
+use kubetun_controller::operator::network_config::GatewaySync;
+use kubetun_controller::plumbing::conditions;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use kubetun_crds::ConnectionState;
 
 /// Europe (hub), Rome and Milan: every cluster uses external CIDR 10.70.0.0/16.

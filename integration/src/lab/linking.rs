@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::time::Instant;
 
-use kubetun_controller::gateway_client::GatewayClient;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 
 use super::agents::converge_agents;
 use super::checks::{self, Check, Ends, Kind};

@@ -45,8 +45,8 @@ mod up;
 use std::io::Write;
 use std::path::PathBuf;
 
-use kubetun_controller::gateway_client::GatewayClientError;
 use kubetun_controller::planner::PlanError;
+use kubetun_controller::plumbing::gateway_client::GatewayClientError;
 use serde::Serialize;
 
 use crate::multinode::MultiNodeError;

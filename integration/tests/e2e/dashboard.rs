@@ -90,20 +90,22 @@ fn exposed(text: &str) -> (BTreeSet<String>, BTreeSet<String>) {
 }
 
 fn controller_exposition() -> String {
-    let metrics = kubetun_controller::context::Metrics::default();
+    let metrics = kubetun_controller::operator::network_config::context::Metrics::default();
     // Families with a series each, so the names are exposed whatever the encoder does with
     // empty families.
     metrics.reconciled("networkconfig");
     metrics
         .failures
-        .get_or_create(&kubetun_controller::context::FailureLabels {
-            controller: "networkconfig",
-            error: "api",
-        })
+        .get_or_create(
+            &kubetun_controller::operator::network_config::context::FailureLabels {
+                controller: "networkconfig",
+                error: "api",
+            },
+        )
         .inc();
     let mut registry = prometheus_client::registry::Registry::default();
     metrics.register(&mut registry);
-    let replicas = kubetun_controller::ha::HaMetrics::default();
+    let replicas = kubetun_controller::operator::ha::HaMetrics::default();
     replicas.set_leading(true);
     replicas.promoted();
     replicas.register(&mut registry);

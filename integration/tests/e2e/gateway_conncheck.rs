@@ -19,8 +19,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use kubetun_controller::gateway_api::{self, ConnCheck, ConnectionState, DesiredState, PeerStatus};
-use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::keys::GatewayKey;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use kubetun_integration::netns::{
     Netns, NsChild, bin_path, command_exists, remove_stale_socket, require_root, veth,
     wait_for_path,

@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use gateway_ns::GatewayNs;
 use kubetun_controller::gateway_api::{self, ConnCheck, DesiredState, PeerStatus};
-use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::keys::GatewayKey;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use kubetun_integration::ha::{PingTrain, unix_now};
 use kubetun_integration::netns::{NsChild, require_root, veth};
 

@@ -97,7 +97,7 @@ fn grpc_client(
     timeout: Duration,
 ) -> (
     tokio::runtime::Runtime,
-    kubetun_controller::gateway_client::GatewayClient,
+    kubetun_controller::plumbing::gateway_client::GatewayClient,
 ) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -105,7 +105,7 @@ fn grpc_client(
         .expect("runtime");
     let client = {
         let _context = runtime.enter();
-        kubetun_controller::gateway_client::GatewayClient::with_timeout(
+        kubetun_controller::plumbing::gateway_client::GatewayClient::with_timeout(
             format!("/var/run/kubetun/test-{ifname}.grpc.sock"),
             timeout,
         )

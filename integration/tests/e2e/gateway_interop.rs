@@ -544,7 +544,7 @@ fn restarted_peer_rehandshakes_and_traffic_resumes() {
 fn grpc_apply_remaps_against_wireguard_go_and_reports_status() {
     let _turn = kubetun_integration::netns::turn(module_path!());
     use kubetun_controller::gateway_api as api;
-    use kubetun_controller::gateway_client::GatewayClient;
+    use kubetun_controller::plumbing::gateway_client::GatewayClient;
 
     let Some((a, b)) = pair("i6", Implementation::Kubetun, Implementation::WireguardGo) else {
         return;

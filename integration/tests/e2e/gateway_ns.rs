@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::keys::GatewayKey;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use kubetun_integration::netns::{Netns, NsChild, gateway_command, spawn_gateway};
 
 /// Every test gateway's interface name: each has its own namespace and UAPI directory.

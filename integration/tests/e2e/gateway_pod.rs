@@ -31,8 +31,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use kubetun_controller::gateway_api::{self, DesiredState};
-use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::keys::GatewayKey;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use kubetun_integration::image;
 use kubetun_integration::netns::{bin_path, command_exists, require_root, wait_for_path};
 use serde_yaml::Value;

@@ -14,9 +14,9 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::keys::GatewayKey;
 use kubetun_controller::planner::{self, GatewaySettings};
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use kubetun_crds::{CidrMapping, ClusterRef, Endpoint, TunnelEndpointSpec};
 use kubetun_integration::netns::{
     Netns, NsChild, command_exists, gateway_command, require_root, spawn_gateway, veth,

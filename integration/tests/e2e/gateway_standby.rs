@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use gateway_ns::GatewayNs;
 use kubetun_controller::gateway_api::{self, DesiredState};
-use kubetun_controller::gateway_client::GatewayClient;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use kubetun_integration::netns::{require_root, veth};
 
 const PORT: u32 = 51820;

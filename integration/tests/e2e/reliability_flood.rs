@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use boringtun::noise::{Tunn, TunnResult};
 use boringtun::x25519::{PublicKey, StaticSecret};
 use kubetun_controller::gateway_api::{DesiredState, Interface, Peer, Route};
-use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::keys::GatewayKey;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use kubetun_integration::netns::{
     Netns, bin_path, command_exists, require_root, run_in, veth, wait_for_path,
 };

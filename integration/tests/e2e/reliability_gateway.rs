@@ -24,13 +24,13 @@ use std::time::{Duration, Instant};
 use kube::Api;
 use kube::api::{ListParams, ObjectMeta, PostParams};
 use kube_fake_client::ClientBuilder;
-use kubetun_controller::cluster_info::ClusterInfo;
-use kubetun_controller::context::{Context, ControllerConfig};
-use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::ipam::IpamConfig;
 use kubetun_controller::keys::GatewayKey;
+use kubetun_controller::operator::network_config::context::{Context, ControllerConfig};
+use kubetun_controller::operator::network_config::gateway::GatewaySync;
 use kubetun_controller::planner::{self, GatewaySettings};
-use kubetun_controller::reconcile::gateway::GatewaySync;
+use kubetun_controller::plumbing::cluster_info::ClusterInfo;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use kubetun_crds::{
     CidrMapping, ClusterRef, ConnectionState, Endpoint, Network, NetworkConfig, TunnelEndpoint,
     TunnelEndpointSpec,

@@ -12,8 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kubetun_controller::gateway_api::{Acl, DesiredState, Interface, Peer, Route};
-use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::keys::GatewayKey;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use kubetun_integration::iperf::Server;
 use kubetun_integration::netns::{
     Netns, bin_path, command_exists, require_root, veth, wait_for_path,

@@ -8,7 +8,7 @@ use kubetun_crds::{ConnectionState, ConnectionStatus, TunnelEndpoint, TunnelEndp
 use super::STALE_HANDSHAKE_SECS;
 use super::report::{Checks, Outcome};
 use super::side::{Side, tunnel_of};
-use kubetun_controller::conditions;
+use kubetun_controller::plumbing::conditions;
 
 /// The fix for a missing NetworkConfig, either way.
 const CONNECT: &str =

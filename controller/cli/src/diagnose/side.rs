@@ -5,8 +5,8 @@ use kube::api::{Api, ListParams};
 use kubetun_crds::{NetworkConfig, TunnelEndpoint};
 
 use super::AGENT_DAEMONSET;
-use kubetun_controller::cluster_info::ClusterInfo;
 use kubetun_controller::connector::ClusterHandle;
+use kubetun_controller::plumbing::cluster_info::ClusterInfo;
 
 /// What one cluster's API returned.
 #[derive(Debug, Clone)]

@@ -9,7 +9,7 @@ use kubetun_crds::{
 
 use super::{Outcome, Side, diagnose, render};
 use crate::output;
-use kubetun_controller::cluster_info::ClusterInfo;
+use kubetun_controller::plumbing::cluster_info::ClusterInfo;
 
 /// 2026-11-25T00:00:00Z.
 const NOW: i64 = 1_795_564_800;

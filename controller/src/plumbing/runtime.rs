@@ -271,7 +271,7 @@ where
 }
 
 /// A controller of `api`'s objects fed by [`watch`]; chain `owns_stream`/`watches_stream`
-/// with more [`watch`]es, then `.graceful_shutdown_on(crate::shutdown::signal())`.
+/// with more [`watch`]es, then `.graceful_shutdown_on(crate::plumbing::shutdown::signal())`.
 pub fn controller<K>(
     api: Api<K>,
     config: watcher::Config,
@@ -474,7 +474,7 @@ impl<S> Context<S> {
     /// Publishes an Event about `regarding` through [`Self::recorder`], if any; best effort.
     /// The recorder folds Events with the same reason and action into one series that keeps
     /// the first note: a note that changes with the object goes through
-    /// [`crate::events::warn`] instead.
+    /// [`crate::plumbing::events::warn`] instead.
     pub async fn publish(
         &self,
         regarding: &ObjectReference,
@@ -484,7 +484,8 @@ impl<S> Context<S> {
         note: &str,
     ) {
         if let Some(recorder) = &self.recorder {
-            crate::events::publish_with(recorder, regarding, type_, reason, action, note).await;
+            crate::plumbing::events::publish_with(recorder, regarding, type_, reason, action, note)
+                .await;
         }
     }
 

@@ -11,9 +11,9 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::Api;
 
-use crate::gateway_client::GatewayClient;
 use crate::keys::{self, GatewayKeys};
 use crate::planner::{self, GatewaySettings};
+use crate::plumbing::gateway_client::GatewayClient;
 
 /// How often a standby reads the TunnelEndpoints and the keys. A takeover runs the state of
 /// at most this long ago until the new leader's own sync catches up.
@@ -27,7 +27,7 @@ pub enum StandbyError {
     #[error(transparent)]
     Keys(#[from] keys::KeyError),
     #[error(transparent)]
-    Gateway(#[from] crate::gateway_client::GatewayClientError),
+    Gateway(#[from] crate::plumbing::gateway_client::GatewayClientError),
 }
 
 /// One pass: reads the TunnelEndpoints and the keys, and applies the state if the gateway
@@ -43,7 +43,8 @@ pub async fn sync(
         .await?;
     let keys = GatewayKeys::from_secret(&secret)?;
     settings.set_keys(&keys.current, keys.previous.as_ref());
-    let specs = crate::reconcile::tunnel_endpoint::list_specs(client, namespace).await?;
+    let specs =
+        crate::operator::network_config::tunnel_endpoint::list_specs(client, namespace).await?;
     let desired = planner::desired_state(settings, &specs);
     if gateway.status().await?.version == desired.version {
         return Ok(false);

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::runtime::ErrorBackoff;
+use crate::plumbing::runtime::ErrorBackoff;
 
 /// When to look at a shortcut again.
 #[derive(Debug, Clone, Copy)]

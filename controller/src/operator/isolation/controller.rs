@@ -13,7 +13,7 @@ use kubetun_crds::{Network, NetworkId};
 use super::peering::{NetworkKey, referencing};
 use super::reconciler::{Context, NetworkIdContext, reconcile_network, reconcile_network_id};
 use super::{NetworkError, NetworkOptions};
-use crate::runtime::{self, ApiHealth};
+use crate::plumbing::runtime::{self, ApiHealth};
 
 /// `reportingController` of the Events the Network controller publishes.
 const EVENT_REPORTER: &str = "kubetun-network";
@@ -102,7 +102,7 @@ pub async fn run(
                 Some(ObjectRef::<Network>::new(&claim.name).within(&claim.namespace))
             },
         )
-        .graceful_shutdown_on(crate::shutdown::signal())
+        .graceful_shutdown_on(crate::plumbing::shutdown::signal())
         .run(reconcile_network, runtime::error_policy, network_ctx)
         .for_each(|result| async move {
             if let Err(err) = result {
@@ -117,7 +117,7 @@ pub async fn run(
                 .touched_objects(),
             move |changed: Network| claims_of(&id_store, &changed),
         )
-        .graceful_shutdown_on(crate::shutdown::signal())
+        .graceful_shutdown_on(crate::plumbing::shutdown::signal())
         .run(reconcile_network_id, runtime::error_policy, id_ctx)
         .for_each(|result| async move {
             if let Err(err) = result {

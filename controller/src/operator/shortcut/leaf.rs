@@ -10,7 +10,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kubetun_crds::LeafCluster;
 use kubetun_crds::contract::shortcut::{DEFAULT_SECRET_KEY, reason};
 
-use crate::connector::ServerAccess;
+use crate::plumbing::kubeconfig::ServerAccess;
 
 /// Why a leaf client cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -131,7 +131,7 @@ impl SecretKubeconfigs {
         };
         let text = std::str::from_utf8(&bytes.0).map_err(|e| invalid(&e))?;
         let kubeconfig = Kubeconfig::from_yaml(text).map_err(|e| invalid(&e))?;
-        crate::kubeconfig::install_tls_provider();
+        crate::plumbing::kubeconfig::install_tls_provider();
         let config =
             kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                 .await

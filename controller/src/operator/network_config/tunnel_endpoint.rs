@@ -15,13 +15,13 @@ use kubetun_crds::{
     TunnelEndpointSpec, TunnelEndpointStatus,
 };
 
-use crate::cluster_info::FIELD_MANAGER;
-use crate::conditions;
-use crate::context::Context;
-use crate::error::Error;
 use crate::gateway_api::{self, PeerStatus, StatusResponse};
-use crate::gateway_client::GatewayClientError;
+use crate::operator::network_config::context::Context;
+use crate::operator::network_config::error::Error;
 use crate::planner;
+use crate::plumbing::cluster_info::FIELD_MANAGER;
+use crate::plumbing::conditions;
+use crate::plumbing::gateway_client::GatewayClientError;
 
 /// Creates or updates the TunnelEndpoint of `peer` when both NetworkConfigs exist and are
 /// processed for their current spec; removes it otherwise. `fresh` is one of the two as the
@@ -153,7 +153,7 @@ pub async fn remove_stray(ctx: &Context, endpoint: &TunnelEndpoint) -> Result<()
     };
     // The Event first: it must name the object while it exists.
     let message = stray_message(&peer);
-    crate::events::warn(
+    crate::plumbing::events::warn(
         &ctx.client,
         &endpoint.object_ref(&()),
         reason::NOT_MANAGED,
@@ -187,13 +187,13 @@ pub async fn remove_stray(ctx: &Context, endpoint: &TunnelEndpoint) -> Result<()
 }
 
 /// The remote prefixes Network peerings allow from `peer` (see
-/// [`crate::network::acl_for_cluster`]); `None` when no Network mentions it or the Network
+/// [`crate::operator::isolation::acl_for_cluster`]); `None` when no Network mentions it or the Network
 /// API is not installed.
 async fn allowed_prefixes(ctx: &Context, peer: &str) -> Result<Option<Vec<String>>, Error> {
     let Some(networks) = ctx.cache.networks().await? else {
         return Ok(None);
     };
-    Ok(crate::network::acl_for_cluster(&networks, peer)
+    Ok(crate::operator::isolation::acl_for_cluster(&networks, peer)
         .map(|prefixes| prefixes.iter().map(ToString::to_string).collect()))
 }
 
@@ -455,7 +455,7 @@ pub async fn write_status(
     status: &TunnelEndpointStatus,
 ) -> Result<(), Error> {
     let api: Api<TunnelEndpoint> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    crate::reconcile::apply_status(&api, &endpoint.name_any(), status)
+    crate::operator::network_config::apply_status(&api, &endpoint.name_any(), status)
         .await
         .map(drop)
 }
@@ -489,7 +489,7 @@ pub(super) mod tests {
     }
 
     /// A TunnelEndpoint for peer `name` with empty CIDR lists (shared with the cache tests).
-    pub(in crate::reconcile) fn endpoint_named(name: &str) -> TunnelEndpoint {
+    pub(in crate::operator::network_config) fn endpoint_named(name: &str) -> TunnelEndpoint {
         TunnelEndpoint::new(
             name,
             TunnelEndpointSpec {

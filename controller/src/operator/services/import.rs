@@ -20,7 +20,7 @@ use super::desired::{DesiredImport, derived_service_name};
 
 use super::dns::{DnsService, DnsTable};
 use super::sync::{FIELD_MANAGER, Pass, apply_changed, delete, hash, key};
-use crate::runtime;
+use crate::plumbing::runtime;
 
 /// Imports written at once (their requests overlap; the API server orders nothing across
 /// them).
@@ -383,7 +383,7 @@ mod tests {
     use kubetun_crds::mcs::{ClientIpConfig, SessionAffinityConfig};
 
     use super::*;
-    use crate::services::merge::Merged;
+    use crate::operator::services::merge::Merged;
 
     fn import(affinity: &str, distribution: &str) -> DesiredImport {
         DesiredImport {

@@ -16,7 +16,6 @@ use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Resource as _, ResourceExt as _};
@@ -33,8 +32,9 @@ use super::desired::{AddressViews, DesiredImport, Source, desired_imports};
 use super::dns_server::SharedTable;
 use super::metrics::ServiceMetrics;
 use super::offer::{ExportRequest, offer};
-use crate::context::Context;
-use crate::runtime::{self, ApiHealth};
+use crate::operator::network_config::context::Context;
+use crate::plumbing::kubeconfig::peer_client;
+use crate::plumbing::runtime::{self, ApiHealth};
 
 /// Field manager of every write.
 pub(super) const FIELD_MANAGER: &str = "kubetun-services";
@@ -484,7 +484,7 @@ impl Pass {
                     && o.message == problem.message
             });
             if !known {
-                crate::events::warn(
+                crate::plumbing::events::warn(
                     &self.ctx.client,
                     &export.object_ref(&()),
                     &problem.reason,
@@ -600,21 +600,6 @@ impl Pass {
         }
         Ok(())
     }
-}
-
-/// A client from a credential's kubeconfig; the error names what is wrong, never its contents.
-pub async fn peer_client(kubeconfig: &[u8]) -> Result<kube::Client, String> {
-    let text = std::str::from_utf8(kubeconfig).map_err(|_| "not UTF-8".to_owned())?;
-    let kubeconfig = Kubeconfig::from_yaml(text).map_err(|_| "not a kubeconfig".to_owned())?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|_| "the kubeconfig has no usable cluster, user or context".to_owned())?;
-    kube::Client::try_from(config)
-        .map_err(|e| format!("cannot build a client: {}", first_line(&e.to_string())))
-}
-
-fn first_line(text: &str) -> &str {
-    text.lines().next().unwrap_or_default()
 }
 
 /// Server-side applies `object` unless `written` holds its digest (it is what was last

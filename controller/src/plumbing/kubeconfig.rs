@@ -1,13 +1,12 @@
 //! Clients from kubeconfigs, shared by the operator, the route agent and the CLI:
 //! [`KubeconfigSource`] (a file and context, or the in-cluster configuration), the
-//! [`KubeconfigError`] it fails with, and [`install_tls_provider`], which every client needs
-//! first.
+//! [`KubeconfigError`] it fails with, [`install_tls_provider`], which every client needs
+//! first, [`ServerAccess`] (what a kubeconfig says about its API server) and
+//! [`peer_client`] (a client from a credential Secret's kubeconfig).
 
 use std::path::PathBuf;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
-
-use crate::connector::ServerAccess;
 
 /// A kubeconfig that cannot be read or has no usable context.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -123,4 +122,57 @@ impl KubeconfigSource {
         let client = kube::Client::try_from(config).map_err(|e| fail(e.to_string()))?;
         Ok((client, server))
     }
+}
+
+/// How other clusters reach a cluster's API server: what a credential's kubeconfig names.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ServerAccess {
+    /// `https://…` as the kubeconfig that reached it says.
+    pub url: String,
+    /// The CA certificates (DER) the kubeconfig trusts, if it names any.
+    pub ca_der: Vec<Vec<u8>>,
+    /// The kubeconfig skips TLS verification.
+    pub insecure: bool,
+    /// The name the server's certificate is checked against, when not the URL's host
+    /// (`tls-server-name`: an API server reached at an address its certificate does not name).
+    pub tls_server_name: Option<String>,
+}
+
+impl std::fmt::Debug for ServerAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerAccess")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerAccess {
+    /// What `config` (a loaded kubeconfig) says about its API server.
+    pub fn of(config: &kube::Config) -> Self {
+        Self {
+            url: config
+                .cluster_url
+                .to_string()
+                .trim_end_matches('/')
+                .to_owned(),
+            ca_der: config.root_cert.clone().unwrap_or_default(),
+            insecure: config.accept_invalid_certs,
+            tls_server_name: config.tls_server_name.clone(),
+        }
+    }
+}
+
+/// A client from a credential's kubeconfig; the error names what is wrong, never its contents.
+pub async fn peer_client(kubeconfig: &[u8]) -> Result<kube::Client, String> {
+    let text = std::str::from_utf8(kubeconfig).map_err(|_| "not UTF-8".to_owned())?;
+    let kubeconfig = Kubeconfig::from_yaml(text).map_err(|_| "not a kubeconfig".to_owned())?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|_| "the kubeconfig has no usable cluster, user or context".to_owned())?;
+    kube::Client::try_from(config)
+        .map_err(|e| format!("cannot build a client: {}", first_line(&e.to_string())))
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
 }

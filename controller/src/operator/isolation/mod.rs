@@ -25,7 +25,7 @@ pub use reconciler::{
     Context, NetworkIdContext, NetworkIds, Networks, reconcile_network, reconcile_network_id,
 };
 
-use crate::runtime::ReconcileError;
+use crate::plumbing::runtime::ReconcileError;
 
 /// Allocator settings (`--min-vni`, `--max-vni`, attempt budget).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,16 +79,16 @@ pub enum NetworkError {
 }
 
 impl ReconcileError for NetworkError {
-    /// The API server's being away (see [`crate::runtime::is_transient`]), also inside the
+    /// The API server's being away (see [`crate::plumbing::runtime::is_transient`]), also inside the
     /// finalizer's wrapping.
     fn is_transient(&self) -> bool {
         use kube::runtime::finalizer::Error as Finalizer;
         match self {
-            Self::Kube(e) => crate::runtime::is_transient(e),
+            Self::Kube(e) => crate::plumbing::runtime::is_transient(e),
             Self::Finalizer(inner) => match inner.as_ref() {
                 Finalizer::ApplyFailed(e) | Finalizer::CleanupFailed(e) => e.is_transient(),
                 Finalizer::AddFinalizer(e) | Finalizer::RemoveFinalizer(e) => {
-                    crate::runtime::is_transient(e)
+                    crate::plumbing::runtime::is_transient(e)
                 }
                 _ => false,
             },

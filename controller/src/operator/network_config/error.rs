@@ -1,11 +1,11 @@
 //! The reconcilers' error type, classified for the failure metric and the error policy
 //! ([`ReconcileError`]).
 
-use crate::cluster_info::ClusterInfoError;
-use crate::gateway_client::GatewayClientError;
 use crate::keys::KeyError;
 use crate::planner::PlanError;
-use crate::runtime::ReconcileError;
+use crate::plumbing::cluster_info::ClusterInfoError;
+use crate::plumbing::gateway_client::GatewayClientError;
+use crate::plumbing::runtime::ReconcileError;
 
 /// Anything a reconciliation pass can fail with. Invalid user input is *not* an error here:
 /// it ends in a condition on the object; these are the failures worth a retry.
@@ -49,9 +49,9 @@ impl From<kube::runtime::finalizer::Error<Error>> for Error {
 }
 
 impl ReconcileError for Error {
-    /// A failed API request that found the API server away ([`crate::runtime::is_transient`]).
+    /// A failed API request that found the API server away ([`crate::plumbing::runtime::is_transient`]).
     fn is_transient(&self) -> bool {
-        matches!(self, Self::Kube(e) if crate::runtime::is_transient(e))
+        matches!(self, Self::Kube(e) if crate::plumbing::runtime::is_transient(e))
     }
 
     fn metric_label(&self) -> &'static str {

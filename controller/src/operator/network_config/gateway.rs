@@ -1,7 +1,7 @@
 //! The gateway sync: pushes the desired state built from every TunnelEndpoint to the local
 //! gateway and brings the gateway's status back into the TunnelEndpoints.
 //!
-//! The TunnelEndpoints come from the context's [`cache`](crate::context::State::cache); the
+//! The TunnelEndpoints come from the context's [`cache`](crate::operator::network_config::context::State::cache); the
 //! watch feeding it wakes the sync when one is created, changed in spec or deleted.
 //!
 //! The gateway is watched (gRPC `Watch`); whenever it reports a version other than the
@@ -18,12 +18,12 @@ use std::time::{Duration, Instant};
 use kube::ResourceExt as _;
 use kubetun_crds::{TunnelEndpoint, TunnelEndpointStatus};
 
-use crate::context::Context;
-use crate::error::Error;
 use crate::gateway_api::{DesiredState, StatusResponse};
-use crate::gateway_client::{GatewayClient, GatewayClientError};
+use crate::operator::network_config::context::Context;
+use crate::operator::network_config::error::Error;
+use crate::operator::network_config::tunnel_endpoint::{self, GatewayReport};
 use crate::planner;
-use crate::reconcile::tunnel_endpoint::{self, GatewayReport};
+use crate::plumbing::gateway_client::{GatewayClient, GatewayClientError};
 
 /// How often the gateway pushes its status on the watch stream.
 const WATCH_INTERVAL: Duration = Duration::from_secs(1);
@@ -309,7 +309,7 @@ impl GatewaySync {
             }
             Err(error) => {
                 self.ctx.metrics.failed("gateway", &error);
-                if matches!(&error, Error::Kube(e) if self.ctx.health.is_down() || crate::runtime::is_transient(e))
+                if matches!(&error, Error::Kube(e) if self.ctx.health.is_down() || crate::plumbing::runtime::is_transient(e))
                 {
                     tracing::debug!(%error, "gateway sync failed");
                 } else {

@@ -23,12 +23,12 @@ use kubetun_crds::contract::link::{
 };
 use kubetun_crds::{NetworkConfig, NetworkConfigStatus};
 
-use crate::conditions;
-use crate::context::Context;
-use crate::error::Error;
-use crate::events;
+use crate::operator::network_config::context::Context;
+use crate::operator::network_config::error::Error;
+use crate::operator::network_config::{apply_status, tunnel_endpoint};
 use crate::planner::{self, PlanError};
-use crate::reconcile::{apply_status, tunnel_endpoint};
+use crate::plumbing::conditions;
+use crate::plumbing::events;
 
 /// How often a healthy NetworkConfig is reconciled anyway.
 const RESYNC: Duration = Duration::from_secs(300);

@@ -1,6 +1,6 @@
 //! The reconcilers (the IO shell around [`crate::planner`] and [`crate::ipam`]).
 //!
-//! - [`network_config`]: processes peers' NetworkConfigs (IPAM, status, finalizer).
+//! - [`reconcile`]: processes peers' NetworkConfigs (IPAM, status, finalizer).
 //! - [`tunnel_endpoint`]: one TunnelEndpoint per fully processed pair of NetworkConfigs, and
 //!   its status from the gateway.
 //! - [`gateway`]: pushes the desired state of all TunnelEndpoints to the gateway.
@@ -12,9 +12,11 @@
 //! by tests and benchmarks against in-memory API servers.
 
 pub mod cache;
+pub mod context;
+pub mod error;
 pub mod gateway;
 pub mod keys;
-pub mod network_config;
+pub mod reconcile;
 pub mod tunnel_endpoint;
 
 use std::collections::BTreeSet;
@@ -29,12 +31,12 @@ use kube::{Resource, ResourceExt as _};
 use kubetun_crds::{Network, NetworkConfig, TunnelEndpoint};
 use serde::Serialize;
 
-use crate::cluster_info::FIELD_MANAGER;
-use crate::conditions;
-use crate::context::Context;
-use crate::error::Error;
+use crate::operator::network_config::context::Context;
+use crate::operator::network_config::error::Error;
 use crate::planner;
-use crate::runtime;
+use crate::plumbing::cluster_info::FIELD_MANAGER;
+use crate::plumbing::conditions;
+use crate::plumbing::runtime;
 
 pub use gateway::{GatewaySync, GatewaySyncOutcome};
 
@@ -80,19 +82,19 @@ pub async fn sync_once(ctx: &Arc<Context>) -> Result<SyncReport, Error> {
     // NetworkConfig does too when there is one.
     let remote_peers: BTreeSet<String> = listed
         .iter()
-        .filter_map(|nc| match network_config::role_of(nc) {
-            Some(network_config::Role::Remote { peer }) => Some(peer.to_owned()),
+        .filter_map(|nc| match reconcile::role_of(nc) {
+            Some(reconcile::Role::Remote { peer }) => Some(peer.to_owned()),
             _ => None,
         })
         .collect();
     for nc in listed {
         let name = nc.name_any();
-        let remote = match network_config::role_of(&nc) {
-            Some(network_config::Role::Local { peer }) if remote_peers.contains(peer) => continue,
-            Some(network_config::Role::Remote { .. }) => true,
+        let remote = match reconcile::role_of(&nc) {
+            Some(reconcile::Role::Local { peer }) if remote_peers.contains(peer) => continue,
+            Some(reconcile::Role::Remote { .. }) => true,
             _ => false,
         };
-        network_config::reconcile(Arc::new(nc), ctx.clone()).await?;
+        reconcile::reconcile(Arc::new(nc), ctx.clone()).await?;
         if remote
             && let Some(nc) = configs.get_opt(&name).await?
             && let Some(status) = &nc.status
@@ -165,7 +167,7 @@ pub(crate) const KIND: &str = "networkconfig";
 /// Runs the NetworkConfig controller (owning TunnelEndpoints, re-run on Network changes for
 /// the ACLs), the periodic garbage collector and, when a gateway is configured, the gateway
 /// sync, until the process is asked to stop. Their watches feed the context's
-/// [`cache`](crate::context::State::cache).
+/// [`cache`](crate::operator::network_config::context::State::cache).
 pub async fn run(ctx: Arc<Context>) {
     let configs: Api<NetworkConfig> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let endpoints: Api<TunnelEndpoint> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
@@ -224,10 +226,10 @@ pub async fn run(ctx: Arc<Context>) {
     let controller = controller
         .owns_stream(endpoint_changes)
         .reconcile_all_on(network_changes)
-        .graceful_shutdown_on(crate::shutdown::signal())
+        .graceful_shutdown_on(crate::plumbing::shutdown::signal())
         .run(
             |nc, ctx: Arc<Context>| async move {
-                let result = network_config::reconcile(nc.clone(), ctx.clone()).await;
+                let result = reconcile::reconcile(nc.clone(), ctx.clone()).await;
                 if result.is_ok() {
                     ctx.reconciled(&*nc);
                 }

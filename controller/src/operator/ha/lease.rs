@@ -21,7 +21,7 @@ use kubetun_crds::contract::lease::NODE_IP_ANNOTATION;
 
 use super::election::{Decision, Election, Observed};
 use super::metrics::HaMetrics;
-use crate::gateway_client::GatewayClient;
+use crate::plumbing::gateway_client::GatewayClient;
 
 /// Reporter of the failover events.
 const EVENT_REPORTER: &str = "kubetun-controller";
@@ -425,7 +425,7 @@ impl Elector {
             "active: {note}"
         );
         self.metrics.promoted();
-        crate::events::publish_with(
+        crate::plumbing::events::publish_with(
             &self.recorder,
             &lease.object_ref(&()),
             EventType::Normal,

@@ -31,8 +31,8 @@ use super::gc;
 use super::ids::{IdRange, parse_canonical};
 use super::peering::{NetworkKey, Peer, peering_statuses};
 use super::{NetworkError, NetworkOptions};
-use crate::conditions;
-use crate::runtime::{self, ApiHealth};
+use crate::plumbing::conditions;
+use crate::plumbing::runtime::{self, ApiHealth};
 
 /// Field manager of the status written by server-side apply.
 pub const FIELD_MANAGER: &str = "kubetun-network";

@@ -15,16 +15,16 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use tokio::sync::Notify;
 
-use crate::cluster_info::ClusterInfo;
-use crate::error::Error;
 use crate::gateway_api::StatusResponse;
-use crate::gateway_client::GatewayClient;
 use crate::ipam::{Ipam, IpamConfig};
 use crate::keys::GatewayKeys;
+use crate::operator::network_config::cache::Cache;
+use crate::operator::network_config::error::Error;
 use crate::planner::{self, GatewaySettings};
-use crate::reconcile::cache::Cache;
-pub use crate::runtime::FailureLabels;
-use crate::runtime::{self, ApiHealth, ReconcileError as _};
+use crate::plumbing::cluster_info::ClusterInfo;
+use crate::plumbing::gateway_client::GatewayClient;
+pub use crate::plumbing::runtime::FailureLabels;
+use crate::plumbing::runtime::{self, ApiHealth, ReconcileError as _};
 
 /// Static configuration of one controller instance.
 #[derive(Debug, Clone)]
@@ -108,7 +108,7 @@ impl Metrics {
 pub struct State {
     /// Namespace of every kubetun object.
     pub namespace: String,
-    /// What the reconcilers read: watch-fed while [`crate::reconcile::run`] runs.
+    /// What the reconcilers read: watch-fed while [`crate::operator::network_config::run`] runs.
     pub cache: Cache,
     /// This cluster's identity and CIDRs.
     pub cluster: ClusterInfo,
@@ -178,7 +178,7 @@ impl Context {
             gateway_status: Mutex::new(None),
             gateway_wakeup: Notify::new(),
         };
-        let kind = crate::reconcile::KIND;
+        let kind = crate::operator::network_config::KIND;
         Ok(Arc::new(
             Self::with_state(kind, client.clone(), ApiHealth::new(client), state)
                 .counting_failures(failures),

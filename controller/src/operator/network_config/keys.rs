@@ -18,11 +18,11 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::runtime::watcher;
 
-use crate::context::Context;
 use crate::gateway_api::StatusResponse;
 use crate::keys::{self, GatewayKeys};
+use crate::operator::network_config::context::Context;
 use crate::planner::GatewaySettings;
-use crate::runtime;
+use crate::plumbing::runtime;
 
 /// How often the gateway's status is checked for the next step of a rotation.
 const STEP_INTERVAL: Duration = Duration::from_millis(200);

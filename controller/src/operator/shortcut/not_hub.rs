@@ -16,9 +16,9 @@ use kubetun_crds::{ShortcutConnection, ShortcutPhase};
 use super::reconcile::KIND;
 use super::status::write_status;
 use super::{Intervals, ShortcutError, key_of};
-use crate::conditions;
-use crate::events;
-use crate::runtime::{self, ApiHealth, ErrorBackoff};
+use crate::plumbing::conditions;
+use crate::plumbing::events;
+use crate::plumbing::runtime::{self, ApiHealth, ErrorBackoff};
 
 /// Longest retry after a failed status write (the message changes with nothing else).
 const NOT_HUB_RETRY_MAX: Duration = Duration::from_secs(60);
@@ -118,7 +118,7 @@ pub async fn run_not_hub(
         &health,
         "ShortcutConnection",
     )
-    .graceful_shutdown_on(crate::shutdown::signal())
+    .graceful_shutdown_on(crate::plumbing::shutdown::signal())
     .run(explain, runtime::error_policy, ctx)
     .for_each(|result| async move {
         if let Err(error) = result {

@@ -20,12 +20,12 @@ use kubetun_crds::{LeafCluster, ShortcutConnection, ShortcutPhase};
 
 use super::status::{record_error, status_from, write_status};
 use super::{Intervals, LeafClients, LeafWatches, SecretKubeconfigs, ShortcutError, key_of};
-use crate::conditions;
 use crate::connector::{
     self, ClusterHandle, Connector, LinkOwner, TracingProgress, Transit, WaitOptions,
 };
-use crate::events;
-use crate::runtime::{self, ApiHealth};
+use crate::plumbing::conditions;
+use crate::plumbing::events;
+use crate::plumbing::runtime::{self, ApiHealth};
 
 /// What the operator needs besides [`runtime::Context`]'s parts (whose client is the hub's).
 pub struct Operator {
@@ -495,7 +495,7 @@ pub async fn run(
                 .collect::<Vec<_>>()
         })
         .reconcile_on(leaf_changes)
-        .graceful_shutdown_on(crate::shutdown::signal())
+        .graceful_shutdown_on(crate::plumbing::shutdown::signal())
         .run(reconcile, runtime::error_policy, ctx)
         .for_each(|result| async move {
             match result {

@@ -87,10 +87,10 @@ pub enum ShortcutError {
     NoNamespace(String),
 }
 
-impl crate::runtime::ReconcileError for ShortcutError {
-    /// The hub's API server being away (see [`crate::runtime::is_transient`]).
+impl crate::plumbing::runtime::ReconcileError for ShortcutError {
+    /// The hub's API server being away (see [`crate::plumbing::runtime::is_transient`]).
     fn is_transient(&self) -> bool {
-        matches!(self, Self::Hub { source, .. } if crate::runtime::is_transient(source))
+        matches!(self, Self::Hub { source, .. } if crate::plumbing::runtime::is_transient(source))
     }
 
     fn metric_label(&self) -> &'static str {
@@ -110,7 +110,7 @@ impl ShortcutError {
         match self {
             Self::Leaf(leaf) => (LEAF_REACHABLE, leaf.reason),
             Self::Connector(connector::ConnectError::ClusterInfo { source, .. }) => match source {
-                crate::cluster_info::ClusterInfoError::Kube(_) => {
+                crate::plumbing::cluster_info::ClusterInfoError::Kube(_) => {
                     (LEAF_REACHABLE, reason::LEAF_UNREACHABLE)
                 }
                 _ => (READY, reason::KUBETUN_MISSING),

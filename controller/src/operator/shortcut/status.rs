@@ -12,8 +12,8 @@ use kubetun_crds::{
 
 use super::{FIELD_MANAGER, ShortcutError, key_of};
 
-use crate::conditions;
 use crate::connector::{self, Direction, LinkState};
+use crate::plumbing::conditions;
 
 /// Records `error` in the condition it belongs to (`LeafReachable` or `Ready`), and marks
 /// the link not ready.
