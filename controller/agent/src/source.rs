@@ -16,7 +16,7 @@ use kubetun_crds::TunnelEndpointSpec;
 use kubetun_crds::contract::lease::NODE_IP_ANNOTATION;
 
 use super::plan::Node;
-use kubetun_controller::operator::network_config::tunnel_endpoint::list_specs;
+use kubetun_controller::plumbing::tunnel_endpoints::list_specs;
 
 /// How the agent finds the gateway's node.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,3 +11,4 @@ pub mod kubeconfig;
 pub mod logging;
 pub mod runtime;
 pub mod shutdown;
+pub mod tunnel_endpoints;

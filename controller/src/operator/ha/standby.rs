@@ -43,8 +43,7 @@ pub async fn sync(
         .await?;
     let keys = GatewayKeys::from_secret(&secret)?;
     settings.set_keys(&keys.current, keys.previous.as_ref());
-    let specs =
-        crate::operator::network_config::tunnel_endpoint::list_specs(client, namespace).await?;
+    let specs = crate::plumbing::tunnel_endpoints::list_specs(client, namespace).await?;
     let desired = planner::desired_state(settings, &specs);
     if gateway.status().await?.version == desired.version {
         return Ok(false);

@@ -26,6 +26,9 @@ use crate::plumbing::gateway_client::GatewayClient;
 pub use crate::plumbing::runtime::FailureLabels;
 use crate::plumbing::runtime::{self, ApiHealth, ReconcileError as _};
 
+/// The NetworkConfig controller's name in metrics, logs and backoff keys.
+pub(crate) const KIND: &str = "networkconfig";
+
 /// Static configuration of one controller instance.
 #[derive(Debug, Clone)]
 pub struct ControllerConfig {
@@ -178,7 +181,7 @@ impl Context {
             gateway_status: Mutex::new(None),
             gateway_wakeup: Notify::new(),
         };
-        let kind = crate::operator::network_config::KIND;
+        let kind = KIND;
         Ok(Arc::new(
             Self::with_state(kind, client.clone(), ApiHealth::new(client), state)
                 .counting_failures(failures),

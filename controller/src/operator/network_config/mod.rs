@@ -1,11 +1,16 @@
-//! The reconcilers (the IO shell around [`crate::planner`] and [`crate::ipam`]).
+//! The NetworkConfig controller: this cluster's links as NetworkConfigs and TunnelEndpoints,
+//! and the local gateway kept on their desired state (the IO shell around [`crate::planner`]
+//! and [`crate::ipam`]).
 //!
+//! - [`context`]: what the controller's loops share ([`context::Context`]).
 //! - [`reconcile`]: processes peers' NetworkConfigs (IPAM, status, finalizer).
-//! - [`tunnel_endpoint`]: one TunnelEndpoint per fully processed pair of NetworkConfigs, and
-//!   its status from the gateway.
-//! - [`gateway`]: pushes the desired state of all TunnelEndpoints to the gateway.
+//! - [`tunnel_endpoint`]: one TunnelEndpoint per fully processed pair of NetworkConfigs (the
+//!   spec; the status is the gateway sync's).
+//! - [`gateway`]: pushes the desired state of all TunnelEndpoints to the gateway and writes
+//!   their status from its report ([`gateway::status`]).
 //! - [`keys`]: follows the gateway key Secret through a key rotation.
 //! - [`cache`]: watch-fed caches of what the others read, fed by [`run`].
+//! - [`error`] and [`status_patch`]: the ground floor (the error, status writes).
 //!
 //! [`run`] wires them to watches with the kube-runtime `Controller`; [`sync_once`] is one
 //! complete pass over every object of the namespace (what the watches do over time), used
@@ -17,6 +22,7 @@ pub mod error;
 pub mod gateway;
 pub mod keys;
 pub mod reconcile;
+pub mod status_patch;
 pub mod tunnel_endpoint;
 
 use std::collections::BTreeSet;
@@ -27,14 +33,12 @@ use futures::StreamExt as _;
 use kube::api::{Api, ListParams};
 use kube::runtime::{PredicateConfig, WatchStreamExt as _, predicates, reflector, watcher};
 
-use kube::{Resource, ResourceExt as _};
+use kube::ResourceExt as _;
 use kubetun_crds::{Network, NetworkConfig, TunnelEndpoint};
-use serde::Serialize;
 
 use crate::operator::network_config::context::Context;
 use crate::operator::network_config::error::Error;
 use crate::planner;
-use crate::plumbing::cluster_info::FIELD_MANAGER;
 use crate::plumbing::conditions;
 use crate::plumbing::runtime;
 
@@ -42,19 +46,6 @@ pub use gateway::{GatewaySync, GatewaySyncOutcome};
 
 /// How often the garbage collector of [`run`] looks for leftovers.
 const GC_INTERVAL: Duration = Duration::from_secs(60);
-
-/// Writes `status` with server-side apply on the status subresource, as this controller's
-/// field manager; returns the object as written.
-pub(crate) async fn apply_status<K>(
-    api: &Api<K>,
-    name: &str,
-    status: &impl Serialize,
-) -> Result<K, Error>
-where
-    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    Ok(runtime::apply_status(api, name, FIELD_MANAGER, status).await?)
-}
 
 /// What one [`sync_once`] pass found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -160,9 +151,6 @@ pub async fn collect_garbage(ctx: &Context) -> Result<Vec<String>, Error> {
     }
     Ok(gone)
 }
-
-/// The NetworkConfig controller's name in metrics, logs and backoff keys.
-pub(crate) const KIND: &str = "networkconfig";
 
 /// Runs the NetworkConfig controller (owning TunnelEndpoints, re-run on Network changes for
 /// the ACLs), the periodic garbage collector and, when a gateway is configured, the gateway

@@ -25,7 +25,8 @@ use kubetun_crds::{NetworkConfig, NetworkConfigStatus};
 
 use crate::operator::network_config::context::Context;
 use crate::operator::network_config::error::Error;
-use crate::operator::network_config::{apply_status, tunnel_endpoint};
+use crate::operator::network_config::status_patch::apply_status;
+use crate::operator::network_config::tunnel_endpoint;
 use crate::planner::{self, PlanError};
 use crate::plumbing::conditions;
 use crate::plumbing::events;

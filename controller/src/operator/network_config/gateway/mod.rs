@@ -9,6 +9,8 @@
 //! whole state is applied again. A state the gateway rejected is not retried until it
 //! changes.
 
+pub mod status;
+
 use std::collections::{HashMap, HashSet};
 
 use futures::StreamExt as _;
@@ -21,9 +23,9 @@ use kubetun_crds::{TunnelEndpoint, TunnelEndpointStatus};
 use crate::gateway_api::{DesiredState, StatusResponse};
 use crate::operator::network_config::context::Context;
 use crate::operator::network_config::error::Error;
-use crate::operator::network_config::tunnel_endpoint::{self, GatewayReport};
 use crate::planner;
 use crate::plumbing::gateway_client::{GatewayClient, GatewayClientError};
+use status::GatewayReport;
 
 /// How often the gateway pushes its status on the watch stream.
 const WATCH_INTERVAL: Duration = Duration::from_secs(1);
@@ -244,12 +246,12 @@ impl GatewaySync {
         let refresh = counter_refresh_for(self.counter_refresh, endpoints.len());
         let mut due_writes = Vec::new();
         for (index, endpoint) in endpoints.iter().enumerate() {
-            let status = tunnel_endpoint::status_from_report(endpoint, report, now.clone());
+            let status = status::status_from_report(endpoint, report, now.clone());
             let due = self
                 .last_write
                 .get(endpoint.name_any().as_str())
                 .is_none_or(|at| at.elapsed() >= refresh);
-            let write = tunnel_endpoint::differs_significantly(endpoint.status.as_ref(), &status)
+            let write = status::differs_significantly(endpoint.status.as_ref(), &status)
                 || (due && endpoint.status.as_ref() != Some(&status));
             if write {
                 due_writes.push((index, status));
@@ -261,8 +263,7 @@ impl GatewaySync {
         let endpoints_ref: &[TunnelEndpoint] = endpoints;
         let results: Vec<(usize, TunnelEndpointStatus, Result<(), Error>)> =
             futures::stream::iter(due_writes.into_iter().map(|(index, status)| async move {
-                let written =
-                    tunnel_endpoint::write_status(ctx, &endpoints_ref[index], &status).await;
+                let written = status::write_status(ctx, &endpoints_ref[index], &status).await;
                 (index, status, written)
             }))
             .buffer_unordered(STATUS_WRITES_IN_FLIGHT)
