@@ -1,6 +1,6 @@
 //! Key rotation of one cluster's gateway, as `kubetun network rotate-keys` runs it.
 //!
-//! 1. [`keys::begin_rotation`]: a fresh key becomes the current one in Secret
+//! 1. [`key_secret::begin_rotation`]: a fresh key becomes the current one in Secret
 //!    `kubetun-gateway-key`, the former one its previous key (a rotation left unfinished is
 //!    resumed instead, with its key).
 //! 2. The cluster's controller applies both keys to its gateway (peers keep their tunnels on
@@ -32,8 +32,9 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::connector::{self, ClusterHandle, FIELD_MANAGER, Progress, error_chain, link_owner};
-use crate::keys::{self, GatewayKeys, KeyError, RotationStart};
+use crate::keys::{GatewayKeys, KeyError};
 use crate::planner::{local_config_name, remote_config_name};
+use crate::plumbing::key_secret::{self, RotationStart};
 
 /// Bounds of [`rotate_keys`].
 #[derive(Debug, Clone, Copy)]
@@ -176,7 +177,7 @@ pub async fn rotate_keys(
         cluster: local.label.clone(),
         source,
     };
-    let start = keys::begin_rotation(local.client.clone(), &local.namespace)
+    let start = key_secret::begin_rotation(local.client.clone(), &local.namespace)
         .await
         .map_err(keys_error)?;
     let keys = start.keys().clone();

@@ -7,6 +7,7 @@ pub mod cluster_info;
 pub mod conditions;
 pub mod events;
 pub mod gateway_client;
+pub mod key_secret;
 pub mod kubeconfig;
 pub mod logging;
 pub mod runtime;

@@ -19,9 +19,10 @@ use kube::api::Api;
 use kube::runtime::watcher;
 
 use crate::gateway_api::StatusResponse;
-use crate::keys::{self, GatewayKeys};
+use crate::keys::GatewayKeys;
 use crate::operator::network_config::context::Context;
 use crate::planner::GatewaySettings;
+use crate::plumbing::key_secret;
 use crate::plumbing::runtime;
 
 /// How often the gateway's status is checked for the next step of a rotation.
@@ -118,7 +119,8 @@ async fn step(ctx: &Context, published: &mut String) {
             }
         }
         Step::End => {
-            match keys::end_rotation(ctx.client.clone(), &ctx.namespace, &settings.public_key).await
+            match key_secret::end_rotation(ctx.client.clone(), &ctx.namespace, &settings.public_key)
+                .await
             {
                 Ok(true) => {
                     tracing::info!(
