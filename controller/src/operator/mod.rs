@@ -7,9 +7,11 @@
 //! - [`services`]: Services across clusters (the MCS API): offers, imports, DNS.
 //! - [`shortcut`]: the hub's ShortcutConnection operator (with the [`crate::connector`]).
 //! - [`ha`]: leader election between gateway replicas, the standby's sync.
+//! - [`process`]: one `kubetun-controller` process running all of them.
 
 pub mod ha;
 pub mod isolation;
 pub mod network_config;
+pub mod process;
 pub mod services;
 pub mod shortcut;

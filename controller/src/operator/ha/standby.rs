@@ -1,16 +1,21 @@
 //! A standby replica's controller: keeps its gateway on the state the active replica's
-//! controller maintains, and writes nothing to the API server.
+//! controller maintains, and writes nothing to the API server, until it holds the lease
+//! ([`Standby`]).
 //!
 //! The desired state is built exactly as the active replica builds it
 //! ([`planner::desired_state`] over every TunnelEndpoint, with the keys of the key Secret), so
 //! the standby gateway runs the same peers, views and keys, and a takeover is a Hold away.
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::Api;
 
+use super::election::{Election, Timing};
+use super::lease::Elector;
+use super::metrics::HaMetrics;
 use crate::keys::{self, GatewayKeys};
 use crate::planner::{self, GatewaySettings};
 use crate::plumbing::gateway_client::GatewayClient;
@@ -79,6 +84,70 @@ pub async fn run(
                     );
                     last_error = Some(message);
                 }
+            }
+        }
+    }
+}
+
+/// A replica before it holds the gateway lease.
+pub struct Standby<'a> {
+    /// The cluster's API server.
+    pub client: &'a kube::Client,
+    /// The kubetun namespace (the Lease's).
+    pub namespace: &'a str,
+    /// The gateway Lease's name.
+    pub lease_name: &'a str,
+    /// Underlay IP of this replica's node, named in the Lease.
+    pub node_ip: Option<IpAddr>,
+    /// This replica's unique name.
+    pub replica: &'a str,
+    /// The lease timing.
+    pub timing: Timing,
+    /// The local gateway.
+    pub gateway: GatewayClient,
+    /// The local gateway's interface settings.
+    pub settings: &'a GatewaySettings,
+    /// Leader gauge and takeover counter.
+    pub metrics: &'a HaMetrics,
+}
+
+impl std::fmt::Debug for Standby<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Standby")
+            .field("namespace", &self.namespace)
+            .field("lease_name", &self.lease_name)
+            .field("replica", &self.replica)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Standby<'_> {
+    /// Keeps the local gateway a standby with the cluster's state until this replica holds
+    /// the gateway lease (the controllers' writes must come from one replica at a time);
+    /// `None` when a signal stopped it first.
+    pub async fn until_leading(self) -> Option<Elector> {
+        let gateway = self.gateway;
+        let mut elector = Elector::new(
+            self.client.clone(),
+            self.namespace,
+            self.lease_name,
+            self.node_ip,
+            Election::new(self.replica.to_owned(), self.timing),
+            Some(gateway.clone()),
+            self.metrics.clone(),
+        );
+        tracing::info!(
+            replica = self.replica,
+            lease = self.lease_name,
+            "replica: standby until it holds the gateway lease"
+        );
+        let namespace = self.namespace.to_owned();
+        tokio::select! {
+            () = elector.acquire() => Some(elector),
+            () = run(self.client.clone(), namespace, self.settings.clone(), gateway) => Some(elector),
+            () = crate::plumbing::shutdown::signal() => {
+                tracing::info!("stopped while on standby");
+                None
             }
         }
     }
