@@ -27,7 +27,7 @@ use kubetun_crds::contract::services::{
 };
 use serde_json::json;
 
-use super::teardown::{Removed, delete_ignoring_missing};
+use super::delete::{Removed, delete_ignoring_missing};
 use super::{ClusterHandle, ConnectError, FIELD_MANAGER, Progress};
 use crate::plumbing::kubeconfig::ServerAccess;
 
