@@ -23,115 +23,22 @@
 //! [`Connector`]: crate::connector::Connector
 //! [`Connector::sync`]: crate::connector::Connector::sync
 
+pub mod error;
 mod intervals;
 mod leaf;
 mod not_hub;
+mod objects;
 mod reconcile;
 mod status;
 mod watch;
 
-use kube::ResourceExt as _;
-use kube::runtime::finalizer;
-use kubetun_crds::ShortcutConnection;
-use kubetun_crds::contract::shortcut::{FINALIZER, LEAF_REACHABLE, READY, reason};
-
-use crate::connector;
-
+pub use error::ShortcutError;
 pub use intervals::Intervals;
 pub use leaf::{LeafClients, LeafError, SecretKubeconfigs};
 pub use not_hub::{
     NotHub, NotHubContext, explain as explain_not_hub, not_hub_message, run_not_hub,
 };
+pub use objects::FIELD_MANAGER;
 pub use reconcile::{Context, Operator, reconcile, run};
 pub use status::status_from;
 pub use watch::LeafWatches;
-
-/// Fails unless the API server serves ShortcutConnections here (one list of one object).
-async fn require_crd(shortcuts: &kube::Api<ShortcutConnection>) -> Result<(), ShortcutError> {
-    shortcuts
-        .list(&kube::api::ListParams::default().limit(1))
-        .await
-        .map(drop)
-        .map_err(|source| ShortcutError::Hub {
-            action: "list ShortcutConnections (is the CRD installed?)".to_owned(),
-            source,
-        })
-}
-
-/// Field manager of the operator's status writes.
-pub const FIELD_MANAGER: &str = "kubetun-shortcut";
-
-/// A failure of the operator.
-#[derive(Debug, thiserror::Error)]
-pub enum ShortcutError {
-    /// A leaf client cannot be built.
-    #[error(transparent)]
-    Leaf(#[from] LeafError),
-    /// The connector failed on a leaf.
-    #[error(transparent)]
-    Connector(#[from] connector::ConnectError),
-    /// The hub's API failed.
-    #[error("hub: cannot {action}")]
-    Hub {
-        /// What was attempted.
-        action: String,
-        /// The API error.
-        #[source]
-        source: kube::Error,
-    },
-    /// The finalizer could not be added or removed.
-    #[error("finalizer {FINALIZER}")]
-    Finalizer(#[source] Box<finalizer::Error<ShortcutError>>),
-    /// The object has no namespace (the CRD is namespaced; this is a bug elsewhere).
-    #[error("ShortcutConnection {0} has no namespace")]
-    NoNamespace(String),
-}
-
-impl crate::plumbing::runtime::ReconcileError for ShortcutError {
-    /// The hub's API server being away (see [`crate::plumbing::runtime::is_transient`]).
-    fn is_transient(&self) -> bool {
-        matches!(self, Self::Hub { source, .. } if crate::plumbing::runtime::is_transient(source))
-    }
-
-    fn metric_label(&self) -> &'static str {
-        match self {
-            Self::Leaf(_) => "leaf",
-            Self::Connector(_) => "connector",
-            Self::Hub { .. } => "hub",
-            Self::Finalizer(_) => "finalizer",
-            Self::NoNamespace(_) => "no_namespace",
-        }
-    }
-}
-
-impl ShortcutError {
-    /// Condition type and reason describing this error.
-    fn condition(&self) -> (&'static str, &'static str) {
-        match self {
-            Self::Leaf(leaf) => (LEAF_REACHABLE, leaf.reason),
-            Self::Connector(connector::ConnectError::ClusterInfo { source, .. }) => match source {
-                crate::plumbing::cluster_info::ClusterInfoError::Kube(_) => {
-                    (LEAF_REACHABLE, reason::LEAF_UNREACHABLE)
-                }
-                _ => (READY, reason::KUBETUN_MISSING),
-            },
-            Self::Connector(connector::ConnectError::Api { .. }) => {
-                (LEAF_REACHABLE, reason::LEAF_UNREACHABLE)
-            }
-            Self::Connector(connector::ConnectError::Rejected { .. }) => (READY, reason::REJECTED),
-            Self::Connector(_) => (READY, reason::INVALID_SPEC),
-            Self::Hub { .. } | Self::Finalizer(_) | Self::NoNamespace(_) => {
-                (READY, reason::INVALID_SPEC)
-            }
-        }
-    }
-}
-
-/// `namespace/name`: the key of a shortcut's backoff and leaf watches.
-fn key_of(shortcut: &ShortcutConnection) -> String {
-    format!(
-        "{}/{}",
-        shortcut.namespace().unwrap_or_default(),
-        shortcut.name_any()
-    )
-}

@@ -13,9 +13,10 @@ use kube::{Resource as _, ResourceExt as _};
 use kubetun_crds::contract::shortcut::{READY, reason};
 use kubetun_crds::{ShortcutConnection, ShortcutPhase};
 
+use super::objects::key_of;
 use super::reconcile::KIND;
 use super::status::write_status;
-use super::{Intervals, ShortcutError, key_of};
+use super::{Intervals, ShortcutError};
 use crate::plumbing::conditions;
 use crate::plumbing::events;
 use crate::plumbing::runtime::{self, ApiHealth, ErrorBackoff};
@@ -110,7 +111,7 @@ pub async fn run_not_hub(
     health: ApiHealth,
 ) -> Result<(), ShortcutError> {
     let shortcuts: Api<ShortcutConnection> = Api::namespaced(client.clone(), &namespace);
-    super::require_crd(&shortcuts).await?;
+    super::objects::require_crd(&shortcuts).await?;
     let ctx = Arc::new(NotHubContext::new(client, cluster_id, health.clone()));
     runtime::controller(
         shortcuts,

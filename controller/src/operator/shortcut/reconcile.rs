@@ -18,8 +18,9 @@ use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
 use kubetun_crds::contract::shortcut::{FINALIZER, READY, SHORTCUT_LABEL};
 use kubetun_crds::{LeafCluster, ShortcutConnection, ShortcutPhase};
 
+use super::objects::key_of;
 use super::status::{record_error, status_from, write_status};
-use super::{Intervals, LeafClients, LeafWatches, SecretKubeconfigs, ShortcutError, key_of};
+use super::{Intervals, LeafClients, LeafWatches, SecretKubeconfigs, ShortcutError};
 use crate::connector::{
     self, ClusterHandle, Connector, LinkOwner, TracingProgress, Transit, WaitOptions,
 };
@@ -445,7 +446,7 @@ pub async fn run(
         ),
         None => (Api::all(client.clone()), Api::all(client.clone())),
     };
-    super::require_crd(&shortcuts).await?;
+    super::objects::require_crd(&shortcuts).await?;
     let (leaf_watches, leaf_changes) = LeafWatches::new();
     let ctx = Arc::new(
         Context::new(

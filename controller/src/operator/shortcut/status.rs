@@ -10,7 +10,8 @@ use kubetun_crds::{
     ShortcutPhase,
 };
 
-use super::{FIELD_MANAGER, ShortcutError, key_of};
+use super::ShortcutError;
+use super::objects::{FIELD_MANAGER, key_of};
 
 use crate::connector::{self, Direction, LinkState};
 use crate::plumbing::conditions;

@@ -11,7 +11,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kubetun_crds::ShortcutConnection;
 
-use super::key_of;
+use super::objects::key_of;
 use crate::connector::Connector;
 
 /// Watches of each shortcut's leaves (NetworkConfigs and TunnelEndpoints in kubetun's
