@@ -226,7 +226,7 @@ fn add_slices(import: &mut DesiredImport, source: &Source<'_>) {
 /// `10-244-1-5` for `10.244.1.5` (an IPv6 address likewise), when that is a DNS label.
 fn dashed(address: &str) -> Option<String> {
     let address: IpAddr = address.parse().ok()?;
-    let label = super::dns::endpoint_hostname(None, address);
+    let label = endpoint_hostname(None, address);
     (label.len() <= 63 && !label.starts_with('-') && !label.ends_with('-')).then_some(label)
 }
 
@@ -245,6 +245,14 @@ fn fnv(text: &str) -> u32 {
     text.bytes().fold(0x811c_9dc5, |hash, byte| {
         (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
     })
+}
+
+/// The hostname DNS gives an endpoint: its own, else its address with dashes.
+pub fn endpoint_hostname(hostname: Option<&str>, address: IpAddr) -> String {
+    match hostname {
+        Some(h) if !h.is_empty() => h.to_ascii_lowercase(),
+        _ => address.to_string().replace(['.', ':'], "-"),
+    }
 }
 
 #[cfg(test)]

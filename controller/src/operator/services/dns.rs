@@ -24,7 +24,7 @@ use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
 use kubetun_crds::contract::services::SOURCE_CLUSTER_LABEL;
 use kubetun_crds::mcs::ServiceImportType;
 
-use super::desired::DesiredImport;
+use super::desired::{DesiredImport, endpoint_hostname};
 
 /// The zone kubetun answers for.
 pub const ZONE: &str = "svc.clusterset.local.";
@@ -106,14 +106,6 @@ impl DnsService {
 
 /// Every imported Service by `(namespace, name)`.
 pub type DnsTable = BTreeMap<(String, String), DnsService>;
-
-/// The hostname DNS gives an endpoint: its own, else its address with dashes.
-pub fn endpoint_hostname(hostname: Option<&str>, address: IpAddr) -> String {
-    match hostname {
-        Some(h) if !h.is_empty() => h.to_ascii_lowercase(),
-        _ => address.to_string().replace(['.', ':'], "-"),
-    }
-}
 
 /// Over which transport a message came (bounds the answer's size).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
