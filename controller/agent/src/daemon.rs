@@ -1,7 +1,7 @@
 //! The agent process (`kubetun-agent`): flags, the reconcile pass and its loop.
 //!
 //! A pass reads the cluster ([`source`](super::source)), plans ([`plan`](super::plan)) and
-//! converges the kernel ([`converge`]). Passes run on start (which repairs
+//! converges the kernel ([`crate::converge`]). Passes run on start (which repairs
 //! whatever a previous run left behind), on every change of a TunnelEndpoint, Node or gateway
 //! pod, and every resync period. A missing gateway leaves the routes in place.
 //!
@@ -32,7 +32,7 @@ use super::plan::{
 use super::source::{
     ClusterView, GatewayLocator, SourceError, lease_fingerprint, node_fingerprint, read_cluster,
 };
-use super::{cleanup, converge};
+use crate::apply::{cleanup, converge};
 use kubetun_controller::plumbing::runtime::{ApiHealth, watch};
 
 /// Label selector of the gateway pod unless configured otherwise.
