@@ -6,6 +6,7 @@
 //! embedded manifests); the connector, rotation and services code it drives lives in the
 //! controller's core (`kubetun-controller`), which the ShortcutConnection operator shares.
 
+pub mod cluster_args;
 pub mod diagnose;
 pub mod gateway;
 pub mod install;

@@ -15,8 +15,8 @@ use kubetun_crds::{ExportedService, TunnelEndpoint};
 
 use super::diagnose::{Check, Outcome, Report, render};
 use super::output::{self, OutputArgs};
-use super::service::ClusterArgs;
 use super::{Error, KubeconfigSource};
+use crate::cluster_args::ClusterArgs;
 use kubetun_controller::connector::credential_name;
 use kubetun_controller::plumbing::cluster_info::ClusterInfo;
 

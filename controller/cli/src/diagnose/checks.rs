@@ -3,7 +3,7 @@
 
 use kubetun_crds::{CidrMapping, TunnelEndpoint};
 
-use super::AGENT_DAEMONSET;
+use super::expect::AGENT_DAEMONSET;
 use super::link::link_checks;
 use super::report::{Checks, Outcome, Report};
 use super::side::{Side, peers_of, tunnel_of};

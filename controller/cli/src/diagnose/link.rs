@@ -5,7 +5,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kubetun_crds::{ConnectionState, ConnectionStatus, TunnelEndpoint, TunnelEndpointStatus};
 
-use super::STALE_HANDSHAKE_SECS;
+use super::expect::STALE_HANDSHAKE_SECS;
 use super::report::{Checks, Outcome};
 use super::side::{Side, tunnel_of};
 use kubetun_controller::plumbing::conditions;

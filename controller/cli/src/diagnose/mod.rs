@@ -10,6 +10,7 @@
 //! pure functions of what was read ([`Side`]), so tests break hops by editing objects.
 
 mod checks;
+mod expect;
 mod link;
 mod report;
 mod side;
@@ -26,15 +27,9 @@ use super::{Error, KubeconfigSource};
 use kubetun_controller::connector::ClusterHandle;
 
 pub use checks::diagnose;
+pub use expect::{AGENT_DAEMONSET, STALE_HANDSHAKE_SECS};
 pub use report::{Check, Outcome, Report, render};
 pub use side::{Side, collect};
-
-/// A handshake older than this means the session is gone: WireGuard re-handshakes every two
-/// minutes while packets flow, and the controller keeps a persistent keepalive.
-pub const STALE_HANDSHAKE_SECS: i64 = 180;
-
-/// The route agent's DaemonSet (`deploy/agent/`).
-pub const AGENT_DAEMONSET: &str = "kubetun-route-agent";
 
 /// `kubetun diagnose`.
 #[derive(Debug, Args)]
