@@ -1,6 +1,6 @@
 //! The gateway's WireGuard key pair, pure (no IO): [`GatewayKey`] and [`GatewayKeys`] (the
 //! current pair and, while a rotation is in progress, the previous one). The Secret they are
-//! kept in is read and written by [`crate::plumbing::key_secret`].
+//! kept in is read and written by `plumbing::key_secret`, one floor up.
 //!
 //! Only the public key ever leaves this module in CRs, ConfigMaps or logs; [`GatewayKey`]'s
 //! `Debug` prints the public half only. [`parse_public_key`] validates keys peers announce.
