@@ -8,7 +8,7 @@
 //!   deterministic order, versioned by a hash of its content.
 //!
 //! Naming conventions shared with the connector live here too ([`local_config_name`],
-//! [`remote_config_name`], [`ROLE_LABEL`], [`PEER_LABEL`]).
+//! [`remote_config_name`]); the labels are in `kubetun_crds::contract::link`.
 
 use std::str::FromStr;
 

@@ -11,7 +11,7 @@ use kube::api::{Api, DeleteParams};
 pub struct Removed {
     /// `Kind namespace/name` of every deleted object.
     pub objects: Vec<String>,
-    /// The same objects as kind and name, for [`wait_removed`].
+    /// The same objects as kind and name, for [`super::wait_removed`].
     pub deleted: Vec<(&'static str, String)>,
 }
 

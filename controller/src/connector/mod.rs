@@ -16,6 +16,7 @@
 //! (`services_access`). Every object the connector makes carries [`MANAGED_BY_LABEL`] and
 //! [`PEER_LABEL`]; [`Connector::disconnect`] and [`forget`] delete exactly those.
 //!
+//! [`MANAGED_BY_LABEL`]: kubetun_crds::contract::link::MANAGED_BY_LABEL
 //! [`PEER_LABEL`]: kubetun_crds::contract::link::PEER_LABEL
 
 mod cluster;
