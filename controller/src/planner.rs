@@ -8,11 +8,12 @@
 //!   deterministic order, versioned by a hash of its content.
 //!
 //! Naming conventions shared with the connector live here too ([`local_config_name`],
-//! [`remote_config_name`], [`ROLE_LABEL`], [`PEER_LABEL`]).
+//! [`remote_config_name`]); the labels are in `kubetun_crds::contract::link`.
 
 use std::str::FromStr;
 
 use ipnet::IpNet;
+use kubetun_crds::contract::link::{PEER_LABEL, TRANSIT_ANNOTATION_PREFIX};
 use kubetun_crds::{
     CidrMapping, FallbackPath, NetworkConfig, NetworkConfigSpec, NetworkConfigStatus,
     TunnelEndpointSpec, TunnelFallback,
@@ -22,20 +23,6 @@ use prost::Message as _;
 use crate::gateway_api::{self, DesiredState};
 use crate::ipam::{Ipam, IpamError};
 use crate::keys::{GatewayKey, KeyError, parse_public_key};
-
-/// Label telling whether a NetworkConfig is ours (`local`) or a peer's (`remote`).
-pub const ROLE_LABEL: &str = "net.kubetun.io/role";
-/// Label naming the peer cluster id of a NetworkConfig.
-pub const PEER_LABEL: &str = "net.kubetun.io/peer";
-/// [`ROLE_LABEL`] value of the NetworkConfig this cluster sends to a peer.
-pub const ROLE_LOCAL: &str = "local";
-/// [`ROLE_LABEL`] value of the NetworkConfig a peer sent to this cluster.
-pub const ROLE_REMOTE: &str = "remote";
-/// Prefix of the annotations the hub's ShortcutConnection operator puts on the hub's `from-`
-/// NetworkConfig of a leaf whose traffic the hub may forward to other leaves: one per
-/// ShortcutConnection that allows it, `transit.net.kubetun.io/<its uid>: "true"`, so each
-/// grant is added and withdrawn on its own and the last one gone ends the transit.
-pub const TRANSIT_ANNOTATION_PREFIX: &str = "transit.net.kubetun.io/";
 
 /// The annotation of one transit grant (see [`TRANSIT_ANNOTATION_PREFIX`]).
 pub fn transit_annotation(grant: &str) -> String {
@@ -131,7 +118,7 @@ pub enum PlanError {
 impl PlanError {
     /// The condition reason for this error.
     pub fn reason(&self) -> &'static str {
-        use crate::conditions::reason;
+        use kubetun_crds::contract::link::reason;
         match self {
             Self::InvalidCidr { .. } => reason::INVALID_CIDR,
             Self::NoPodCidr | Self::NotProcessed { .. } | Self::InvalidFallback(_) => {

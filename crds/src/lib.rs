@@ -11,10 +11,15 @@
 //! [`mcs`] holds the Multi-Cluster Services API (`multicluster.x-k8s.io`: ServiceExport,
 //! ServiceImport) that kubetun implements.
 //!
+//! [`contract`] names what the programs share on objects (labels, annotations, finalizers,
+//! Secret keys, condition types and reasons).
+//!
 //! [`all_crds`] lists kubetun's definitions and [`mcs::mcs_crds`] the MCS API's; the `crdgen`
 //! binary prints either as YAML.
 
+pub mod contract;
 mod exportedservice;
+mod fields;
 pub mod mcs;
 mod network;
 mod networkconfig;
@@ -22,6 +27,10 @@ mod shortcut;
 mod tunnelendpoint;
 
 pub use exportedservice::*;
+pub use fields::{
+    CIDR_PATTERN, CidrMapping, ClusterRef, Endpoint, cidr_list_schema, cidr_schema,
+    optional_cidr_list_schema,
+};
 pub use network::*;
 pub use networkconfig::*;
 pub use shortcut::*;
@@ -29,8 +38,6 @@ pub use tunnelendpoint::*;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 
 /// API group of every kubetun resource.
 pub const GROUP: &str = "net.kubetun.io";
@@ -81,110 +88,6 @@ fn to_yaml(crds: Vec<CustomResourceDefinition>) -> Result<String, serde_yaml::Er
         out.push_str(&serde_yaml::to_string(&crd)?);
     }
     Ok(out)
-}
-
-/// Identity of a cluster: a stable ID and a human name.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ClusterRef {
-    /// Stable unique cluster ID.
-    #[schemars(length(min = 1, max = 63))]
-    pub id: String,
-    /// Human readable cluster name.
-    #[serde(default)]
-    pub name: String,
-}
-
-/// A WireGuard endpoint: address (IP or DNS name) and UDP port.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Endpoint {
-    /// IP address or DNS name.
-    #[schemars(length(min = 1, max = 253))]
-    pub address: String,
-    /// UDP port.
-    #[schemars(range(min = 1, max = 65535))]
-    pub port: u16,
-}
-
-impl std::fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.address.contains(':') {
-            write!(f, "[{}]:{}", self.address, self.port)
-        } else {
-            write!(f, "{}:{}", self.address, self.port)
-        }
-    }
-}
-
-/// A real CIDR and the CIDR a cluster uses for it. `view == real` means not remapped.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct CidrMapping {
-    /// The CIDR as its owner announces it (real addresses on the wire).
-    #[schemars(schema_with = "cidr_schema")]
-    pub real: String,
-    /// The CIDR the viewing cluster uses for it (same prefix length).
-    #[schemars(schema_with = "cidr_schema")]
-    pub view: String,
-}
-
-impl CidrMapping {
-    /// True when the view differs from the real CIDR.
-    pub fn is_remapped(&self) -> bool {
-        self.real != self.view
-    }
-}
-
-/// Pattern an IPv4 or IPv6 CIDR must match in the schema. It accepts exactly the address
-/// forms the controller parses (IPv6 in full or `::`-compressed form, no zone, no embedded
-/// IPv4) and prefix lengths in range; host bits are checked by the controller. RE2 syntax, as
-/// the API server evaluates it.
-pub const CIDR_PATTERN: &str = concat!(
-    "^(",
-    r"((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])/([0-9]|[12][0-9]|3[0-2])",
-    "|",
-    "(",
-    r"([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}",
-    r"|([0-9a-fA-F]{1,4}:){1,7}:",
-    r"|([0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}",
-    r"|([0-9a-fA-F]{1,4}:){1,5}(:[0-9a-fA-F]{1,4}){1,2}",
-    r"|([0-9a-fA-F]{1,4}:){1,4}(:[0-9a-fA-F]{1,4}){1,3}",
-    r"|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}",
-    r"|([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}",
-    r"|[0-9a-fA-F]{1,4}:(:[0-9a-fA-F]{1,4}){1,6}",
-    r"|:((:[0-9a-fA-F]{1,4}){1,7}|:)",
-    ")",
-    r"/([0-9]|[1-9][0-9]|1[01][0-9]|12[0-8])",
-    ")$"
-);
-
-/// Schema of one CIDR string.
-pub fn cidr_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "type": "string",
-        "pattern": CIDR_PATTERN,
-        "maxLength": 49,
-    })
-}
-
-/// Schema of a list of CIDR strings.
-pub fn cidr_list_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "type": "array",
-        "items": { "type": "string", "pattern": CIDR_PATTERN, "maxLength": 49 },
-        "maxItems": 64,
-    })
-}
-
-/// Schema of an optional list of CIDR strings (`null` distinct from `[]`).
-pub fn optional_cidr_list_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    schemars::json_schema!({
-        "type": "array",
-        "nullable": true,
-        "items": { "type": "string", "pattern": CIDR_PATTERN, "maxLength": 49 },
-        "maxItems": 64,
-    })
 }
 
 /// Re-export of the condition type used in every status.

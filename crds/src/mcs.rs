@@ -12,7 +12,7 @@ use kube::core::crd::merge_crds;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// API group of the Multi-Cluster Services API.
 pub const MCS_GROUP: &str = "multicluster.x-k8s.io";

@@ -4,7 +4,8 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{Condition, cidr_list_schema};
+use crate::cidr_list_schema;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// An isolated network. It gets a vacant ID from [`NetworkId`] objects; peerings with other
 /// Networks that reference it back become Ready and their prefixes become the gateway ACL.

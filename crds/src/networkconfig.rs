@@ -4,7 +4,8 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{CidrMapping, ClusterRef, Condition, Endpoint, cidr_list_schema};
+use crate::{CidrMapping, ClusterRef, Endpoint, cidr_list_schema};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// The sender's CIDRs, endpoint and public key, addressed to one destination cluster.
 ///

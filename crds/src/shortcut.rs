@@ -4,7 +4,9 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{CidrMapping, Condition, ConnectionState, Endpoint};
+use crate::tunnelendpoint::ConnectionState;
+use crate::{CidrMapping, Endpoint};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// Links two leaf clusters directly; the hub's operator runs the same exchange as
 /// `kubetun network connect` between them.

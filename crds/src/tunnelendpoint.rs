@@ -4,7 +4,8 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{CidrMapping, ClusterRef, Condition, Endpoint, optional_cidr_list_schema};
+use crate::{CidrMapping, ClusterRef, Endpoint, optional_cidr_list_schema};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// A peer link, merged from our NetworkConfig (as processed by the peer) and the peer's
 /// NetworkConfig (as processed by us).

@@ -209,7 +209,7 @@ async fn wait_published(cluster: &ClusterState) -> Result<(), LabError> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Ok(Some(_)) = maps
-            .get_opt(kubetun_controller::cluster_info::CONFIG_MAP_NAME)
+            .get_opt(kubetun_crds::contract::cluster_info::CONFIG_MAP_NAME)
             .await
         {
             return Ok(());

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use kubetun_controller::gateway_api::ConnectionState;
-use kubetun_controller::gateway_client::GatewayClient;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 
 use crate::checks::{self, Check};
 use crate::state::ClusterState;

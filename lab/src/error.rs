@@ -5,8 +5,8 @@
 
 use std::path::PathBuf;
 
-use kubetun_controller::gateway_client::GatewayClientError;
 use kubetun_controller::planner::PlanError;
+use kubetun_controller::plumbing::gateway_client::GatewayClientError;
 use kubetun_testenv::netns::NetnsError;
 
 use crate::naming::PrefixError;

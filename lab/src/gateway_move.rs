@@ -4,8 +4,8 @@
 use std::io::Write;
 use std::path::Path;
 
-use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::planner::desired_state;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 
 use crate::agents::converge_agents;
 use crate::checks::{self, Check};

@@ -21,12 +21,12 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
-use kubetun_controller::cluster_info::ClusterInfo;
 use kubetun_controller::gateway_api::{self, StatusResponse};
-use kubetun_controller::gateway_client::GatewayClient;
-use kubetun_controller::ha::DEFAULT_LEASE_NAME;
 use kubetun_controller::keys::GatewayKey;
+use kubetun_controller::plumbing::cluster_info::ClusterInfo;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use kubetun_controller_testing::link_as_connector;
+use kubetun_crds::contract::lease::DEFAULT_LEASE_NAME;
 use kubetun_crds::{ClusterRef, Endpoint, NetworkConfig};
 use kubetun_testenv::{Assets, TestCluster};
 

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::time::Instant;
 
-use kubetun_controller::gateway_client::GatewayClient;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 
 use crate::agents::converge_agents;
 use crate::apiserver;

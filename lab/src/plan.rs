@@ -9,7 +9,6 @@
 use std::collections::BTreeMap;
 
 use ipnet::{IpNet, Ipv4Net};
-use kubetun_controller::cluster_info::ClusterInfo;
 use kubetun_controller::connector::transit::path_through;
 use kubetun_controller::gateway_api::DesiredState;
 use kubetun_controller::ipam::{Ipam, IpamConfig, rfc1918_pools};
@@ -18,6 +17,7 @@ use kubetun_controller::planner::{
     GatewaySettings, PlanError, check_addressing, desired_state, local_config_name,
     process_network_config, remote_config_name, transit_annotation, tunnel_endpoint_spec,
 };
+use kubetun_controller::plumbing::cluster_info::ClusterInfo;
 use kubetun_crds::{ClusterRef, Endpoint, NetworkConfig, NetworkConfigStatus, TunnelEndpointSpec};
 
 use crate::table::{ClusterTable, PeerMapping};

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use kubetun_controller::gateway_api::ConnectionState;
-use kubetun_controller::gateway_client::GatewayClient;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use serde::Serialize;
 
 use crate::error::LabError;

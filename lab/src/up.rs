@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use kubetun_controller::gateway_client::GatewayClient;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use serde::Serialize;
 
 use crate::checks::Check;

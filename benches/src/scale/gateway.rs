@@ -25,8 +25,8 @@ use base64::Engine as _;
 use boringtun::noise::{Tunn, TunnResult};
 use boringtun::x25519::{PublicKey, StaticSecret};
 use kubetun_controller::gateway_api::{self, DesiredState};
-use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::keys::GatewayKey;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use kubetun_testenv::netns::{self, Netns, NsChild};
 use serde::Serialize;
 

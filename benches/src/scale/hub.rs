@@ -24,11 +24,13 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt as _, TryStreamExt as _};
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kubetun_controller::cluster_info::{ClusterInfo, DEFAULT_NAMESPACE};
 use kubetun_controller::connector::{FIELD_MANAGER, network_config};
 use kubetun_controller::keys::GatewayKey;
-use kubetun_controller::planner::{ROLE_REMOTE, remote_config_name};
+use kubetun_controller::planner::remote_config_name;
+use kubetun_controller::plumbing::cluster_info::ClusterInfo;
 use kubetun_controller_testing::{FakeGateway, link_as_connector};
+use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
+use kubetun_crds::contract::link::ROLE_REMOTE;
 use kubetun_crds::{ClusterRef, ConnectionState, Endpoint, NetworkConfig, TunnelEndpoint};
 use kubetun_testenv::{Assets, TestCluster};
 use serde::Serialize;

@@ -23,10 +23,12 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kubetun_controller::cluster_info::{ClusterInfo, DEFAULT_NAMESPACE};
-use kubetun_controller::services::desired::{MANAGED_BY, MANAGED_BY_LABEL};
-use kubetun_controller::services::sync::{CREDENTIAL_KEY, CREDENTIAL_LABEL};
+use kubetun_controller::plumbing::cluster_info::ClusterInfo;
 use kubetun_controller_testing::FakeGateway;
+use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
+use kubetun_crds::contract::services::{
+    CREDENTIAL_KEY, CREDENTIAL_LABEL, MANAGED_BY, MANAGED_BY_LABEL,
+};
 use kubetun_crds::mcs::v1beta1::ServiceImport;
 use kubetun_crds::mcs::{ServiceImportType, ServicePort};
 use kubetun_crds::{

@@ -1,7 +1,7 @@
 //! The agent process (`kubetun-agent`): flags, the reconcile pass and its loop.
 //!
 //! A pass reads the cluster ([`source`](super::source)), plans ([`plan`](super::plan)) and
-//! converges the kernel ([`converge`]). Passes run on start (which repairs
+//! converges the kernel ([`crate::converge`]). Passes run on start (which repairs
 //! whatever a previous run left behind), on every change of a TunnelEndpoint, Node or gateway
 //! pod, and every resync period. A missing gateway leaves the routes in place.
 //!
@@ -22,6 +22,7 @@ use kube::runtime::utils::PredicateConfig;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
 use kubetun_crds::TunnelEndpoint;
+use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
 
 use super::diff::Change;
 use super::netlink::{Kernel, NetlinkError, Underlay};
@@ -31,9 +32,8 @@ use super::plan::{
 use super::source::{
     ClusterView, GatewayLocator, SourceError, lease_fingerprint, node_fingerprint, read_cluster,
 };
-use super::{cleanup, converge};
-use kubetun_controller::cluster_info::DEFAULT_NAMESPACE;
-use kubetun_controller::runtime::{ApiHealth, watch};
+use crate::apply::{cleanup, converge};
+use kubetun_controller::plumbing::runtime::{ApiHealth, watch};
 
 /// Label selector of the gateway pod unless configured otherwise.
 pub const DEFAULT_GATEWAY_SELECTOR: &str =
@@ -193,7 +193,7 @@ pub enum AgentError {
     Source(#[from] SourceError),
     /// No client could be built from the kubeconfig or the in-cluster configuration.
     #[error(transparent)]
-    Client(#[from] kubetun_controller::kubeconfig::KubeconfigError),
+    Client(#[from] kubetun_controller::plumbing::kubeconfig::KubeconfigError),
     /// A Kubernetes API call failed.
     #[error("kubernetes API: {0}")]
     Kube(#[from] kube::Error),
@@ -270,7 +270,7 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
         );
         return Ok(());
     }
-    let client = kubetun_controller::kubeconfig::KubeconfigSource {
+    let client = kubetun_controller::plumbing::kubeconfig::KubeconfigSource {
         path: args.kubeconfig.clone(),
         context: args.context.clone(),
     }
@@ -291,7 +291,7 @@ pub async fn run(args: AgentArgs) -> Result<(), AgentError> {
     if args.once {
         return pass(&client, &kernel, &config, underlay).await.map(drop);
     }
-    let health = kubetun_controller::runtime::ApiHealth::new(client.clone());
+    let health = kubetun_controller::plumbing::runtime::ApiHealth::new(client.clone());
     let mut triggers = pin!(changes(&client, &config, &health));
     let resync = Duration::from_secs(args.resync_seconds.max(1));
     let mut shutdown = pin!(shutdown_signal());

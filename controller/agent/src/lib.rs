@@ -6,6 +6,7 @@
 //! - [`diff`](mod@diff) (pure): kernel state tagged as ours + desired state -> ordered [`diff::Change`]s.
 //! - [`netlink`] (IO): reads the tagged kernel state and applies changes through rtnetlink.
 //! - [`source`] (IO): TunnelEndpoints, Nodes and the gateway's location from the API.
+//! - [`apply`] (IO): [`converge`] the kernel on a desired state, [`cleanup`] everything.
 //! - [`daemon`]: the `kubetun-agent` process: flags, passes, watch loop, uninstall.
 //!
 //! Its own crate and binary so that only the agent links rtnetlink; it shares the
@@ -16,33 +17,12 @@
 //! device has a fixed name. The tagged kernel state is the agent's only record: on every pass
 //! (and so on every start) whatever is tagged but not desired is removed.
 
+pub mod apply;
 pub mod daemon;
 pub mod diff;
 pub mod netlink;
 pub mod plan;
 pub mod source;
 
+pub use apply::{cleanup, converge};
 pub use daemon::{AgentArgs, run};
-
-use diff::{Change, diff, teardown};
-use netlink::{Kernel, NetlinkError};
-use plan::DesiredState;
-
-/// Makes the kernel hold exactly `desired` of the agent's tagged state; returns what changed.
-pub async fn converge(
-    kernel: &Kernel,
-    desired: &DesiredState,
-) -> Result<Vec<Change>, NetlinkError> {
-    let observed = kernel.observe().await?;
-    let changes = diff(&observed, desired);
-    kernel.apply(&changes).await?;
-    Ok(changes)
-}
-
-/// Removes everything tagged as the agent's; returns what was removed.
-pub async fn cleanup(kernel: &Kernel) -> Result<Vec<Change>, NetlinkError> {
-    let observed = kernel.observe().await?;
-    let changes = teardown(&observed);
-    kernel.apply(&changes).await?;
-    Ok(changes)
-}

@@ -7,6 +7,6 @@ use clap::Parser as _;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = kubetun_agent::AgentArgs::parse();
-    kubetun_controller::logging::init_daemon(false);
+    kubetun_controller::plumbing::logging::init_daemon(false);
     kubetun_agent::run(args).await.context("route agent failed")
 }

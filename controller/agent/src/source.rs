@@ -13,10 +13,10 @@ use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 use kubetun_crds::TunnelEndpointSpec;
+use kubetun_crds::contract::lease::NODE_IP_ANNOTATION;
 
 use super::plan::Node;
-use kubetun_controller::ha::NODE_IP_ANNOTATION;
-use kubetun_controller::reconcile::tunnel_endpoint::list_specs;
+use kubetun_controller::plumbing::tunnel_endpoints::list_specs;
 
 /// How the agent finds the gateway's node.
 #[derive(Debug, Clone, PartialEq, Eq)]

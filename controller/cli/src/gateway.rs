@@ -8,10 +8,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use clap::{Args, Subcommand, ValueEnum};
 
 use kubetun_controller::gateway_api::{ConnectionState, DesiredState, PeerStatus, StatusResponse};
-use kubetun_controller::gateway_client::{
+use kubetun_controller::planner;
+use kubetun_controller::plumbing::gateway_client::{
     DEFAULT_INTERFACE, GatewayClient, GatewayClientError, grpc_socket_path,
 };
-use kubetun_controller::planner;
 
 /// A failure of `kubetun gateway`.
 #[derive(Debug, thiserror::Error)]

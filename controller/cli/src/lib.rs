@@ -6,6 +6,7 @@
 //! embedded manifests); the connector, rotation and services code it drives lives in the
 //! controller's core (`kubetun-controller`), which the ShortcutConnection operator shares.
 
+pub mod cluster_args;
 pub mod diagnose;
 pub mod gateway;
 pub mod install;
@@ -23,7 +24,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kubetun_crds::Endpoint;
 
 use kubetun_controller::connector::{self, Progress};
-pub use kubetun_controller::kubeconfig::{KubeconfigError, KubeconfigSource, install_tls_provider};
+pub use kubetun_controller::plumbing::kubeconfig::{
+    KubeconfigError, KubeconfigSource, install_tls_provider,
+};
 
 /// A failure of a `kubetun` subcommand.
 #[derive(Debug, thiserror::Error)]
@@ -59,7 +62,7 @@ pub enum Error {
     Incomplete(String),
     /// A key rotation failed.
     #[error("{}", connector::error_chain(.0.as_ref()))]
-    Rotation(Box<kubetun_controller::rotation::RotationError>),
+    Rotation(Box<kubetun_controller::connector::rotation::RotationError>),
     /// A wait ran out of time.
     #[error("timed out after {timeout:?} waiting for {what}")]
     Timeout {
@@ -70,8 +73,8 @@ pub enum Error {
     },
 }
 
-impl From<kubetun_controller::rotation::RotationError> for Error {
-    fn from(error: kubetun_controller::rotation::RotationError) -> Self {
+impl From<kubetun_controller::connector::rotation::RotationError> for Error {
+    fn from(error: kubetun_controller::connector::rotation::RotationError) -> Self {
         Self::Rotation(Box::new(error))
     }
 }
@@ -125,7 +128,7 @@ impl ConsoleProgress {
     /// Spinner when stdout is a terminal, plain lines otherwise.
     pub fn stdout() -> Self {
         Self {
-            interactive: kubetun_controller::logging::colour(&std::io::stdout()),
+            interactive: kubetun_controller::plumbing::logging::colour(&std::io::stdout()),
             spinner: Mutex::new(None),
         }
     }

@@ -39,7 +39,7 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    kubetun_controller::logging::init_cli();
+    kubetun_controller::plumbing::logging::init_cli();
 
     let result: anyhow::Result<()> = match Cli::parse().command {
         Command::Gateway(args) => cli::gateway::run(args).await.map_err(Into::into),

@@ -5,15 +5,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
 use kubetun_crds::{CidrMapping, Endpoint};
 
 use super::{
     ConsoleProgress, Error, KubeconfigSource, format_bytes, parse_duration, parse_endpoint,
     push_indented, render_table,
 };
-use kubetun_controller::cluster_info::DEFAULT_NAMESPACE;
+use kubetun_controller::connector::rotation::{self, RotationOptions, RotationReport};
 use kubetun_controller::connector::{self, ClusterHandle, Connector, LinkStatus, WaitOptions};
-use kubetun_controller::rotation::{self, RotationOptions, RotationReport};
 
 /// `kubetun network`.
 #[derive(Debug, Args)]

@@ -227,9 +227,9 @@ impl ShortcutListOutput {
 impl From<&ShortcutConnection> for ShortcutOutput {
     fn from(sc: &ShortcutConnection) -> Self {
         let status = sc.status.clone().unwrap_or_default();
-        let message = kubetun_controller::conditions::find(
+        let message = kubetun_controller::plumbing::conditions::find(
             &status.conditions,
-            kubetun_controller::shortcut::READY,
+            kubetun_crds::contract::shortcut::READY,
         )
         .map_or_else(String::new, |c| c.message.clone());
         let directions = status

@@ -3,20 +3,20 @@
 //! export is not offered.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt as _};
+use kubetun_crds::contract::services::SERVICE_NAME_LABEL;
 use kubetun_crds::mcs::v1beta1::{ServiceExport, ServiceImport};
 use serde::Serialize;
 use serde_json::json;
 
 use super::output::{OutputArgs, render};
-use super::{Error, KubeconfigSource, local_api_error as api_error, render_table};
-use kubetun_controller::services::desired::SERVICE_NAME_LABEL;
+use super::{Error, local_api_error as api_error, render_table};
+use crate::cluster_args::ClusterArgs;
 
 /// Field manager of the CLI's ServiceExports.
 const FIELD_MANAGER: &str = "kubetun-cli";
@@ -40,27 +40,6 @@ pub enum ServiceCommand {
     List(ListArgs),
     /// Why an exported Service is or is not visible in another cluster, hop by hop.
     Diagnose(Box<super::service_diagnose::DiagnoseServiceArgs>),
-}
-
-/// Which cluster.
-#[derive(Debug, Clone, Args)]
-pub struct ClusterArgs {
-    /// Kubeconfig (default: $KUBECONFIG or ~/.kube/config).
-    #[arg(long, value_name = "FILE")]
-    pub kubeconfig: Option<PathBuf>,
-    /// Context of the kubeconfig.
-    #[arg(long)]
-    pub context: Option<String>,
-}
-
-impl ClusterArgs {
-    async fn client(&self) -> Result<Client, Error> {
-        let source = KubeconfigSource {
-            path: self.kubeconfig.clone(),
-            context: self.context.clone(),
-        };
-        Ok(source.client("local").await?)
-    }
 }
 
 /// `service export` and `service unexport`.

@@ -8,17 +8,17 @@ use clap::Args;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams};
+use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
+use kubetun_crds::contract::services::{CREDENTIAL_KEY, SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL};
 use kubetun_crds::mcs::v1beta1::{ServiceExport, ServiceImport};
 use kubetun_crds::{ExportedService, TunnelEndpoint};
 
 use super::diagnose::{Check, Outcome, Report, render};
 use super::output::{self, OutputArgs};
-use super::service::ClusterArgs;
 use super::{Error, KubeconfigSource};
-use kubetun_controller::cluster_info::{ClusterInfo, DEFAULT_NAMESPACE};
+use crate::cluster_args::ClusterArgs;
 use kubetun_controller::connector::credential_name;
-use kubetun_controller::services::desired::{SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL};
-use kubetun_controller::services::sync::CREDENTIAL_KEY;
+use kubetun_controller::plumbing::cluster_info::ClusterInfo;
 
 /// `service diagnose`.
 #[derive(Debug, Args)]
@@ -505,7 +505,7 @@ async fn read_with(secret: &Secret, name: &str) -> Result<bool, String> {
         .as_ref()
         .and_then(|d| d.get(CREDENTIAL_KEY))
         .ok_or("the Secret has no kubeconfig")?;
-    let client = kubetun_controller::services::sync::peer_client(&bytes.0).await?;
+    let client = kubetun_controller::plumbing::kubeconfig::peer_client(&bytes.0).await?;
     Api::<ExportedService>::default_namespaced(client)
         .get_opt(name)
         .await

@@ -12,6 +12,8 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams};
 use kube::{Resource as _, ResourceExt as _};
+use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
+use kubetun_crds::contract::shortcut::{DEFAULT_SECRET_KEY, READY, SHORTCUT_LABEL, reason};
 use kubetun_crds::{
     CidrMapping, Endpoint, LeafCluster, SecretKeyRef, ShortcutConnection, ShortcutConnectionSpec,
     ShortcutPhase,
@@ -22,10 +24,8 @@ use super::{
     ConsoleProgress, Error, KubeconfigSource, minify_kubeconfig, parse_duration, parse_endpoint,
     push_indented, render_table,
 };
-use kubetun_controller::cluster_info::DEFAULT_NAMESPACE;
-use kubetun_controller::conditions;
 use kubetun_controller::connector::Progress;
-use kubetun_controller::shortcut::{DEFAULT_SECRET_KEY, READY, SHORTCUT_LABEL, reason};
+use kubetun_controller::plumbing::conditions;
 
 /// Field manager of the CLI's writes on the hub.
 const FIELD_MANAGER: &str = "kubetun-cli";

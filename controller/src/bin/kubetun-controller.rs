@@ -3,27 +3,27 @@
 //! controllers. Configured by flags or the matching `KUBETUN_*` environment variables.
 //! Only the hub (`--hub`) runs the ShortcutConnection operator.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::Duration;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use clap::Parser;
 use ipnet::IpNet;
-use kubetun_controller::cluster_info::{Cidrs, ClusterInfo, DEFAULT_NAMESPACE, parse_cidrs};
-use kubetun_controller::context::{Context, ControllerConfig};
-use kubetun_controller::gateway_client::{DEFAULT_INTERFACE, GatewayClient, grpc_socket_path};
-use kubetun_controller::ha::{self, DEFAULT_LEASE_NAME, Election, Elector, HaMetrics, Timing};
 use kubetun_controller::ipam::{IpamConfig, rfc1918_pools};
-use kubetun_controller::keys::GatewayKeys;
-use kubetun_controller::network::{self, NetworkOptions};
+use kubetun_controller::operator::ha::Timing;
+use kubetun_controller::operator::isolation::NetworkOptions;
+use kubetun_controller::operator::process::listeners::{ListenAddr, parse_listen_addr};
+use kubetun_controller::operator::process::{self, Options, Replica};
 use kubetun_controller::planner::{self, GatewaySettings};
-use kubetun_controller::reconcile;
-use kubetun_controller::services;
-use kubetun_controller::shortcut;
+use kubetun_controller::plumbing::cluster_info::{Cidrs, ClusterInfo, parse_cidrs};
+use kubetun_controller::plumbing::gateway_client::{
+    DEFAULT_INTERFACE, GatewayClient, grpc_socket_path,
+};
+use kubetun_controller::plumbing::kubeconfig::KubeconfigSource;
+use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
+use kubetun_crds::contract::lease::DEFAULT_LEASE_NAME;
 use kubetun_crds::{ClusterRef, Endpoint};
-use prometheus_client::registry::Registry;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -177,8 +177,60 @@ impl ReplicaArgs {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    kubetun_controller::logging::init_daemon(args.log_json);
-    run_controller(args).await
+    kubetun_controller::plumbing::logging::init_daemon(args.log_json);
+    let client = KubeconfigSource {
+        path: args.kubeconfig.clone(),
+        context: args.context.clone(),
+    }
+    .client_or_in_cluster("local")
+    .await?;
+    let options = options(&args)?;
+    process::run(client, options).await?;
+    Ok(())
+}
+
+/// What the flags configure.
+fn options(args: &Args) -> anyhow::Result<Options> {
+    let socket = args
+        .gateway_socket
+        .clone()
+        .unwrap_or_else(|| grpc_socket_path(&args.gateway_interface));
+    let info = cluster_info(args);
+    let settings = gateway_settings(args, &info);
+    let pools = flatten(&args.pools);
+    let replica = match &args.replicas.replica {
+        Some(name) => Some(Replica {
+            name: name.clone(),
+            lease_name: args.replicas.lease_name.clone(),
+            node_ip: args.replicas.node_ip,
+            timing: args.replicas.timing()?,
+        }),
+        None => None,
+    };
+    Ok(Options {
+        namespace: args.namespace.clone(),
+        cluster_id: args.cluster_id.clone(),
+        hub: args.hub,
+        gateway: (!args.no_gateway).then(|| GatewayClient::new(&socket)),
+        metrics_addr: args.metrics_addr,
+        dns_addr: args.dns_addr,
+        info,
+        settings,
+        ipam: IpamConfig {
+            pools: if pools.is_empty() {
+                rfc1918_pools()
+            } else {
+                pools
+            },
+            reserved: flatten(&args.reserved),
+        },
+        networks: NetworkOptions {
+            min_vni: args.min_vni,
+            max_vni: args.max_vni,
+            ..NetworkOptions::default()
+        },
+        replica,
+    })
 }
 
 /// This cluster's info as the flags give it (its public key comes from the key Secret).
@@ -226,376 +278,8 @@ fn gateway_settings(args: &Args, info: &ClusterInfo) -> GatewaySettings {
     }
 }
 
-/// A replica before it holds the gateway lease.
-struct Standby<'a> {
-    client: &'a kube::Client,
-    args: &'a Args,
-    replica: &'a str,
-    gateway: Option<GatewayClient>,
-    settings: &'a GatewaySettings,
-    metrics: &'a HaMetrics,
-}
-
-impl Standby<'_> {
-    /// Keeps the local gateway a standby with the cluster's state until this replica holds
-    /// the gateway lease (the controllers' writes must come from one replica at a time);
-    /// `None` when a signal stopped it first.
-    async fn until_leading(self) -> anyhow::Result<Option<Elector>> {
-        let Some(gateway) = self.gateway else {
-            bail!(
-                "--replica elects the active gateway: it needs a local gateway (drop --no-gateway)"
-            );
-        };
-        let replicas = &self.args.replicas;
-        let mut elector = Elector::new(
-            self.client.clone(),
-            &self.args.namespace,
-            &replicas.lease_name,
-            replicas.node_ip,
-            Election::new(self.replica.to_owned(), replicas.timing()?),
-            Some(gateway.clone()),
-            self.metrics.clone(),
-        );
-        tracing::info!(
-            replica = self.replica,
-            lease = replicas.lease_name,
-            "replica: standby until it holds the gateway lease"
-        );
-        let namespace = self.args.namespace.clone();
-        tokio::select! {
-            () = elector.acquire() => Ok(Some(elector)),
-            () = ha::standby::run(self.client.clone(), namespace, self.settings.clone(), gateway) => Ok(Some(elector)),
-            () = kubetun_controller::shutdown::signal() => {
-                tracing::info!("stopped while on standby");
-                Ok(None)
-            }
-        }
-    }
-}
-
-/// The controller: metrics, the standby wait of a replica, then every reconciler until one
-/// stops, the lease is lost or a signal comes.
-async fn run_controller(args: Args) -> anyhow::Result<()> {
-    let client = kubetun_controller::kubeconfig::KubeconfigSource {
-        path: args.kubeconfig.clone(),
-        context: args.context.clone(),
-    }
-    .client_or_in_cluster("local")
-    .await?;
-    let listeners = Listeners::bind(&args).await?;
-    let socket = args
-        .gateway_socket
-        .clone()
-        .unwrap_or_else(|| grpc_socket_path(&args.gateway_interface));
-    let gateway = (!args.no_gateway).then(|| GatewayClient::new(&socket));
-
-    let metrics = Metrics::default();
-    let dns_table = services::dns_server::SharedTable::default();
-    let dns = async {
-        match listeners.dns {
-            Some(sockets) => {
-                services::dns_server::serve(sockets, dns_table.clone(), metrics.dns.clone()).await
-            }
-            None => std::future::pending().await,
-        }
-    };
-    let ctx_slot: Arc<OnceLock<Arc<Context>>> = Arc::default();
-    let mut http = match listeners.metrics {
-        Some(listener) => tokio::spawn(serve_http(
-            listener,
-            metrics.registry.clone(),
-            ctx_slot.clone(),
-        )),
-        None => tokio::spawn(std::future::pending()),
-    };
-
-    let info = cluster_info(&args);
-    let settings = gateway_settings(&args, &info);
-    let mut elector = match &args.replicas.replica {
-        Some(replica) => {
-            let standby = Standby {
-                client: &client,
-                args: &args,
-                replica,
-                gateway: gateway.clone(),
-                settings: &settings,
-                metrics: &metrics.ha,
-            };
-            match standby.until_leading().await? {
-                Some(elector) => Some(elector),
-                None => return Ok(()),
-            }
-        }
-        None => None,
-    };
-
-    let config = publish_cluster(&client, &args, info, settings).await?;
-    let ctx = Context::new(client.clone(), config, gateway).await?;
-    metrics.register_controller(&ctx);
-    let _ = ctx_slot.set(ctx.clone());
-    let network_options = NetworkOptions {
-        min_vni: args.min_vni,
-        max_vni: args.max_vni,
-        ..NetworkOptions::default()
-    };
-    let lease_lost = async {
-        match elector.as_mut() {
-            Some(elector) => elector.keep().await,
-            None => std::future::pending().await,
-        }
-    };
-    let services = async {
-        if services::sync::available(&ctx).await {
-            services::sync::run(ctx.clone(), dns_table.clone(), metrics.services.clone()).await;
-        }
-        std::future::pending().await
-    };
-    tracing::info!("running; SIGTERM or ctrl+c stops gracefully");
-    tokio::select! {
-        () = reconcile::run(ctx.clone()) => tracing::info!("controller stopped"),
-        () = services => {}
-        () = dns => {}
-        result = shortcut_operator(&client, &args, &ctx) => {
-            result.context("the ShortcutConnection operator failed")?;
-        }
-        result = network::run(client.clone(), None, network_options, ctx.health.clone()) => {
-            result.context("the Network controllers failed")?;
-        }
-        result = &mut http => {
-            result.context("the metrics server stopped")?.context("cannot serve metrics (--metrics-addr)")?;
-        }
-        () = lease_lost => {
-            bail!("this replica lost the gateway lease; exiting to start again as a standby");
-        }
-    }
-    if let Some(elector) = elector.as_mut() {
-        elector.release().await;
-    }
-    Ok(())
-}
-
-/// The sockets the controller serves on, bound before anything else so that a taken port
-/// fails the start instead of later.
-struct Listeners {
-    metrics: Option<tokio::net::TcpListener>,
-    dns: Option<(tokio::net::UdpSocket, tokio::net::TcpListener)>,
-}
-
-impl Listeners {
-    async fn bind(args: &Args) -> anyhow::Result<Self> {
-        let metrics = match args.metrics_addr {
-            ListenAddr::Disabled => None,
-            ListenAddr::Listen(addr) => {
-                Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
-                    format!(
-                        "cannot listen on {addr} (--metrics-addr / KUBETUN_METRICS_ADDR; 0 disables it)"
-                    )
-                })?)
-            }
-        };
-        let dns = match args.dns_addr {
-            ListenAddr::Disabled => None,
-            ListenAddr::Listen(addr) => {
-                Some(services::dns_server::bind(addr).await.with_context(|| {
-                    format!(
-                        "cannot serve DNS on {addr} (--dns-addr / KUBETUN_DNS_ADDR; 0 disables it)"
-                    )
-                })?)
-            }
-        };
-        Ok(Self { metrics, dns })
-    }
-}
-
-/// The metrics `/metrics` serves: registered at start, the reconcilers' once they run.
-struct Metrics {
-    registry: Arc<RwLock<Registry>>,
-    ha: HaMetrics,
-    dns: services::dns_server::DnsMetrics,
-    services: services::metrics::ServiceMetrics,
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        let metrics = Self {
-            registry: Arc::default(),
-            ha: HaMetrics::default(),
-            dns: services::dns_server::DnsMetrics::default(),
-            services: services::metrics::ServiceMetrics::default(),
-        };
-        {
-            let mut registry = metrics.registry();
-            metrics.ha.register(&mut registry);
-            metrics.dns.register(&mut registry);
-            metrics.services.register(&mut registry);
-        }
-        metrics
-    }
-}
-
-impl Metrics {
-    fn registry(&self) -> std::sync::RwLockWriteGuard<'_, Registry> {
-        self.registry
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn register_controller(&self, ctx: &Context) {
-        let mut registry = self.registry();
-        ctx.metrics.register(&mut registry);
-        ctx.health.register(&mut registry);
-    }
-}
-
-/// Loads (or creates) the gateway keys, publishes this cluster's info with its public key,
-/// and returns what the reconcilers are configured with.
-async fn publish_cluster(
-    client: &kube::Client,
-    args: &Args,
-    mut info: ClusterInfo,
-    mut settings: GatewaySettings,
-) -> anyhow::Result<ControllerConfig> {
-    let keys = GatewayKeys::load_or_create(client.clone(), &args.namespace).await?;
-    info.public_key = keys.current.public_base64().to_owned();
-    info.publish(client, &args.namespace)
-        .await
-        .context("cannot publish the cluster info")?;
-    tracing::info!(cluster = %info.cluster.id, public_key = info.public_key, "cluster info published");
-    settings.set_keys(&keys.current, keys.previous.as_ref());
-    let pools = flatten(&args.pools);
-    Ok(ControllerConfig {
-        namespace: args.namespace.clone(),
-        cluster: info,
-        ipam: IpamConfig {
-            pools: if pools.is_empty() {
-                rfc1918_pools()
-            } else {
-                pools
-            },
-            reserved: flatten(&args.reserved),
-        },
-        gateway: settings,
-    })
-}
-
-/// On the hub (`--hub`) the ShortcutConnection operator. Elsewhere ShortcutConnections are
-/// marked as such (NotHub), so none sits unexplained; a leaf without that CRD runs on without
-/// it.
-async fn shortcut_operator(
-    client: &kube::Client,
-    args: &Args,
-    ctx: &Context,
-) -> Result<(), shortcut::ShortcutError> {
-    if args.hub {
-        tracing::info!("hub: running the ShortcutConnection operator");
-        return shortcut::run(
-            client.clone(),
-            Some(args.namespace.clone()),
-            args.cluster_id.clone(),
-            ctx.health.clone(),
-        )
-        .await;
-    }
-    let explained = shortcut::run_not_hub(
-        client.clone(),
-        args.namespace.clone(),
-        args.cluster_id.clone(),
-        ctx.health.clone(),
-    )
-    .await;
-    if let Err(error) = explained {
-        tracing::warn!(
-            "ShortcutConnections are not watched: {}",
-            kubetun_controller::connector::error_chain(&error)
-        );
-        std::future::pending::<()>().await;
-    }
-    Ok(())
-}
-
 /// The CIDRs of a flag given several times (each a comma-separated list; empty means none,
 /// so a ConfigMap can list a setting without a value).
 fn flatten(lists: &[Cidrs]) -> Vec<IpNet> {
     lists.iter().flat_map(|l| l.0.iter().copied()).collect()
-}
-
-/// Where a server listens: kubebuilder's `--metrics-bind-address` convention.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ListenAddr {
-    /// `0`: not served.
-    Disabled,
-    /// An address to listen on.
-    Listen(SocketAddr),
-}
-
-/// `0` (off), `:PORT` (every address) or `HOST:PORT`.
-fn parse_listen_addr(text: &str) -> Result<ListenAddr, String> {
-    let text = text.trim();
-    if text == "0" {
-        return Ok(ListenAddr::Disabled);
-    }
-    let full = match text.strip_prefix(':') {
-        Some(port) => format!("0.0.0.0:{port}"),
-        None => text.to_owned(),
-    };
-    full.parse().map(ListenAddr::Listen).map_err(|_| {
-        format!("{text:?} is not a listen address (0 disables; examples: :9587, 127.0.0.1:9587)")
-    })
-}
-
-/// `/metrics` (OpenMetrics text), `/healthz` (the process runs) and `/readyz` (the gateway,
-/// if any, answered the last sync).
-async fn serve_http(
-    listener: tokio::net::TcpListener,
-    registry: Arc<RwLock<Registry>>,
-    ctx: Arc<OnceLock<Arc<Context>>>,
-) -> std::io::Result<()> {
-    use axum::http::{StatusCode, header};
-    use axum::routing::get;
-
-    let metrics = move || {
-        let registry = registry.clone();
-        async move {
-            let mut body = String::new();
-            let encoded = {
-                let registry = registry.read().unwrap_or_else(PoisonError::into_inner);
-                prometheus_client::encoding::text::encode(&mut body, &registry)
-            };
-            match encoded {
-                Ok(()) => (
-                    StatusCode::OK,
-                    [(
-                        header::CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    body,
-                ),
-                Err(_) => (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    [(header::CONTENT_TYPE, "text/plain")],
-                    "cannot encode metrics".to_owned(),
-                ),
-            }
-        }
-    };
-    let app = axum::Router::new()
-        .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/readyz",
-            get(move || {
-                // A standby replica (no context yet) is ready: it runs as it should.
-                let ready = ctx
-                    .get()
-                    .is_none_or(|ctx| ctx.gateway.is_none() || ctx.gateway_status().is_some());
-                async move {
-                    if ready {
-                        (StatusCode::OK, "ready")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "gateway unreachable")
-                    }
-                }
-            }),
-        );
-    axum::serve(listener, app).await
 }

@@ -8,8 +8,8 @@ use kube::api::Api;
 use kubetun_crds::{Endpoint, NetworkConfig, TunnelEndpoint};
 
 use super::ConnectError;
-use super::services_access::ServerAccess;
-use crate::cluster_info::ClusterInfo;
+use crate::plumbing::cluster_info::ClusterInfo;
+use crate::plumbing::kubeconfig::ServerAccess;
 
 /// How the connector reaches one cluster.
 #[derive(Clone)]

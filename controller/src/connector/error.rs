@@ -1,10 +1,10 @@
 //! The connector's [`ConnectError`], whose messages name the cluster, the object and what to do,
 //! and [`error_chain`], which prints an error and its sources on one line.
 
+use kubetun_crds::contract::link::{MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL};
 use std::time::Duration;
 
-use super::{MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL};
-use crate::cluster_info::ClusterInfoError;
+use crate::plumbing::cluster_info::ClusterInfoError;
 
 /// A connector failure. Every message names the cluster (its role and, once known, its id),
 /// the object involved and what to do about it.
@@ -142,7 +142,7 @@ pub enum ConnectError {
     },
 }
 
-pub use crate::runtime::error_chain;
+pub use crate::plumbing::runtime::error_chain;
 
 #[cfg(test)]
 mod tests {

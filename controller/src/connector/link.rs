@@ -1,6 +1,7 @@
 //! Bringing a link up: [`Connector::sync`] applies the four NetworkConfigs and observes both
 //! directions once; [`Connector::connect`] repeats it until the link is processed or connected.
 
+use kubetun_crds::contract::link::{ROLE_LOCAL, ROLE_REMOTE};
 use kubetun_crds::{NetworkConfig, TunnelEndpoint};
 use tokio::time::Instant;
 
@@ -10,8 +11,8 @@ use super::{
     ClusterHandle, ConnectError, Connector, Direction, LinkState, Progress, WaitOptions,
     describe_views, error_chain,
 };
-use crate::cluster_info::ClusterInfo;
-use crate::planner::{ROLE_LOCAL, ROLE_REMOTE, local_config_name, remote_config_name};
+use crate::planner::{local_config_name, remote_config_name};
+use crate::plumbing::cluster_info::ClusterInfo;
 
 impl Connector {
     /// One pass: applies the four NetworkConfigs, mirrors processed statuses and reads both

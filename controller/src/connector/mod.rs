@@ -16,95 +16,35 @@
 //! (`services_access`). Every object the connector makes carries [`MANAGED_BY_LABEL`] and
 //! [`PEER_LABEL`]; [`Connector::disconnect`] and [`forget`] delete exactly those.
 //!
-//! [`PEER_LABEL`]: crate::planner::PEER_LABEL
+//! [`MANAGED_BY_LABEL`]: kubetun_crds::contract::link::MANAGED_BY_LABEL
+//! [`PEER_LABEL`]: kubetun_crds::contract::link::PEER_LABEL
 
 mod cluster;
+mod delete;
 mod error;
 mod link;
 mod progress;
 mod publish;
+mod request;
+pub mod rotation;
 mod services_access;
 mod state;
 mod status;
 mod teardown;
 pub mod transit;
 
-use std::time::Duration;
-
 pub use cluster::ClusterHandle;
+pub use delete::Removed;
 pub use error::{ConnectError, error_chain};
 pub use progress::{Progress, TracingProgress};
 pub use publish::{link_owner, network_config};
-pub use services_access::{ServerAccess, credential_name, reader_name};
+pub use request::{Connector, FIELD_MANAGER, LinkOwner, Transit, WaitOptions};
+pub use services_access::{credential_name, reader_name};
 pub use state::{Direction, LinkState, describe_views};
 pub use status::{CidrKind, LinkStatus, link_statuses};
-pub use teardown::{Removed, forget, reset, wait_removed};
+pub use teardown::{forget, reset, wait_removed};
 
-use crate::cluster_info::ClusterInfo;
-
-/// Label marking every object the connector creates.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-/// [`MANAGED_BY_LABEL`] value of the connector.
-pub const MANAGED_BY_CONNECTOR: &str = "kubetun-connector";
-/// Field manager of the connector's writes.
-pub const FIELD_MANAGER: &str = "kubetun-connector";
-/// Annotation on the NetworkConfigs of a link a hub manages: `namespace/name` of the
-/// ShortcutConnection on the hub.
-pub const SHORTCUT_ANNOTATION: &str = "net.kubetun.io/shortcut";
-/// Annotation naming the hub (its cluster id) next to [`SHORTCUT_ANNOTATION`].
-pub const HUB_ANNOTATION: &str = "net.kubetun.io/hub";
-
-/// Who manages a link besides whoever runs the connector: the hub's ShortcutConnection.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LinkOwner {
-    /// `namespace/name` of the ShortcutConnection on the hub.
-    pub shortcut: String,
-    /// The hub's cluster id.
-    pub hub: String,
-}
-
-/// Bounds of [`Connector::connect`] and [`Connector::disconnect`].
-#[derive(Debug, Clone, Copy)]
-pub struct WaitOptions {
-    /// Also wait for both tunnels to connect (connect) or both TunnelEndpoints to go (disconnect).
-    pub wait: bool,
-    /// Upper bound of the whole operation.
-    pub timeout: Duration,
-    /// Pause between two observations.
-    pub poll_interval: Duration,
-}
-
-impl Default for WaitOptions {
-    fn default() -> Self {
-        Self {
-            wait: false,
-            timeout: Duration::from_secs(120),
-            poll_interval: Duration::from_secs(1),
-        }
-    }
-}
-
-/// Links two clusters. `local` and `remote` are only names: the link is symmetric.
-#[derive(Debug, Clone)]
-pub struct Connector {
-    local: ClusterHandle,
-    remote: ClusterHandle,
-    mtu: Option<u32>,
-    owner: Option<LinkOwner>,
-    transit: Option<Transit>,
-}
-
-/// A hub both clusters of a link are linked to, that carries their traffic.
-#[derive(Debug, Clone)]
-pub struct Transit {
-    /// The hub.
-    pub hub: ClusterHandle,
-    /// Only through the hub: the clusters make no tunnel to each other. Otherwise the hub
-    /// carries their traffic while their own tunnel is down.
-    pub hub_only: bool,
-    /// Names this link's transit grant on the hub (see [`transit::release`]).
-    pub grant: String,
-}
+use crate::plumbing::cluster_info::ClusterInfo;
 
 impl Connector {
     /// A connector between `local` and `remote`.

@@ -5,13 +5,13 @@ use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 use kube::api::{ListParams, ObjectMeta, Patch, PatchParams};
+use kubetun_crds::contract::link::{
+    HUB_ANNOTATION, MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL, PEER_LABEL, ROLE_LABEL,
+    SHORTCUT_ANNOTATION,
+};
 use kubetun_crds::{NetworkConfig, NetworkConfigSpec, NetworkConfigStatus};
 
-use super::{
-    ClusterHandle, ConnectError, FIELD_MANAGER, HUB_ANNOTATION, LinkOwner, MANAGED_BY_CONNECTOR,
-    MANAGED_BY_LABEL, Progress, SHORTCUT_ANNOTATION,
-};
-use crate::planner::{PEER_LABEL, ROLE_LABEL};
+use super::{ClusterHandle, ConnectError, FIELD_MANAGER, LinkOwner, Progress};
 
 /// The NetworkConfig object the connector writes: spec plus identifying labels.
 pub fn network_config(

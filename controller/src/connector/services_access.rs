@@ -21,61 +21,20 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt as _};
+use kubetun_crds::contract::link::{MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL, PEER_LABEL};
+use kubetun_crds::contract::services::{
+    CREDENTIAL_KEY, CREDENTIAL_LABEL, EXPIRES_ANNOTATION, SERVER_ANNOTATION,
+};
 use serde_json::json;
 
-use super::teardown::{Removed, delete_ignoring_missing};
-use super::{
-    ClusterHandle, ConnectError, FIELD_MANAGER, MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL, Progress,
-};
-use crate::planner::PEER_LABEL;
-use crate::services::sync::{CREDENTIAL_KEY, CREDENTIAL_LABEL};
+use super::delete::{Removed, delete_ignoring_missing};
+use super::{ClusterHandle, ConnectError, FIELD_MANAGER, Progress};
+use crate::plumbing::kubeconfig::ServerAccess;
 
 /// How long a token is asked for.
 pub const TOKEN_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 /// A credential expiring sooner than this is renewed by the next pass.
 pub const RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
-/// Annotation of the credential Secret: when its token expires (RFC 3339).
-const EXPIRES_ANNOTATION: &str = "net.kubetun.io/expires";
-/// Annotation of the credential Secret: the API server it names.
-const SERVER_ANNOTATION: &str = "net.kubetun.io/server";
-
-/// How other clusters reach a cluster's API server: what a credential's kubeconfig names.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ServerAccess {
-    /// `https://…` as the kubeconfig that reached it says.
-    pub url: String,
-    /// The CA certificates (DER) the kubeconfig trusts, if it names any.
-    pub ca_der: Vec<Vec<u8>>,
-    /// The kubeconfig skips TLS verification.
-    pub insecure: bool,
-    /// The name the server's certificate is checked against, when not the URL's host
-    /// (`tls-server-name`: an API server reached at an address its certificate does not name).
-    pub tls_server_name: Option<String>,
-}
-
-impl std::fmt::Debug for ServerAccess {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerAccess")
-            .field("url", &self.url)
-            .finish_non_exhaustive()
-    }
-}
-
-impl ServerAccess {
-    /// What `config` (a loaded kubeconfig) says about its API server.
-    pub fn of(config: &kube::Config) -> Self {
-        Self {
-            url: config
-                .cluster_url
-                .to_string()
-                .trim_end_matches('/')
-                .to_owned(),
-            ca_der: config.root_cert.clone().unwrap_or_default(),
-            insecure: config.accept_invalid_certs,
-            tls_server_name: config.tls_server_name.clone(),
-        }
-    }
-}
 
 /// The ServiceAccount (and Role, RoleBinding) in an exporter for `importer_id`.
 pub fn reader_name(importer_id: &str) -> String {

@@ -5,9 +5,9 @@ use kubetun_crds::{
     CidrMapping, ClusterRef, Condition, ConnectionStatus, NetworkConfig, NetworkConfigStatus,
 };
 
-use crate::cluster_info::ClusterInfo;
-use crate::conditions;
 use crate::planner::status_matches_spec;
+use crate::plumbing::cluster_info::ClusterInfo;
+use crate::plumbing::conditions;
 
 /// How one cluster sees the other and the state of its tunnel towards it.
 #[derive(Debug, Clone, PartialEq)]
@@ -101,7 +101,7 @@ pub(super) fn current_processed_status(config: &NetworkConfig) -> Option<Network
 /// The `Processed=False` condition of a NetworkConfig, when it describes the current spec.
 pub(super) fn current_rejection(config: &NetworkConfig) -> Option<Condition> {
     let status = config.status.as_ref()?;
-    let condition = conditions::find(&status.conditions, conditions::PROCESSED)?;
+    let condition = conditions::find(&status.conditions, kubetun_crds::contract::link::PROCESSED)?;
     let current = match (condition.observed_generation, config.metadata.generation) {
         (Some(observed), Some(generation)) => observed == generation,
         _ => true,

@@ -6,13 +6,13 @@ use std::fmt;
 
 use kube::ResourceExt;
 use kube::api::ListParams;
+use kubetun_crds::contract::link::{ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE};
 use kubetun_crds::{
     CidrMapping, ClusterRef, ConnectionStatus, Endpoint, NetworkConfig, TunnelEndpoint,
 };
 
 use super::state::current_processed_status;
 use super::{ClusterHandle, ConnectError};
-use crate::planner::{ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE};
 
 /// One link of a cluster as `kubetun network status` shows it.
 #[derive(Debug, Clone, PartialEq)]

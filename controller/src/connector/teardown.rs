@@ -1,27 +1,14 @@
 //! Taking links down: [`Connector::disconnect`] when both clusters answer, [`forget`] and
 //! [`reset`] for whatever side still does, and [`wait_removed`] until finalizers let go.
 
-use std::fmt;
-
-use kube::api::{Api, DeleteParams, ListParams};
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
+use kube::api::ListParams;
+use kubetun_crds::contract::link::{MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL, PEER_LABEL};
 use kubetun_crds::{NetworkConfig, TunnelEndpoint};
 use tokio::time::Instant;
 
-use super::{
-    ClusterHandle, ConnectError, Connector, MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL, Progress,
-    WaitOptions, error_chain,
-};
-use crate::planner::PEER_LABEL;
-
-/// What one side of a disconnect or reset deleted.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Removed {
-    /// `Kind namespace/name` of every deleted object.
-    pub objects: Vec<String>,
-    /// The same objects as kind and name, for [`wait_removed`].
-    pub deleted: Vec<(&'static str, String)>,
-}
+use super::delete::{Removed, delete_ignoring_missing};
+use super::{ClusterHandle, ConnectError, Connector, Progress, WaitOptions, error_chain};
 
 impl Connector {
     /// Removes the link: deletes, on both clusters, the NetworkConfigs the connector made for
@@ -288,15 +275,4 @@ async fn remove_configs(
         );
     }
     Ok(removed)
-}
-
-pub(super) async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
-where
-    K: Resource + Clone + serde::de::DeserializeOwned + fmt::Debug,
-{
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
-        Err(error) => Err(error),
-    }
 }

@@ -230,8 +230,12 @@ impl FakeGateway {
         let (running, running_rx) = watch::channel(true);
         self.service.running = running_rx;
         let service = GatewayServer::new(self.service.clone())
-            .max_decoding_message_size(kubetun_controller::gateway_client::MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(kubetun_controller::gateway_client::MAX_MESSAGE_BYTES);
+            .max_decoding_message_size(
+                kubetun_controller::plumbing::gateway_client::MAX_MESSAGE_BYTES,
+            )
+            .max_encoding_message_size(
+                kubetun_controller::plumbing::gateway_client::MAX_MESSAGE_BYTES,
+            );
         self.server = Some(tokio::spawn(async move {
             let result = tonic::transport::Server::builder()
                 .add_service(service)
@@ -318,8 +322,8 @@ pub fn cluster_info(
     pod: &str,
     external: &str,
     key: &kubetun_controller::keys::GatewayKey,
-) -> kubetun_controller::cluster_info::ClusterInfo {
-    kubetun_controller::cluster_info::ClusterInfo {
+) -> kubetun_controller::plumbing::cluster_info::ClusterInfo {
+    kubetun_controller::plumbing::cluster_info::ClusterInfo {
         cluster: kubetun_crds::ClusterRef {
             id: id.into(),
             name: id.into(),
@@ -340,7 +344,7 @@ pub fn cluster_info(
 /// prefixes, keepalive 25 s.
 pub fn gateway_settings(
     key: &kubetun_controller::keys::GatewayKey,
-    info: &kubetun_controller::cluster_info::ClusterInfo,
+    info: &kubetun_controller::plumbing::cluster_info::ClusterInfo,
 ) -> kubetun_controller::planner::GatewaySettings {
     kubetun_controller::planner::GatewaySettings {
         private_key: key.private_base64(),
@@ -360,7 +364,7 @@ pub fn gateway_settings(
 /// What a cluster that remaps none of `info`'s CIDRs (no overlap) reports for its
 /// NetworkConfig: processed, every CIDR its own view.
 pub fn unremapped_status(
-    info: &kubetun_controller::cluster_info::ClusterInfo,
+    info: &kubetun_controller::plumbing::cluster_info::ClusterInfo,
 ) -> kubetun_crds::NetworkConfigStatus {
     let same = |cidrs: &[ipnet::IpNet]| {
         cidrs
@@ -385,13 +389,12 @@ pub fn unremapped_status(
 pub async fn link_as_connector(
     configs: &kube::Api<kubetun_crds::NetworkConfig>,
     namespace: &str,
-    local: &kubetun_controller::cluster_info::ClusterInfo,
-    remote: &kubetun_controller::cluster_info::ClusterInfo,
+    local: &kubetun_controller::plumbing::cluster_info::ClusterInfo,
+    remote: &kubetun_controller::plumbing::cluster_info::ClusterInfo,
 ) -> Result<(), kube::Error> {
     use kube::api::{Patch, PatchParams};
-    use kubetun_controller::planner::{
-        ROLE_LOCAL, ROLE_REMOTE, local_config_name, remote_config_name,
-    };
+    use kubetun_controller::planner::{local_config_name, remote_config_name};
+    use kubetun_crds::contract::link::{ROLE_LOCAL, ROLE_REMOTE};
     let id = &remote.cluster.id;
     let apply = PatchParams::apply(kubetun_controller::connector::FIELD_MANAGER).force();
     // The status describes the generation of our own NetworkConfig.

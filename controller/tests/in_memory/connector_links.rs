@@ -9,10 +9,8 @@ use std::time::Duration;
 
 use connector_support::{Cluster, Controllers, NAMESPACE, Recorder, quick, settle};
 use kube::api::{ObjectMeta, PostParams};
-use kubetun_controller::connector::{
-    self, CidrKind, ConnectError, Connector, MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL,
-};
-use kubetun_controller::planner::PEER_LABEL;
+use kubetun_controller::connector::{self, CidrKind, ConnectError, Connector};
+use kubetun_crds::contract::link::{MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL, PEER_LABEL};
 use kubetun_crds::{ConnectionState, Endpoint, NetworkConfig};
 
 async fn europe_and_rome() -> (Cluster, Cluster) {

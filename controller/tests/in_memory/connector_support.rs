@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use kube::api::Api;
 use kube_fake_client::{ClientBuilder, Error as FakeError, interceptor};
-use kubetun_controller::cluster_info::ClusterInfo;
 use kubetun_controller::connector::{ClusterHandle, Progress, WaitOptions};
-use kubetun_controller::context::{Context, ControllerConfig};
-use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::ipam::IpamConfig;
 use kubetun_controller::keys::GatewayKey;
+use kubetun_controller::operator::network_config;
+use kubetun_controller::operator::network_config::context::{Context, ControllerConfig};
 use kubetun_controller::planner::GatewaySettings;
-use kubetun_controller::reconcile;
+use kubetun_controller::plumbing::cluster_info::ClusterInfo;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use kubetun_controller_testing::FakeGateway;
 use kubetun_crds::{ClusterRef, Endpoint, NetworkConfig, ShortcutConnection, TunnelEndpoint};
 use tokio::task::JoinHandle;
@@ -222,7 +222,7 @@ impl Controllers {
                         loop {
                             if !switches.unreachable.load(Ordering::SeqCst) {
                                 // Errors are transient here (a peer half-written); the next pass retries.
-                                let _ = reconcile::sync_once(&ctx).await;
+                                let _ = network_config::sync_once(&ctx).await;
                             }
                             tokio::time::sleep(Duration::from_millis(20)).await;
                         }
@@ -245,7 +245,7 @@ impl Drop for Controllers {
 pub async fn settle(clusters: &[&Cluster], passes: usize) {
     for _ in 0..passes {
         for cluster in clusters {
-            reconcile::sync_once(&cluster.ctx).await.unwrap();
+            network_config::sync_once(&cluster.ctx).await.unwrap();
         }
     }
 }

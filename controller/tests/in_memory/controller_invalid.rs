@@ -4,15 +4,19 @@
 use crate::controller_support;
 
 use controller_support::{Cluster, announce, announce_spec, labelled, put, settle};
-use kubetun_controller::conditions;
 use kubetun_controller::ipam::IpamConfig;
-use kubetun_controller::planner::{ROLE_REMOTE, remote_config_name};
+use kubetun_controller::planner::remote_config_name;
+use kubetun_controller::plumbing::conditions;
+use kubetun_crds::contract::link::ROLE_REMOTE;
 use kubetun_crds::{Condition, NetworkConfigSpec};
 
 async fn processed_condition(cluster: &Cluster, name: &str) -> Condition {
     let status = cluster.status_of(name).await;
-    assert!(!status.processed || conditions::is_true(&status.conditions, conditions::PROCESSED));
-    conditions::find(&status.conditions, conditions::PROCESSED)
+    assert!(
+        !status.processed
+            || conditions::is_true(&status.conditions, kubetun_crds::contract::link::PROCESSED)
+    );
+    conditions::find(&status.conditions, kubetun_crds::contract::link::PROCESSED)
         .cloned()
         .unwrap_or_else(|| panic!("{name} has no Processed condition"))
 }
@@ -55,7 +59,7 @@ async fn a_cidr_with_host_bits_is_rejected_with_the_fix_in_the_message() {
     settle(&[&europe, &rome]).await;
     assert!(conditions::is_true(
         &europe.status_of("from-rome").await.conditions,
-        conditions::PROCESSED
+        kubetun_crds::contract::link::PROCESSED
     ));
     assert!(europe.endpoint("rome").await.is_some());
 

@@ -10,10 +10,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kubetun_controller::gateway_api::DesiredState;
-use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::ipam::IpamConfig;
-use kubetun_controller::reconcile::FINALIZER;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use kubetun_controller_testing::FakeGateway;
+use kubetun_crds::contract::link::FINALIZER;
 use kubetun_crds::{
     Network, NetworkPeering, NetworkPeeringStatus, NetworkRef, NetworkSpec, NetworkStatus,
     PeeringState,

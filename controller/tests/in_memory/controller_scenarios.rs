@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use controller_support::{Cluster, announce, connect, settle};
 use kube::api::DeleteParams;
-use kubetun_controller::conditions;
-use kubetun_controller::gateway_client::GatewayClient;
-use kubetun_controller::reconcile::GatewaySync;
+use kubetun_controller::operator::network_config::GatewaySync;
+use kubetun_controller::plumbing::conditions;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use kubetun_crds::ConnectionState;
 
 /// Europe (hub), Rome and Milan: every cluster uses external CIDR 10.70.0.0/16.
@@ -86,10 +86,13 @@ async fn seed_topology_keeps_pod_cidrs_and_remaps_identical_external_cidrs() {
         status.connection.unwrap().status,
         ConnectionState::Connected
     );
-    assert!(conditions::is_true(&status.conditions, conditions::APPLIED));
     assert!(conditions::is_true(
         &status.conditions,
-        conditions::CONNECTED
+        kubetun_crds::contract::link::APPLIED
+    ));
+    assert!(conditions::is_true(
+        &status.conditions,
+        kubetun_crds::contract::link::CONNECTED
     ));
 
     // Leaves have a single peer each: the hub.
@@ -257,7 +260,8 @@ async fn a_rejected_state_is_reported_on_every_tunnel_endpoint() {
             .contains("overlaps a local route")
     );
     let status = europe.endpoint("milan").await.unwrap().status.unwrap();
-    let applied = conditions::find(&status.conditions, conditions::APPLIED).unwrap();
+    let applied =
+        conditions::find(&status.conditions, kubetun_crds::contract::link::APPLIED).unwrap();
     assert_eq!(applied.status, "False");
     assert_eq!(applied.reason, "Rejected");
     assert!(applied.message.contains("overlaps a local route"));

@@ -6,14 +6,15 @@ use std::sync::Arc;
 
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube_fake_client::ClientBuilder;
-use kubetun_controller::cluster_info::ClusterInfo;
-use kubetun_controller::context::{Context, ControllerConfig};
-use kubetun_controller::gateway_client::GatewayClient;
 use kubetun_controller::ipam::IpamConfig;
 use kubetun_controller::keys::GatewayKey;
-use kubetun_controller::planner::{self, PEER_LABEL, ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE};
-use kubetun_controller::reconcile::{self, SyncReport};
+use kubetun_controller::operator::network_config::context::{Context, ControllerConfig};
+use kubetun_controller::operator::network_config::{self, SyncReport};
+use kubetun_controller::planner;
+use kubetun_controller::plumbing::cluster_info::ClusterInfo;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use kubetun_controller_testing::FakeGateway;
+use kubetun_crds::contract::link::{PEER_LABEL, ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE};
 use kubetun_crds::{
     Network, NetworkConfig, NetworkConfigSpec, NetworkConfigStatus, TunnelEndpoint,
 };
@@ -104,7 +105,7 @@ impl Cluster {
     }
 
     pub async fn sync(&self) -> SyncReport {
-        reconcile::sync_once(&self.ctx).await.unwrap()
+        network_config::sync_once(&self.ctx).await.unwrap()
     }
 
     pub fn configs(&self) -> Api<NetworkConfig> {

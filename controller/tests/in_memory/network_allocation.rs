@@ -9,9 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use kube::ResourceExt;
 use kube_fake_client::Error as FakeError;
-use kubetun_controller::network::allocator::CLAIM_UID_LABEL;
-use kubetun_controller::network::reconciler::{FINALIZER, condition, reason};
-use kubetun_controller::runtime::ApiHealth;
+use kubetun_controller::plumbing::runtime::ApiHealth;
+use kubetun_crds::contract::network::{CLAIM_UID_LABEL, FINALIZER, condition, reason};
 use kubetun_crds::{ClaimRef, GROUP, NetworkId, NetworkIdSpec, NetworkPhase};
 use network_common::*;
 
@@ -370,7 +369,7 @@ async fn allocations_and_exhaustion_are_published_as_events_once() {
         },
     );
     let ctx = Arc::new(
-        kubetun_controller::network::Context::new(
+        kubetun_controller::operator::isolation::Context::new(
             client.clone(),
             &options(200, 200),
             ApiHealth::new(client.clone()),
@@ -445,8 +444,8 @@ fn counting_creates() -> (Faults, Arc<AtomicU32>) {
 
 #[tokio::test]
 async fn attempts_are_bounded_and_wrap_around_the_range() {
-    use kubetun_controller::network::allocator::{AllocError, IdAllocator};
-    use kubetun_controller::network::ids::IdRange;
+    use kubetun_controller::operator::isolation::allocator::{AllocError, IdAllocator};
+    use kubetun_controller::operator::isolation::ids::IdRange;
 
     let taken: Vec<NetworkId> = (200..=209)
         .map(|id| claim(id, "other", "uid-other"))
@@ -486,8 +485,8 @@ async fn attempts_are_bounded_and_wrap_around_the_range() {
 
 #[tokio::test]
 async fn ids_known_taken_from_the_cache_cost_no_request() {
-    use kubetun_controller::network::allocator::IdAllocator;
-    use kubetun_controller::network::ids::IdRange;
+    use kubetun_controller::operator::isolation::allocator::IdAllocator;
+    use kubetun_controller::operator::isolation::ids::IdRange;
 
     let (faults, creates) = counting_creates();
     let client = fake_api_with(vec![], vec![], faults).await;
@@ -503,10 +502,10 @@ async fn ids_known_taken_from_the_cache_cost_no_request() {
 
 #[tokio::test]
 async fn an_unusable_range_is_refused_up_front() {
-    use kubetun_controller::network::NetworkError;
+    use kubetun_controller::operator::isolation::NetworkError;
     let client = fake_api(vec![], vec![]).await;
     for (min, max) in [(0, 10), (300, 200), (1, 1 << 24)] {
-        let err = kubetun_controller::network::Context::new(
+        let err = kubetun_controller::operator::isolation::Context::new(
             client.clone(),
             &options(min, max),
             ApiHealth::new(client.clone()),

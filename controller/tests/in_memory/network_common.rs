@@ -9,9 +9,9 @@ use kube::api::{Api, ListParams};
 use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use kube_fake_client::{ClientBuilder, Error as FakeError, interceptor};
-use kubetun_controller::network::reconciler::FINALIZER;
-use kubetun_controller::network::{Context, NetworkOptions, reconcile_network};
-use kubetun_controller::runtime::ApiHealth;
+use kubetun_controller::operator::isolation::{Context, NetworkOptions, reconcile_network};
+use kubetun_controller::plumbing::runtime::ApiHealth;
+use kubetun_crds::contract::network::FINALIZER;
 use kubetun_crds::{Network, NetworkId, NetworkPeering, NetworkRef, NetworkSpec};
 
 pub const NS: &str = "kubetun";
@@ -183,7 +183,7 @@ pub async fn reconcile(
     client: &Client,
     ctx: &Arc<Context>,
     name: &str,
-) -> Result<Action, kubetun_controller::network::NetworkError> {
+) -> Result<Action, kubetun_controller::operator::isolation::NetworkError> {
     let current = networks(client).get(name).await.unwrap();
     reconcile_network(Arc::new(current), ctx.clone()).await
 }

@@ -9,9 +9,9 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use kubetun_controller::network::allocator::CLAIM_UID_LABEL;
-use kubetun_controller::network::{NetworkIdContext, reconcile_network_id};
-use kubetun_controller::runtime::ApiHealth;
+use kubetun_controller::operator::isolation::{NetworkIdContext, reconcile_network_id};
+use kubetun_controller::plumbing::runtime::ApiHealth;
+use kubetun_crds::contract::network::CLAIM_UID_LABEL;
 use kubetun_crds::{ClaimRef, GROUP, NetworkId, NetworkIdSpec};
 use network_common::*;
 

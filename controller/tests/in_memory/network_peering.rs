@@ -5,8 +5,8 @@ use crate::network_common;
 
 use ipnet::IpNet;
 use kube::api::{ListParams, Patch, PatchParams};
-use kubetun_controller::network::acl_for_cluster;
-use kubetun_controller::network::peering::message;
+use kubetun_controller::operator::isolation::acl_for_cluster;
+use kubetun_controller::operator::isolation::peering::message;
 use kubetun_crds::{Network, NetworkPeeringStatus, PeeringState};
 use network_common::*;
 

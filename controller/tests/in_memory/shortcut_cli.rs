@@ -11,11 +11,10 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, PostParams};
 use kubetun_cli::Error;
 use kubetun_cli::shortcut::{LeafRequest, ShortcutRequest, apply_shortcut, secret_name};
-use kubetun_controller::conditions;
-use kubetun_controller::runtime::ApiHealth;
-use kubetun_controller::shortcut::{
-    self, Context, LEAF_REACHABLE, SHORTCUT_LABEL, SecretKubeconfigs, reason,
-};
+use kubetun_controller::operator::shortcut::{self, Context, SecretKubeconfigs};
+use kubetun_controller::plumbing::conditions;
+use kubetun_controller::plumbing::runtime::ApiHealth;
+use kubetun_crds::contract::shortcut::{LEAF_REACHABLE, SHORTCUT_LABEL, reason};
 use kubetun_crds::{ShortcutConnection, ShortcutPhase};
 
 /// A kubeconfig whose API server does not listen: the client (TLS included) builds, every

@@ -15,12 +15,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use kube::runtime::controller::Action;
-use kubetun_controller::conditions;
 use kubetun_controller::connector::Connector;
-use kubetun_controller::runtime::{self, ApiHealth};
-use kubetun_controller::shortcut::{
-    self, Context, FINALIZER, LEAF_REACHABLE, LeafError, READY, SecretKubeconfigs, reason,
-};
+use kubetun_controller::operator::shortcut::{self, Context, LeafError, SecretKubeconfigs};
+use kubetun_controller::plumbing::conditions;
+use kubetun_controller::plumbing::runtime::{self, ApiHealth};
+use kubetun_crds::contract::shortcut::{FINALIZER, LEAF_REACHABLE, READY, reason};
 use kubetun_crds::{
     ConnectionState, LeafCluster, NetworkConfigSpec, NetworkConfigStatus, SecretKeyRef,
     ShortcutConnection, ShortcutConnectionSpec, ShortcutPhase,

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt as _;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
-use kubetun_controller::connector::{MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL};
-use kubetun_controller::planner::{PEER_LABEL, ROLE_LABEL, ROLE_REMOTE};
-use kubetun_controller::reconcile::FINALIZER;
+use kubetun_crds::contract::link::{
+    FINALIZER, MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL, PEER_LABEL, ROLE_LABEL, ROLE_REMOTE,
+};
 use kubetun_crds::{NetworkConfig, NetworkConfigSpec, ShortcutConnection};
 use realapi_support::{NAMESPACE, kubetun, text, unreachable_kubeconfig};
 

@@ -7,7 +7,8 @@ use crate::realapi_support;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use kubetun_controller::keys::{self, GatewayKeys, RotationStart};
+use kubetun_controller::keys::GatewayKeys;
+use kubetun_controller::plumbing::key_secret::{self, RotationStart};
 use realapi_support::{NAMESPACE, clusters};
 
 #[tokio::test]
@@ -21,7 +22,7 @@ async fn rotation_states_of_the_key_secret() {
         .expect("create");
     assert!(original.previous.is_none());
 
-    let started = keys::begin_rotation(client.clone(), NAMESPACE)
+    let started = key_secret::begin_rotation(client.clone(), NAMESPACE)
         .await
         .expect("begin");
     let RotationStart::Started(rotating) = &started else {
@@ -41,37 +42,45 @@ async fn rotation_states_of_the_key_secret() {
 
     // A rerun (or a second CLI at the same time) continues the same rotation.
     let (a, b) = tokio::join!(
-        keys::begin_rotation(client.clone(), NAMESPACE),
-        keys::begin_rotation(client.clone(), NAMESPACE)
+        key_secret::begin_rotation(client.clone(), NAMESPACE),
+        key_secret::begin_rotation(client.clone(), NAMESPACE)
     );
     for again in [a.expect("again"), b.expect("again")] {
         assert_eq!(again, RotationStart::Resumed(rotating.clone()));
     }
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
-    let stored = GatewayKeys::from_secret(&secrets.get(keys::SECRET_NAME).await.expect("get"))
-        .expect("keys");
+    let stored = GatewayKeys::from_secret(
+        &secrets
+            .get(kubetun_crds::contract::gateway_key::SECRET_NAME)
+            .await
+            .expect("get"),
+    )
+    .expect("keys");
     assert_eq!(&stored, rotating);
 
     // Ending is conditional on the current key, and removes the previous key's field.
     assert!(
-        !keys::end_rotation(client.clone(), NAMESPACE, original.current.public_base64())
+        !key_secret::end_rotation(client.clone(), NAMESPACE, original.current.public_base64())
             .await
             .expect("end with a stale key")
     );
     assert!(
-        keys::end_rotation(client.clone(), NAMESPACE, rotating.current.public_base64())
+        key_secret::end_rotation(client.clone(), NAMESPACE, rotating.current.public_base64())
             .await
             .expect("end")
     );
     assert!(
-        !keys::end_rotation(client.clone(), NAMESPACE, rotating.current.public_base64())
+        !key_secret::end_rotation(client.clone(), NAMESPACE, rotating.current.public_base64())
             .await
             .expect("end again"),
         "ending twice changes nothing"
     );
-    let secret = secrets.get(keys::SECRET_NAME).await.expect("get");
+    let secret = secrets
+        .get(kubetun_crds::contract::gateway_key::SECRET_NAME)
+        .await
+        .expect("get");
     let data = secret.data.clone().unwrap_or_default();
-    assert!(!data.contains_key(keys::PREVIOUS_PRIVATE_KEY_FIELD));
+    assert!(!data.contains_key(kubetun_crds::contract::gateway_key::PREVIOUS_PRIVATE_KEY_FIELD));
     let old_private = original.current.private_base64();
     assert!(
         data.values()
@@ -87,7 +96,7 @@ async fn rotation_states_of_the_key_secret() {
     );
 
     // The next run starts a new rotation.
-    let next = keys::begin_rotation(client, NAMESPACE)
+    let next = key_secret::begin_rotation(client, NAMESPACE)
         .await
         .expect("begin");
     assert!(matches!(next, RotationStart::Started(_)), "{next:?}");

@@ -3,17 +3,19 @@
 //! namespace, and in-process leaves (published cluster info, reconcilers on watches, a fake
 //! gateway that reports every peer connected). The binaries run as processes.
 
+use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kubetun_controller::cluster_info::{ClusterInfo, DEFAULT_NAMESPACE};
-use kubetun_controller::context::{Context, ControllerConfig};
-use kubetun_controller::gateway_client::GatewayClient;
+use kubetun_controller::plumbing::cluster_info::ClusterInfo;
+
 use kubetun_controller::ipam::IpamConfig;
 use kubetun_controller::keys::GatewayKey;
-use kubetun_controller::reconcile;
+use kubetun_controller::operator::network_config;
+use kubetun_controller::operator::network_config::context::{Context, ControllerConfig};
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use kubetun_controller_testing::FakeGateway;
 
 use kubetun_testenv::TestCluster;
@@ -58,14 +60,14 @@ pub async fn install(cluster: &TestCluster) {
 
 /// Starts `names` as clusters with kubetun's CRDs and namespace, or `None` (skip).
 pub async fn clusters<const N: usize>(names: [&str; N]) -> Option<[TestCluster; N]> {
-    kubetun_controller::kubeconfig::install_tls_provider();
+    kubetun_controller::plumbing::kubeconfig::install_tls_provider();
     let clusters = kubetun_testenv::clusters_or_skip(names).await?;
     futures::future::join_all(clusters.iter().map(install)).await;
     Some(clusters)
 }
 
 /// A leaf as its controller would run it: cluster info published, reconcilers on watches
-/// (`reconcile::run`), a fake gateway.
+/// (`network_config::run`), a fake gateway.
 pub struct Leaf {
     pub info: ClusterInfo,
     pub client: kube::Client,
@@ -108,7 +110,7 @@ impl Leaf {
     /// (Re)starts the reconcilers.
     pub fn run_controller(&mut self) {
         self.stop_controller();
-        self.task = Some(tokio::spawn(reconcile::run(self.ctx.clone())));
+        self.task = Some(tokio::spawn(network_config::run(self.ctx.clone())));
     }
 
     /// Stops the reconcilers (an outage of this cluster's controller).

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt as _;
 use kube::api::Api;
 use kube::runtime::watcher;
-use kubetun_controller::shortcut;
+use kubetun_controller::operator::shortcut;
 use kubetun_crds::{NetworkConfig, ShortcutConnection};
 use realapi_support::{Leaf, NAMESPACE, kubetun, text};
 
@@ -62,7 +62,7 @@ async fn shortcut_is_event_driven_guarded_and_cleaned_up() {
         hub_client.clone(),
         Some(NAMESPACE.to_owned()),
         "europe".to_owned(),
-        kubetun_controller::runtime::ApiHealth::new(hub_client.clone()),
+        kubetun_controller::plumbing::runtime::ApiHealth::new(hub_client.clone()),
     ));
 
     let creations = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));

@@ -25,8 +25,9 @@ use std::time::{Duration, Instant};
 
 use kube::api::{Api, Patch, PatchParams};
 use kubetun_controller::gateway_api::DesiredState;
-use kubetun_controller::planner::{TRANSIT_ANNOTATION_PREFIX, remote_config_name};
-use kubetun_controller::shortcut;
+use kubetun_controller::operator::shortcut;
+use kubetun_controller::planner::remote_config_name;
+use kubetun_crds::contract::link::TRANSIT_ANNOTATION_PREFIX;
 use kubetun_crds::{NetworkConfig, ShortcutConnection, TunnelEndpoint};
 use realapi_support::{Leaf, NAMESPACE, kubetun, text};
 
@@ -101,7 +102,7 @@ async fn transit_through_the_hub_only_where_a_shortcut_allows_it() {
         hub_client.clone(),
         Some(NAMESPACE.to_owned()),
         "europe".to_owned(),
-        kubetun_controller::runtime::ApiHealth::new(hub_client.clone()),
+        kubetun_controller::plumbing::runtime::ApiHealth::new(hub_client.clone()),
     ));
     let (hub_k, rome_k, milan_k) = (
         hub.kubeconfig_path(),

@@ -9,9 +9,9 @@ use std::path::PathBuf;
 
 use ipnet::Ipv4Net;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kubetun_controller::services::desired::{AddressViews, Source, desired_imports};
-use kubetun_controller::services::dns::{DnsService, DnsTable};
-use kubetun_controller::services::offer::{ExportRequest, offer};
+use kubetun_controller::operator::services::desired::{AddressViews, Source, desired_imports};
+use kubetun_controller::operator::services::dns::{DnsService, DnsTable};
+use kubetun_controller::operator::services::offer::{ExportRequest, offer};
 use kubetun_crds::mcs::ServiceImportType;
 use kubetun_crds::{ClusterRef, ExportedServiceSpec};
 

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Namespace, Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kubetun_controller::services::desired::KUBE_SERVICE_NAME_LABEL;
+use kubetun_crds::contract::services::KUBE_SERVICE_NAME_LABEL;
 
 use crate::error::LabError;
 use crate::service_demo::{SERVICE_PORT, ServiceDemo, TARGET_PORT};

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::runtime::{WatchStreamExt as _, reflector, watcher};
-use kubetun_controller::services::desired::{
+use kubetun_crds::contract::services::{
     DERIVED_FOR_LABEL, KUBE_SERVICE_NAME_LABEL, MANAGED_BY, MANAGED_BY_LABEL,
 };
 

@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
-use kubetun_controller::services::dns::{DnsService, DnsTable};
-use kubetun_controller::services::dns_server::{self, DnsMetrics};
+use kubetun_controller::operator::services::dns::{DnsService, DnsTable};
+use kubetun_controller::operator::services::dns_server::{self, DnsMetrics};
 
 use crate::error::LabError;
 

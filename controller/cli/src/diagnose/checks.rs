@@ -3,11 +3,11 @@
 
 use kubetun_crds::{CidrMapping, TunnelEndpoint};
 
-use super::AGENT_DAEMONSET;
+use super::expect::AGENT_DAEMONSET;
 use super::link::link_checks;
 use super::report::{Checks, Outcome, Report};
 use super::side::{Side, peers_of, tunnel_of};
-use kubetun_controller::cluster_info::ClusterInfo;
+use kubetun_controller::plumbing::cluster_info::ClusterInfo;
 
 /// Diagnoses `local`'s links (only `peer` when given), or with `remote` the one link between
 /// both clusters from both ends. `now_unix` is the current time in Unix seconds.

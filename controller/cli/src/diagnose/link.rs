@@ -5,10 +5,10 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kubetun_crds::{ConnectionState, ConnectionStatus, TunnelEndpoint, TunnelEndpointStatus};
 
-use super::STALE_HANDSHAKE_SECS;
+use super::expect::STALE_HANDSHAKE_SECS;
 use super::report::{Checks, Outcome};
 use super::side::{Side, tunnel_of};
-use kubetun_controller::conditions;
+use kubetun_controller::plumbing::conditions;
 
 /// The fix for a missing NetworkConfig, either way.
 const CONNECT: &str =
@@ -113,7 +113,8 @@ fn incoming_check(checks: &mut Checks, side: &Side, own: &str, peer: &str) {
         ),
         Some(cfg) => {
             let status = cfg.status.clone().unwrap_or_default();
-            let cond = conditions::find(&status.conditions, conditions::PROCESSED);
+            let cond =
+                conditions::find(&status.conditions, kubetun_crds::contract::link::PROCESSED);
             if status.processed && cond.is_none_or(|c| c.status == "True") {
                 checks.push(
                     c,
@@ -134,7 +135,7 @@ fn incoming_check(checks: &mut Checks, side: &Side, own: &str, peer: &str) {
 
 /// The gateway's `Applied` condition on the TunnelEndpoint (`gateway-applied`).
 fn gateway_check(checks: &mut Checks, c: &str, peer: &str, status: &TunnelEndpointStatus) {
-    let applied = conditions::find(&status.conditions, conditions::APPLIED);
+    let applied = conditions::find(&status.conditions, kubetun_crds::contract::link::APPLIED);
     if applied.is_some_and(|a| a.status == "True") {
         checks.push(
             c,

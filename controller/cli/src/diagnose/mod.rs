@@ -10,6 +10,7 @@
 //! pure functions of what was read ([`Side`]), so tests break hops by editing objects.
 
 mod checks;
+mod expect;
 mod link;
 mod report;
 mod side;
@@ -19,22 +20,16 @@ mod tests;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::Args;
+use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
 
 use super::output::{self, OutputArgs};
 use super::{Error, KubeconfigSource};
-use kubetun_controller::cluster_info::DEFAULT_NAMESPACE;
 use kubetun_controller::connector::ClusterHandle;
 
 pub use checks::diagnose;
+pub use expect::{AGENT_DAEMONSET, STALE_HANDSHAKE_SECS};
 pub use report::{Check, Outcome, Report, render};
 pub use side::{Side, collect};
-
-/// A handshake older than this means the session is gone: WireGuard re-handshakes every two
-/// minutes while packets flow, and the controller keeps a persistent keepalive.
-pub const STALE_HANDSHAKE_SECS: i64 = 180;
-
-/// The route agent's DaemonSet (`deploy/agent/`).
-pub const AGENT_DAEMONSET: &str = "kubetun-route-agent";
 
 /// `kubetun diagnose`.
 #[derive(Debug, Args)]

@@ -4,9 +4,9 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use kube::api::{Api, ListParams};
 use kubetun_crds::{NetworkConfig, TunnelEndpoint};
 
-use super::AGENT_DAEMONSET;
-use kubetun_controller::cluster_info::ClusterInfo;
+use super::expect::AGENT_DAEMONSET;
 use kubetun_controller::connector::ClusterHandle;
+use kubetun_controller::plumbing::cluster_info::ClusterInfo;
 
 /// What one cluster's API returned.
 #[derive(Debug, Clone)]

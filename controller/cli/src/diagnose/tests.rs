@@ -9,8 +9,7 @@ use kubetun_crds::{
 
 use super::{Outcome, Side, diagnose, render};
 use crate::output;
-use kubetun_controller::cluster_info::ClusterInfo;
-use kubetun_controller::conditions;
+use kubetun_controller::plumbing::cluster_info::ClusterInfo;
 
 /// 2026-11-25T00:00:00Z.
 const NOW: i64 = 1_795_564_800;
@@ -68,7 +67,11 @@ fn config(from: &ClusterInfo, to: &ClusterInfo, processed: bool) -> NetworkConfi
     );
     cfg.status = Some(NetworkConfigStatus {
         processed,
-        conditions: vec![condition(conditions::PROCESSED, "True", "Processed")],
+        conditions: vec![condition(
+            kubetun_crds::contract::link::PROCESSED,
+            "True",
+            "Processed",
+        )],
         ..NetworkConfigStatus::default()
     });
     cfg
@@ -105,7 +108,11 @@ fn tunnel(own: &ClusterInfo, peer: &ClusterInfo, view: &str, ours_seen_as: &str)
             last_handshake: Some("2026-11-24T23:59:00Z".into()),
             ..ConnectionStatus::default()
         }),
-        conditions: vec![condition(conditions::APPLIED, "True", "Applied")],
+        conditions: vec![condition(
+            kubetun_crds::contract::link::APPLIED,
+            "True",
+            "Applied",
+        )],
         ..TunnelEndpointStatus::default()
     });
     te
@@ -213,7 +220,11 @@ fn missing_and_unprocessed_network_configs_are_named() {
         if cfg.spec.source_cluster.id == "rome" {
             let status = cfg.status.as_mut().unwrap();
             status.processed = false;
-            status.conditions = vec![condition(conditions::PROCESSED, "False", "PoolExhausted")];
+            status.conditions = vec![condition(
+                kubetun_crds::contract::link::PROCESSED,
+                "False",
+                "PoolExhausted",
+            )];
         }
     }
     let report = diagnose(&local, Some(&remote), None, NOW);
@@ -236,7 +247,7 @@ fn gateway_tunnel_and_handshake_failures_are_named() {
 
     let (mut local, remote) = healthy();
     local.tunnels[0].status.as_mut().unwrap().conditions = vec![condition(
-        conditions::APPLIED,
+        kubetun_crds::contract::link::APPLIED,
         "False",
         "GatewayUnavailable",
     )];

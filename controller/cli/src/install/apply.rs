@@ -10,12 +10,12 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{ApiCapabilities, ApiResource, Scope};
+use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
 use serde_json::{Value, json};
 
 use super::manifests::{self, AGENT, Components, GATEWAY};
 use super::{FIELD_MANAGER, api_error};
 use crate::Error;
-use kubetun_controller::cluster_info::DEFAULT_NAMESPACE;
 
 /// API resources by `(apiVersion, kind)`, found by discovery once each.
 #[derive(Default)]

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use kubetun_controller::cluster_info::{Cidrs, parse_cidrs};
+pub use kubetun_controller::plumbing::cluster_info::{Cidrs, parse_cidrs};
 
 /// ConfigMap annotation holding the recorded [`Settings`].
 pub const SETTINGS_ANNOTATION: &str = "net.kubetun.io/install-settings";

@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
+use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
 use serde_json::Value;
 
 use super::{Error, KubeconfigSource, local_api_error as api_error, parse_duration};
 use flags::{Cidrs, NodeSelector, Settings, parse_cidrs, parse_node_selector};
-use kubetun_controller::cluster_info::DEFAULT_NAMESPACE;
 use manifests::{Components, DEFAULT_IMAGE};
 
 /// Field manager of everything `kubetun install` applies.

@@ -7,7 +7,7 @@ use crate::realapi_support::{self, Leaf, NAMESPACE};
 use crate::services_support::*;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
-use kubetun_controller::shortcut;
+use kubetun_controller::operator::shortcut;
 use kubetun_crds::TunnelEndpoint;
 use kubetun_crds::mcs::v1beta1::ServiceImport;
 
@@ -27,7 +27,7 @@ async fn a_service_is_imported_across_a_hub_only_shortcut() {
         hub_client.clone(),
         Some(NAMESPACE.to_owned()),
         "europe".to_owned(),
-        kubetun_controller::runtime::ApiHealth::new(hub_client.clone()),
+        kubetun_controller::plumbing::runtime::ApiHealth::new(hub_client.clone()),
     ));
     let rome = rome_cluster.client().await.unwrap();
     let milan = milan_cluster.client().await.unwrap();

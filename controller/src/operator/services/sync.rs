@@ -1,0 +1,670 @@
+//! IO shell of services across clusters: watches this cluster's ServiceExports, Services,
+//! EndpointSlices and TunnelEndpoints, and each linked cluster's ExportedServices (with the
+//! credential `kubetun network connect` left in a Secret labelled [`CREDENTIAL_LABEL`]), and
+//! after every change (debounced) brings the cluster to what the pure core says: this
+//! cluster's ExportedServices and ServiceExport conditions, and its ServiceImports, derived
+//! Services and imported EndpointSlices. Level-triggered: every pass computes everything from
+//! the watched state, and writes only what differs from the last write.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::Hasher as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{FutureExt as _, StreamExt as _};
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Resource as _, ResourceExt as _};
+use kubetun_crds::contract::services::{
+    CREDENTIAL_KEY, CREDENTIAL_LABEL, KUBE_SERVICE_NAME_LABEL, MANAGED_BY, MANAGED_BY_LABEL,
+    MANAGED_LABEL,
+};
+use kubetun_crds::mcs::v1beta1::{ServiceExport, ServiceExportStatus, ServiceImport};
+use kubetun_crds::{ExportedService, ExportedServiceSpec, TunnelEndpoint};
+use tokio::sync::Notify;
+
+use super::desired::{AddressViews, DesiredImport, Source, desired_imports};
+
+use super::dns_server::SharedTable;
+use super::metrics::ServiceMetrics;
+use super::offer::{ExportRequest, offer};
+use crate::operator::network_config::context::Context;
+use crate::plumbing::kubeconfig::peer_client;
+use crate::plumbing::runtime::{self, ApiHealth};
+
+/// Field manager of every write.
+pub(super) const FIELD_MANAGER: &str = "kubetun-services";
+/// Under churn, passes start at most this often (changes meanwhile make one pass).
+const DEBOUNCE: Duration = Duration::from_millis(50);
+/// After a quiet spell a change is acted on this soon: long enough for the rest of its
+/// burst (one write seen by several watches) to arrive.
+const SETTLE: Duration = Duration::from_millis(5);
+/// How often every object is written again even without a change (the memory of what was
+/// written does not see edits by others).
+const RESYNC: Duration = Duration::from_secs(300);
+/// How long a newly followed peer's first list may take before the peer counts as offering
+/// nothing (its imports go).
+const PEER_SYNC_WAIT: Duration = Duration::from_secs(30);
+/// The wait before a failed pass is retried.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// What this cluster watches of itself.
+pub(super) struct Local {
+    pub(super) exports: Store<ServiceExport>,
+    pub(super) services: Store<Service>,
+    pub(super) slices: Store<EndpointSlice>,
+    pub(super) offered: Store<ExportedService>,
+    pub(super) imports: Store<ServiceImport>,
+    pub(super) imported_slices: Store<EndpointSlice>,
+    pub(super) credentials: Store<Secret>,
+    pub(super) tunnels: Store<TunnelEndpoint>,
+    pub(super) namespaces: Store<Namespace>,
+}
+
+/// A linked cluster's ExportedServices, watched with its credential.
+struct Peer {
+    credential: u64,
+    offers: Store<ExportedService>,
+    task: tokio::task::JoinHandle<()>,
+    started: tokio::time::Instant,
+}
+
+impl Peer {
+    /// Whether its first list arrived; after [`PEER_SYNC_WAIT`] without one, the peer counts
+    /// as offering nothing.
+    fn settled(&self) -> bool {
+        ready(&self.offers) || self.started.elapsed() >= PEER_SYNC_WAIT
+    }
+}
+
+/// Whether `store` holds its first full list.
+fn ready<K: kube::Resource<DynamicType = ()> + Clone>(store: &Store<K>) -> bool {
+    store.wait_until_ready().now_or_never().is_some()
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Whether this cluster serves the MCS API and kubetun's ExportedService (else services
+/// across clusters stay off: watches of a missing resource would fail for ever). Says why
+/// once, at INFO.
+pub async fn available(ctx: &Context) -> bool {
+    let probe = ListParams::default().limit(1);
+    let exports = Api::<ServiceExport>::all(ctx.client.clone())
+        .list(&probe)
+        .await;
+    let offered = Api::<ExportedService>::namespaced(ctx.client.clone(), &ctx.namespace)
+        .list(&probe)
+        .await;
+    match (exports, offered) {
+        (Ok(_), Ok(_)) => true,
+        (Err(kube::Error::Api(s)), _) | (_, Err(kube::Error::Api(s))) if s.code == 404 => {
+            tracing::info!(
+                "services across clusters are off: the ServiceExport or ExportedService CRD is \
+                 not installed (deploy/crds/multicluster.yaml, deploy/crds/kubetun.yaml)"
+            );
+            false
+        }
+        // Anything else (an outage) is the watches' to report; they retry.
+        _ => true,
+    }
+}
+
+/// Runs until the process stops, publishing what DNS answers into `dns`.
+pub async fn run(ctx: Arc<Context>, dns: SharedTable, metrics: ServiceMetrics) {
+    let changed = Arc::new(Notify::new());
+    let client = &ctx.client;
+    let ns = &ctx.namespace;
+    let all = watcher::Config::default();
+    let local = Local {
+        exports: watch(Api::all(client.clone()), all.clone(), &ctx.health, &changed),
+        services: watch(Api::all(client.clone()), all.clone(), &ctx.health, &changed),
+        slices: watch(Api::all(client.clone()), all.clone(), &ctx.health, &changed),
+        offered: watch(
+            Api::namespaced(client.clone(), ns),
+            all.clone(),
+            &ctx.health,
+            &changed,
+        ),
+        imports: watch(
+            Api::all(client.clone()),
+            all.clone().labels(&format!("{MANAGED_LABEL}={MANAGED_BY}")),
+            &ctx.health,
+            &changed,
+        ),
+        imported_slices: watch(
+            Api::all(client.clone()),
+            all.clone()
+                .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}")),
+            &ctx.health,
+            &changed,
+        ),
+        credentials: watch(
+            Api::namespaced(client.clone(), ns),
+            all.clone().labels(CREDENTIAL_LABEL),
+            &ctx.health,
+            &changed,
+        ),
+        tunnels: watch(
+            Api::namespaced(client.clone(), ns),
+            all.clone(),
+            &ctx.health,
+            &changed,
+        ),
+        namespaces: watch(Api::all(client.clone()), all, &ctx.health, &changed),
+    };
+    // Nothing is written before this cluster's own state is known.
+    for ready in [
+        local.exports.wait_until_ready().boxed(),
+        local.services.wait_until_ready().boxed(),
+        local.slices.wait_until_ready().boxed(),
+        local.offered.wait_until_ready().boxed(),
+        local.imports.wait_until_ready().boxed(),
+        local.imported_slices.wait_until_ready().boxed(),
+        local.credentials.wait_until_ready().boxed(),
+        local.tunnels.wait_until_ready().boxed(),
+        local.namespaces.wait_until_ready().boxed(),
+    ] {
+        if ready.await.is_err() {
+            return;
+        }
+    }
+    let mut sync = Pass {
+        metrics: metrics.clone(),
+        ctx: ctx.clone(),
+        local,
+        peers: HashMap::new(),
+        written: HashMap::new(),
+        cluster_ips: HashMap::new(),
+        dns,
+        changed: changed.clone(),
+    };
+    // The last failure logged: a failure repeating on every retry is logged once.
+    let mut failing: Option<String> = None;
+    let mut resynced = tokio::time::Instant::now();
+    let mut last_pass: Option<tokio::time::Instant> = None;
+    loop {
+        // A change, or the periodic resync that also rewrites what someone else changed.
+        let _ = tokio::time::timeout(RESYNC, changed.notified()).await;
+        let woken = tokio::time::Instant::now();
+        let earliest = last_pass.map_or(woken, |last| last + DEBOUNCE);
+        tokio::time::sleep_until(earliest.max(woken + SETTLE)).await;
+        last_pass = Some(tokio::time::Instant::now());
+        if resynced.elapsed() >= RESYNC {
+            sync.written.clear();
+            resynced = tokio::time::Instant::now();
+        }
+        let result = sync.pass().await;
+        metrics.pass_seconds.observe(woken.elapsed().as_secs_f64());
+        match result {
+            Ok(()) => {
+                if failing.take().is_some() {
+                    tracing::info!("services: in sync again");
+                }
+            }
+            Err(error) => {
+                let message = error.to_string();
+                if !ctx.health.is_down() && failing.as_ref() != Some(&message) {
+                    tracing::warn!(error = %message, "services: a write failed; retrying every second until it succeeds");
+                }
+                failing = Some(message);
+                metrics.pass_failures.inc();
+                tokio::time::sleep(RETRY).await;
+                changed.notify_one();
+            }
+        }
+    }
+}
+
+/// A reflector of `api` that wakes `changed` on every event.
+fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    health: &ApiHealth,
+    changed: &Arc<Notify>,
+) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let changed = changed.clone();
+    let stream = runtime::watch(api, config, health, "services").reflect(writer);
+    tokio::spawn(stream.for_each(move |_| {
+        changed.notify_one();
+        std::future::ready(())
+    }));
+    reader
+}
+
+pub(super) struct Pass {
+    pub(super) metrics: ServiceMetrics,
+    pub(super) ctx: Arc<Context>,
+    pub(super) local: Local,
+    peers: HashMap<String, Peer>,
+    /// Hash of what was last written per object, so a pass writes only what changed.
+    pub(super) written: HashMap<String, u64>,
+    /// The ClusterIPs of the derived Services, by import.
+    pub(super) cluster_ips: HashMap<(String, String), Vec<String>>,
+    /// What the DNS server answers from.
+    pub(super) dns: SharedTable,
+    pub(super) changed: Arc<Notify>,
+}
+
+impl Pass {
+    async fn pass(&mut self) -> Result<(), kube::Error> {
+        let offers = self.export().await?;
+        self.follow_peers().await;
+        // Imports are computed from every peer's offers or not at all: a peer whose first list
+        // has not arrived (a restart, a slow API server) would otherwise look like a peer that
+        // exports nothing, and its imports would be deleted and made again.
+        if !self.peers.values().all(Peer::settled) {
+            let changed = self.changed.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(RETRY).await;
+                changed.notify_one();
+            });
+            return Ok(());
+        }
+        let tunnels: HashMap<String, AddressViews> = self
+            .local
+            .tunnels
+            .state()
+            .iter()
+            .map(|te| (te.spec.cluster.id.clone(), AddressViews::of_peer(&te.spec)))
+            .collect();
+        let local_views = AddressViews::local();
+        let peer_offers: Vec<(String, Vec<Arc<ExportedService>>)> = self
+            .peers
+            .iter()
+            .map(|(id, peer)| (id.clone(), peer.offers.state()))
+            .collect();
+        let mut sources: Vec<Source<'_>> = offers
+            .values()
+            .map(|offer| Source {
+                offer,
+                views: &local_views,
+            })
+            .collect();
+        for (id, offers) in &peer_offers {
+            let Some(views) = tunnels.get(id) else {
+                continue;
+            };
+            for offer in offers {
+                // A cluster speaks for itself only, about the object it names.
+                let named = format!("{}.{}", offer.spec.namespace, offer.spec.name);
+                if offer.spec.cluster.id == *id && offer.name_any() == named {
+                    sources.push(Source {
+                        offer: &offer.spec,
+                        views,
+                    });
+                } else {
+                    tracing::debug!(peer = %id, object = %offer.name_any(), "services: ignored an offer that does not match its cluster or name");
+                }
+            }
+        }
+        let imports = desired_imports(&sources);
+        self.metrics.exports.set(offers.len() as i64);
+        self.metrics.peers.set(self.peers.len() as i64);
+        self.conditions(&offers, &imports).await?;
+        self.import(&imports).await
+    }
+
+    /// This cluster's offers: ExportedServices written for valid exports, removed for the
+    /// rest; `Valid=False` conditions for the invalid ones. Returns the offers by name.
+    async fn export(&mut self) -> Result<BTreeMap<String, ExportedServiceSpec>, kube::Error> {
+        let cluster = self.ctx.cluster.cluster.clone();
+        // Indexed once per pass: the exports look their Service and slices up by name.
+        let services: HashMap<(String, String), Arc<Service>> = self
+            .local
+            .services
+            .state()
+            .into_iter()
+            .map(|s| ((s.namespace().unwrap_or_default(), s.name_any()), s))
+            .collect();
+        let mut slices: HashMap<(String, String), Vec<Arc<EndpointSlice>>> = HashMap::new();
+        for slice in self.local.slices.state() {
+            let labels = slice.labels();
+            let imported = labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY);
+            if let (false, Some(service)) = (imported, labels.get(KUBE_SERVICE_NAME_LABEL)) {
+                let key = (slice.namespace().unwrap_or_default(), service.clone());
+                slices.entry(key).or_default().push(slice);
+            }
+        }
+        let mut offers = BTreeMap::new();
+        for export in self.local.exports.state() {
+            let namespace = export.namespace().unwrap_or_default();
+            let name = export.name_any();
+            if export.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let key = (namespace.clone(), name.clone());
+            let service = services.get(&key);
+            let own_slices: Vec<&EndpointSlice> = slices
+                .get(&key)
+                .into_iter()
+                .flatten()
+                .map(AsRef::as_ref)
+                .collect();
+            let request = ExportRequest {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                created: export.metadata.creation_timestamp.clone(),
+                labels: export.spec.exported_labels.clone(),
+                annotations: export.spec.exported_annotations.clone(),
+            };
+            match offer(&cluster, &request, service.map(AsRef::as_ref), &own_slices) {
+                Ok(spec) => {
+                    offers.insert(format!("{namespace}.{name}"), spec);
+                }
+                Err(invalid) => {
+                    let conditions = vec![
+                        condition("Valid", "False", invalid.reason, &invalid.message),
+                        condition("Ready", "False", "Pending", "not exported while invalid"),
+                    ];
+                    self.export_status(&namespace, &name, conditions).await?;
+                }
+            }
+        }
+        let api: Api<ExportedService> =
+            Api::namespaced(self.ctx.client.clone(), &self.ctx.namespace);
+        for (name, spec) in &offers {
+            let object = ExportedService::new(name, spec.clone());
+            self.apply(&api, name, &object).await?;
+        }
+        for stale in self.local.offered.state() {
+            if !offers.contains_key(&stale.name_any()) {
+                delete(&api, &stale.name_any()).await?;
+                self.written
+                    .remove(&key::<ExportedService>("", &stale.name_any()));
+            }
+        }
+        Ok(offers)
+    }
+
+    /// `Valid`, `Ready` and `Conflict` of this cluster's valid exports.
+    async fn conditions(
+        &mut self,
+        offers: &BTreeMap<String, ExportedServiceSpec>,
+        imports: &[DesiredImport],
+    ) -> Result<(), kube::Error> {
+        for offer in offers.values() {
+            let import = imports
+                .iter()
+                .find(|i| i.namespace == offer.namespace && i.name == offer.name);
+            // Every constituent export reports the set's conflicts (KEP-1645).
+            let conflict = match import.and_then(|i| Some((i.merged.conflict_reason()?, i))) {
+                Some((reason, import)) => condition(
+                    "Conflict",
+                    "True",
+                    &reason,
+                    &import
+                        .merged
+                        .conflicts
+                        .iter()
+                        .map(|c| c.message.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                ),
+                None => condition(
+                    "Conflict",
+                    "False",
+                    "NoConflicts",
+                    "no conflicts with other exports",
+                ),
+            };
+            let clusters = import
+                .map(|i| i.merged.clusters.join(", "))
+                .unwrap_or_default();
+            let conditions = vec![
+                condition("Valid", "True", "Valid", "the Service is exported"),
+                condition(
+                    "Ready",
+                    "True",
+                    "Exported",
+                    &format!("offered to the linked clusters; exported by {clusters}"),
+                ),
+                conflict,
+            ];
+            self.export_status(&offer.namespace, &offer.name, conditions)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn export_status(
+        &mut self,
+        namespace: &str,
+        name: &str,
+        mut conditions: Vec<Condition>,
+    ) -> Result<(), kube::Error> {
+        let key = format!("ServiceExport/status/{namespace}/{name}");
+        let digest = hash(
+            &conditions
+                .iter()
+                .map(|c| (&c.type_, &c.status, &c.reason, &c.message))
+                .collect::<Vec<_>>(),
+        );
+        if self.written.get(&key) == Some(&digest) {
+            return Ok(());
+        }
+        // Keep the transition time of a condition whose status did not change.
+        let export = self
+            .local
+            .exports
+            .state()
+            .into_iter()
+            .find(|e| e.namespace().as_deref() == Some(namespace) && e.name_any() == name);
+        let old = export
+            .as_ref()
+            .and_then(|e| e.status.clone())
+            .unwrap_or_default();
+        // An Event when a problem appears or changes (not when the same one is written again,
+        // e.g. after a restart).
+        let problem = conditions.iter().find(|c| {
+            (c.type_ == "Conflict" && c.status == "True")
+                || (c.type_ == "Valid" && c.status == "False")
+        });
+        if let (Some(problem), Some(export)) = (problem, &export) {
+            let known = old.conditions.iter().any(|o| {
+                o.type_ == problem.type_
+                    && o.status == problem.status
+                    && o.message == problem.message
+            });
+            if !known {
+                crate::plumbing::events::warn(
+                    &self.ctx.client,
+                    &export.object_ref(&()),
+                    &problem.reason,
+                    "Export",
+                    &problem.message,
+                )
+                .await;
+            }
+        }
+        for c in &mut conditions {
+            if let Some(before) = old
+                .conditions
+                .iter()
+                .find(|o| o.type_ == c.type_ && o.status == c.status)
+            {
+                c.last_transition_time = before.last_transition_time.clone();
+            }
+            c.observed_generation = None;
+        }
+        let api: Api<ServiceExport> = Api::namespaced(self.ctx.client.clone(), namespace);
+        match runtime::apply_status(
+            &api,
+            name,
+            FIELD_MANAGER,
+            &ServiceExportStatus { conditions },
+        )
+        .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+        self.written.insert(key, digest);
+        Ok(())
+    }
+
+    /// Starts a watch of every linked cluster with a credential, stops the others.
+    async fn follow_peers(&mut self) {
+        let linked: Vec<String> = self
+            .local
+            .tunnels
+            .state()
+            .iter()
+            .map(|te| te.spec.cluster.id.clone())
+            .collect();
+        let mut credentials: HashMap<String, Vec<u8>> = HashMap::new();
+        for secret in self.local.credentials.state() {
+            let Some(peer) = secret.labels().get(CREDENTIAL_LABEL) else {
+                continue;
+            };
+            if let Some(kubeconfig) = secret.data.as_ref().and_then(|d| d.get(CREDENTIAL_KEY)) {
+                credentials.insert(peer.clone(), kubeconfig.0.clone());
+            }
+        }
+        self.peers.retain(|id, peer| {
+            linked.contains(id) && credentials.get(id).map(hash) == Some(peer.credential)
+        });
+        for id in linked {
+            if self.peers.contains_key(&id) {
+                continue;
+            }
+            let Some(kubeconfig) = credentials.get(&id) else {
+                continue;
+            };
+            match peer_client(kubeconfig).await {
+                Ok(client) => {
+                    let (reader, writer) = reflector::store();
+                    let changed = self.changed.clone();
+                    let health = ApiHealth::new(client.clone());
+                    // The exporter's kubetun namespace is the credential's context namespace.
+                    let api: Api<ExportedService> = Api::default_namespaced(client);
+                    let stream = runtime::watch(
+                        api,
+                        watcher::Config::default(),
+                        &health,
+                        "peer ExportedServices",
+                    )
+                    .reflect(writer);
+                    let task = tokio::spawn(stream.for_each(move |_| {
+                        changed.notify_one();
+                        std::future::ready(())
+                    }));
+                    tracing::info!(peer = %id, "services: following the peer's exports");
+                    self.peers.insert(
+                        id,
+                        Peer {
+                            credential: hash(kubeconfig),
+                            offers: reader,
+                            task,
+                            started: tokio::time::Instant::now(),
+                        },
+                    );
+                }
+                // The error names what is wrong, never the kubeconfig's contents.
+                Err(error) => {
+                    tracing::warn!(peer = %id, %error, "services: the peer's credential is not usable")
+                }
+            }
+        }
+    }
+
+    /// Server-side applies `object` unless it is what was last written.
+    async fn apply<K>(&mut self, api: &Api<K>, name: &str, object: &K) -> Result<(), kube::Error>
+    where
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + serde::Serialize
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        if let Some((key, digest)) = apply_changed(api, name, object, &self.written).await? {
+            self.written.insert(key, digest);
+        }
+        Ok(())
+    }
+}
+
+/// Server-side applies `object` unless `written` holds its digest (it is what was last
+/// written); returns the key and digest to record when it wrote.
+pub(super) async fn apply_changed<K>(
+    api: &Api<K>,
+    name: &str,
+    object: &K,
+    written: &HashMap<String, u64>,
+) -> Result<Option<(String, u64)>, kube::Error>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let namespace = object.meta().namespace.clone().unwrap_or_default();
+    let key = key::<K>(&namespace, name);
+    let digest = hash(&serde_json::to_string(object).unwrap_or_default());
+    if written.get(&key) == Some(&digest) {
+        return Ok(None);
+    }
+    let mut value = serde_json::to_value(object).unwrap_or_default();
+    value["apiVersion"] = K::api_version(&()).into();
+    value["kind"] = K::kind(&()).into();
+    api.patch(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&value),
+    )
+    .await?;
+    Ok(Some((key, digest)))
+}
+
+pub(super) async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+pub(super) fn key<K: kube::Resource<DynamicType = ()>>(namespace: &str, name: &str) -> String {
+    format!("{}/{namespace}/{name}", K::kind(&()))
+}
+
+pub(super) fn hash(value: &impl std::hash::Hash) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    value.hash(&mut hasher);
+    hasher.finish()
+}
+
+fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
+    Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::now(),
+        ),
+        observed_generation: None,
+    }
+}

@@ -1,0 +1,15 @@
+//! Kubernetes and gateway plumbing every program of the controller crate builds on, with no
+//! knowledge of links or operators: the reconcilers' runtime (one `Context`, one error policy,
+//! watches with their own backoff), conditions, events, clients from kubeconfigs, logging,
+//! shutdown, the cluster info ConfigMap and the gateway's control client.
+
+pub mod cluster_info;
+pub mod conditions;
+pub mod events;
+pub mod gateway_client;
+pub mod key_secret;
+pub mod kubeconfig;
+pub mod logging;
+pub mod runtime;
+pub mod shutdown;
+pub mod tunnel_endpoints;
