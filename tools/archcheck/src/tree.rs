@@ -289,6 +289,10 @@ impl<'ast> Visit<'ast> for Facts {
         syn::visit::visit_stmt(self, stmt);
     }
 
+    fn visit_vis_restricted(&mut self, _: &'ast syn::VisRestricted) {
+        // `pub(in crate::a)` names where an item may be seen, not something it uses.
+    }
+
     fn visit_path(&mut self, path: &'ast syn::Path) {
         if path.segments.len() >= 2 && path.leading_colon.is_none() {
             self.paths

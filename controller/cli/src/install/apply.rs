@@ -13,9 +13,12 @@ use kube::discovery::{ApiCapabilities, ApiResource, Scope};
 use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
 use serde_json::{Value, json};
 
+use super::api_error;
 use super::manifests::{self, AGENT, Components, GATEWAY};
-use super::{FIELD_MANAGER, api_error};
 use crate::Error;
+
+/// Field manager of everything `kubetun install` applies.
+pub const FIELD_MANAGER: &str = "kubetun";
 
 /// API resources by `(apiVersion, kind)`, found by discovery once each.
 #[derive(Default)]

@@ -24,9 +24,6 @@ use super::{Error, KubeconfigSource, local_api_error as api_error, parse_duratio
 use flags::{Cidrs, NodeSelector, Settings, parse_cidrs, parse_node_selector};
 use manifests::{Components, DEFAULT_IMAGE};
 
-/// Field manager of everything `kubetun install` applies.
-pub const FIELD_MANAGER: &str = "kubetun";
-
 /// `kubetun install`.
 #[derive(Debug, Args)]
 pub struct InstallArgs {
