@@ -23,7 +23,7 @@ fn main() -> anyhow::Result<ExitCode> {
     for target in &targets {
         let findings = kubetun_archcheck::check(target)
             .with_context(|| format!("{} ({} {})", target.package, target.kind, target.name))?;
-        let crate_name = target.name.replace('-', "_");
+        let crate_name = target.package.replace('-', "_");
         for (_, path) in &findings.outward {
             if let [krate, module, ..] = path.as_slice()
                 && ours.contains(krate)

@@ -116,3 +116,40 @@ fn the_workspace_itself_parses() {
     let findings = check(&target).expect("check");
     assert_eq!(findings.cycles, []);
 }
+
+#[test]
+fn a_program_s_internals_are_refused_to_other_crates_but_its_exceptions() {
+    use crate::seams::breaks;
+    let path = |p: &str| p.split("::").map(String::from).collect::<Vec<_>>();
+    assert!(
+        breaks(
+            "kubetun_agent",
+            &path("kubetun_controller::operator::ha::Standby")
+        )
+        .is_some()
+    );
+    assert!(
+        breaks(
+            "kubetun_controller",
+            &path("kubetun_controller::operator::ha")
+        )
+        .is_none()
+    );
+    assert!(
+        breaks(
+            "kubetun_agent",
+            &path("kubetun_controller::plumbing::runtime")
+        )
+        .is_none()
+    );
+    assert!(
+        breaks(
+            "kubetun_lab",
+            &path("kubetun_controller::operator::services::offer")
+        )
+        .is_none()
+    );
+    assert!(breaks("kubetun_lab", &path("kubetun_controller::operator::ha")).is_some());
+    assert!(breaks("kubetun_lab", &path("kubetun_cli::install::manifests")).is_none());
+    assert!(breaks("kubetun_controller", &path("kubetun_cli::install")).is_some());
+}
