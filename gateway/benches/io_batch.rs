@@ -17,9 +17,9 @@ use std::os::fd::AsFd;
 use std::process::Command;
 
 use criterion::{Criterion, Throughput, criterion_group};
-use kubetun_gateway::io::tun_offload::{TunReader, TunWriter};
-use kubetun_gateway::io::udp_batch::{BatchReceiver, BatchSender, UdpOffload};
 use kubetun_gateway_core::batch::{RecvBatch, SendBatch};
+use kubetun_gateway_io::tun_offload::{TunReader, TunWriter};
+use kubetun_gateway_io::udp_batch::{BatchReceiver, BatchSender, UdpOffload};
 
 const DATAGRAM: usize = 1452;
 const BURST: usize = 64;

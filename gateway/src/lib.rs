@@ -2,16 +2,18 @@
 //! device) with a lock-free 1:1 prefix-remap fast path, the WireGuard UAPI, and a gRPC control
 //! server on a Unix socket.
 //!
-//! Layout: the IO shells around two crates without IO, each named by its own name:
+//! Layout: the IO shell around two crates without IO, each named by its own name,
 //! `kubetun-gateway-core` (the data-path core and its models) and `kubetun-remap` (the remap
-//! fast path); [`state`] (the desired state from gRPC requests), [`uapi`] (the WireGuard text protocol), [`device`] (TUN, sockets, data-path
-//! tasks), [`io`] (the batched syscalls), [`grpc`], [`metrics`] and [`status`] (reports).
+//! fast path), and over the syscall crate `kubetun-gateway-io`; here [`state`] (the desired
+//! state from gRPC requests), [`uapi`] (the WireGuard text protocol), [`device`] (TUN,
+//! sockets, data-path tasks), [`io_options`] (which I/O techniques are on), [`grpc`],
+//! [`metrics`] and [`status`] (reports).
 
 pub mod caps;
 pub mod clock;
 pub mod device;
 pub mod grpc;
-pub mod io;
+pub mod io_options;
 pub mod metrics;
 pub mod peercred;
 pub mod state;

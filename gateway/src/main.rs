@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Parser;
 use kubetun_gateway::device::Device;
-use kubetun_gateway::io::IoOptions;
+use kubetun_gateway::io_options::IoOptions;
 use kubetun_gateway::peercred::PeerPolicy;
 use kubetun_gateway::uapi::server::{SOCKET_DIR, UapiServer, socket_path};
 use kubetun_gateway::{caps, grpc, metrics};
@@ -97,7 +97,7 @@ struct IoArgs {
     #[arg(
         long,
         env = "KUBETUN_BATCH_SIZE",
-        default_value_t = kubetun_gateway::io::DEFAULT_BATCH_SIZE as u16,
+        default_value_t = kubetun_gateway::io_options::DEFAULT_BATCH_SIZE as u16,
         value_parser = clap::value_parser!(u16).range(1..=128)
     )]
     batch_size: u16,
@@ -108,8 +108,8 @@ struct IoArgs {
     #[arg(
         long,
         env = "KUBETUN_QUEUES",
-        default_value_t = kubetun_gateway::io::DEFAULT_QUEUES as u16,
-        value_parser = clap::value_parser!(u16).range(1..=kubetun_gateway::io::MAX_QUEUES as i64)
+        default_value_t = kubetun_gateway::io_options::DEFAULT_QUEUES as u16,
+        value_parser = clap::value_parser!(u16).range(1..=kubetun_gateway::io_options::MAX_QUEUES as i64)
     )]
     queues: u16,
     /// Microseconds the data path keeps polling after it handled packets before its thread

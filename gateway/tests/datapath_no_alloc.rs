@@ -14,7 +14,7 @@
 //! several times over, while the 250 ms timer ticks and probes of a window stay well below.
 //! When the bound is exceeded, the test prints the threads and backtraces of the first
 //! allocations it saw (that is how tun-rs's GRO, which copied every packet written to the
-//! TUN device into a fresh `Vec`, was found; see `io::gro`).
+//! TUN device into a fresh `Vec`, was found; see `kubetun_gateway_io::gro`).
 //! The whole run happens twice: with one data-path queue and with two
 //! ([`IoOptions::queues`]: a multi-queue TUN device, two reader tasks per side and family).
 //!
@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use ipnet::{Ipv4Net, Ipv6Net};
 use kubetun_gateway::device::Device;
-use kubetun_gateway::io::IoOptions;
+use kubetun_gateway::io_options::IoOptions;
 use kubetun_gateway_core::conncheck::ConnCheckConfig;
 use kubetun_gateway_core::key::Key;
 use kubetun_gateway_core::state::{

@@ -4,12 +4,12 @@
 //! Each task owns its buffers and an `arc_swap::Cache` of the snapshot, reads a batch, hands
 //! it to the core, and writes what the core produced; the per-packet work takes no global
 //! lock and allocates nothing, and a peer's `Tunn` mutex is released before any IO. The IO
-//! is batched ([`crate::io`]): TUN reads and writes with virtio-net offloads, UDP with
-//! `recvmmsg`/`sendmmsg`, GRO and GSO, each switchable through [`IoOptions`](crate::io::IoOptions).
+//! is batched ([`kubetun_gateway_io`]): TUN reads and writes with virtio-net offloads, UDP with
+//! `recvmmsg`/`sendmmsg`, GRO and GSO, each switchable through [`IoOptions`](crate::io_options::IoOptions).
 //!
 //! # Queues
 //!
-//! With [`IoOptions::queues`](crate::io::IoOptions::queues) = N there are N [`tun_loop`]s, one per queue of the
+//! With [`IoOptions::queues`](crate::io_options::IoOptions::queues) = N there are N [`tun_loop`]s, one per queue of the
 //! multi-queue TUN device, and N [`udp_loop`]s per address family, one per socket of the
 //! family's `SO_REUSEPORT` group ([`super::net`]). The `tun_loop` of queue `i` sends on
 //! socket `i` of a family, the `udp_loop`s of socket `i` write to TUN queue `i`. The tasks
@@ -50,8 +50,6 @@ use tun_rs::AsyncDevice;
 use super::net::{Sender, WgSocket, queue_socket};
 use super::shared::{Shared, SnapshotCache};
 use crate::clock;
-use crate::io::tun_offload::{SEGMENTS_PER_READ, TunReader, TunWriter};
-use crate::io::udp_batch::{BatchReceiver, BatchSender};
 use kubetun_gateway_core::batch::{MAX_GSO_SEGMENTS, RecvBatch};
 use kubetun_gateway_core::context::Context;
 use kubetun_gateway_core::drops::DeviceDrop;
@@ -60,6 +58,8 @@ use kubetun_gateway_core::ingress::Ingress;
 use kubetun_gateway_core::snapshot::Snapshot;
 use kubetun_gateway_core::transmits::Transmits;
 use kubetun_gateway_core::{HANDSHAKE_ROOM, Outbox, PROBE_ROOM, Step, timers};
+use kubetun_gateway_io::tun_offload::{SEGMENTS_PER_READ, TunReader, TunWriter};
+use kubetun_gateway_io::udp_batch::{BatchReceiver, BatchSender};
 
 /// With UDP GRO a receive reads `batch / GRO_MESSAGES_DIVISOR` messages, each holding up to
 /// 64 datagrams.

@@ -32,7 +32,7 @@ use tokio::task::JoinHandle;
 
 use self::net::Sockets;
 use self::shared::Shared;
-use crate::io::IoOptions;
+use crate::io_options::IoOptions;
 use kubetun_gateway_core::role::{Role, Transition};
 use kubetun_gateway_core::snapshot::Snapshot;
 use kubetun_gateway_core::state::DesiredState;

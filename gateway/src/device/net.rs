@@ -17,11 +17,11 @@ use std::sync::Arc;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::net::UdpSocket;
 
-use crate::io::IoOptions;
-use crate::io::udp_batch::{UdpOffload, receive_local_addresses, send_datagram};
+use crate::io_options::IoOptions;
 use kubetun_gateway_core::drops::{DeviceDrop, Drops};
 use kubetun_gateway_core::endpoint::Endpoint;
 use kubetun_gateway_core::transmits::Transmits;
+use kubetun_gateway_io::udp_batch::{UdpOffload, receive_local_addresses, send_datagram};
 
 /// Kernel socket buffer size asked for (the same 7 MiB upstream wireguard-go uses): without it
 /// the decrypting side overflows its receive queue under TCP load.

@@ -9,7 +9,7 @@ use arc_swap::{ArcSwap, Cache};
 use super::handshake_queue::HandshakeQueue;
 use super::net::Sockets;
 use super::spin::Activity;
-use crate::io::IoOptions;
+use crate::io_options::IoOptions;
 use kubetun_gateway_core::drops::{DeviceDrop, Drops};
 use kubetun_gateway_core::role::Role;
 use kubetun_gateway_core::snapshot::Snapshot;

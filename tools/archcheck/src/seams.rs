@@ -42,10 +42,6 @@ pub const INTERNAL: &[Internal] = &[
         except: &[],
     },
     Internal {
-        prefix: "kubetun_gateway::io",
-        except: &[],
-    },
-    Internal {
         prefix: "kubetun_cli",
         except: &[(
             "kubetun_lab",

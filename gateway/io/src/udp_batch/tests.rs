@@ -2,7 +2,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket as StdUdpSocket};
 use std::time::Duration;
 
 use super::*;
-use crate::io::testns::{in_private_netns, ip, runtime};
+use crate::testns::{in_private_netns, ip, runtime};
 use kubetun_gateway_core::endpoint::LocalAddr;
 
 const WG_DATAGRAM: usize = 1452;

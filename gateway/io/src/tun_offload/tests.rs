@@ -5,8 +5,8 @@ use std::time::Duration;
 use etherparse::{IpHeaders, PacketBuilder};
 
 use super::*;
-use crate::io::testns::{in_private_netns, ip, runtime};
-use crate::io::udp_batch::{BatchSender, UdpOffload};
+use crate::testns::{in_private_netns, ip, runtime};
+use crate::udp_batch::{BatchSender, UdpOffload};
 use kubetun_gateway_core::batch::SendBatch;
 
 const SEGMENT: usize = 1372;

@@ -1,21 +1,6 @@
-//! Batched packet I/O for the data path: the kernel interfaces that decide throughput.
-//!
-//! - [`udp_batch`]: `recvmmsg`/`sendmmsg` with UDP GRO and GSO on the WireGuard sockets.
-//! - [`tun_offload`]: TUN reads and writes in batches, with tun-rs's virtio-net offloads
-//!   (TSO/USO super-packets split on read, GRO coalescing on write).
-//! - [`gro`]: the in-place coalescing of TUN writes.
-//! - [`buffer`]: the preallocated buffers both use; nothing allocates per packet.
-//!
-//! Each technique can be switched off on its own ([`IoOptions`]) so its effect can be
-//! measured in isolation.
-
-pub mod buffer;
-pub mod gro;
-pub mod tun_offload;
-pub mod udp_batch;
-
-#[cfg(test)]
-mod testns;
+//! Which I/O techniques the data path uses ([`IoOptions`]), each switchable on its own so
+//! its effect can be measured in isolation; the syscalls themselves are
+//! `kubetun-gateway-io`'s.
 
 /// Packets per batch unless configured otherwise (wireguard-go's `IdealBatchSize`).
 pub const DEFAULT_BATCH_SIZE: usize = 128;
