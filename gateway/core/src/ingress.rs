@@ -469,7 +469,7 @@ fn ip_length(plaintext: &[u8]) -> Option<usize> {
 
 /// A data message for a session we do not have, from where a peer was configured to be: the
 /// peer still holds a session with a previous run of this gateway (we restarted). Its header
-/// goes to the handshake worker, which initiates at once ([`super::handshake::process`])
+/// goes to the handshake worker, which initiates at once ([`crate::handshake::Handshake::process`])
 /// instead of leaving the peer to notice after 15 s of unanswered data; at most one per
 /// peer waits in the queue, and none while a handshake of ours is under way.
 fn report_unknown_session(snapshot: &Snapshot, datagram: &Datagram<'_>) -> Option<Handoff> {

@@ -4,7 +4,7 @@
 //! fallback route (H sees the same pods as 10.72.0.0/16), while S is unreachable. X's prober
 //! runs as the shell's `probe.rs` runs it: a PING per due peer, the primary's losses fed to
 //! its `PathState`, the snapshot planned again on a switch as `Device::replan` does. A round
-//! is 200 ms of the mock clock (the fallback interval): every gateway's timers, X's probe
+//! is 200 ms of the test clock (the fallback interval): every gateway's timers, X's probe
 //! round, then one packet from each side's pods: X's to the view, S's and H's (as if relayed
 //! from S's pods) to X's pod. The link X–S goes up and down by a random schedule; H's stays
 //! up. The hub's forwarding is not simulated: H's TUN device is where a packet through the
