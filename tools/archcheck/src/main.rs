@@ -14,7 +14,8 @@ fn main() -> anyhow::Result<ExitCode> {
         bail!("cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
     }
     let targets = kubetun_archcheck::targets(&String::from_utf8_lossy(&out.stdout))?;
-    let root = std::env::current_dir()?;
+    // Paths in the findings, relative to the workspace.
+    let root = format!("{}/", std::env::current_dir()?.display());
     // `--outward`: which modules of the workspace's crates each package names, to write seams.
     let outward_only = std::env::args().any(|a| a == "--outward");
     let ours: BTreeSet<String> = targets.iter().map(|t| t.name.replace('-', "_")).collect();
@@ -52,7 +53,7 @@ fn main() -> anyhow::Result<ExitCode> {
                 cycle.members.join(", ")
             );
             for (a, b, example) in &cycle.arrows {
-                let example = example.replace(&format!("{}/", root.display()), "");
+                let example = example.replace(&root, "");
                 println!("    {a} -> {b}: {example}");
             }
         }
@@ -61,7 +62,7 @@ fn main() -> anyhow::Result<ExitCode> {
         for (file, path) in findings.outward.iter().filter(|_| bound) {
             if let Some(rule) = kubetun_archcheck::seams::breaks(&crate_name, path) {
                 failures += 1;
-                let file = file.replace(&format!("{}/", root.display()), "");
+                let file = file.replace(&root, "");
                 println!("{file} names {}: {rule}", path.join("::"));
             }
         }

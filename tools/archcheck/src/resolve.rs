@@ -40,13 +40,8 @@ fn resolve_in(tree: &Tree, from: &[String], path: &[String], hops: usize) -> Pla
         "Self" => Place::Unknown,
         name if module.children.contains(name) => walk(tree, from.to_vec(), path, hops),
         name => {
-            if let Some(import) = module
-                .imports
-                .iter()
-                .find(|i| i.name.as_deref() == Some(name))
-            {
-                let joined: Vec<String> = import.path.iter().chain(rest).cloned().collect();
-                resolve_in(tree, from, &joined, hops + 1)
+            if let Some(place) = through_import(tree, from, name, rest, hops) {
+                place
             } else if module.defines.contains(name) {
                 Place::Local(from.to_vec())
             } else {
@@ -68,13 +63,8 @@ fn walk(tree: &Tree, mut cur: ModPath, mut rest: &[String], hops: usize) -> Plac
             name if module.children.contains(name) => cur.push(name.to_string()),
             name if module.defines.contains(name) => return Place::Local(cur),
             name => {
-                if let Some(import) = module
-                    .imports
-                    .iter()
-                    .find(|i| i.name.as_deref() == Some(name))
-                {
-                    let joined: Vec<String> = import.path.iter().chain(tail).cloned().collect();
-                    return resolve_in(tree, &cur, &joined, hops + 1);
+                if let Some(place) = through_import(tree, &cur, name, tail, hops) {
+                    return place;
                 }
                 // A name a glob brings in: the first glob whose module has it.
                 for glob in module.imports.iter().filter(|i| i.name.is_none()) {
@@ -91,6 +81,24 @@ fn walk(tree: &Tree, mut cur: ModPath, mut rest: &[String], hops: usize) -> Plac
         rest = tail;
     }
     Place::Local(cur)
+}
+
+/// Where `name` followed by `rest` leads when module `module` imports `name`.
+fn through_import(
+    tree: &Tree,
+    module: &[String],
+    name: &str,
+    rest: &[String],
+    hops: usize,
+) -> Option<Place> {
+    let import = tree
+        .modules
+        .get(module)?
+        .imports
+        .iter()
+        .find(|i| i.name.as_deref() == Some(name))?;
+    let joined: Vec<String> = import.path.iter().chain(rest).cloned().collect();
+    Some(resolve_in(tree, module, &joined, hops + 1))
 }
 
 fn parent(path: &[String]) -> ModPath {
