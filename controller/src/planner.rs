@@ -558,6 +558,7 @@ pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec
             }),
         }),
         peers,
+        admissions: Vec::new(),
     };
     state.version = content_hash(&state);
     if let Some(interface) = state.interface.as_mut() {

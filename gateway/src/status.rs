@@ -124,6 +124,8 @@ pub fn status_response(report: &DeviceReport, now_ms: u64) -> proto::StatusRespo
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         leased: report.active_remaining.is_some(),
         promotions: report.promotions,
+        admissions: Vec::new(),
+        flow_table: None,
     }
 }
 

@@ -751,6 +751,7 @@ impl HaLab {
                 }],
                 ..gateway_api::Peer::default()
             }],
+            admissions: Vec::new(),
         };
         GatewayClient::new(&socket)
             .apply(state)

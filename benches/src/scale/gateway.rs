@@ -186,6 +186,7 @@ fn desired(key: &GatewayKey, version: String, peers: Vec<gateway_api::Peer>) -> 
             ..Default::default()
         }),
         peers,
+        admissions: Vec::new(),
     }
 }
 

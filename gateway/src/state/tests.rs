@@ -30,6 +30,7 @@ fn request(peers: Vec<proto::Peer>) -> proto::DesiredState {
             ..Default::default()
         }),
         peers,
+        admissions: Vec::new(),
     }
 }
 
