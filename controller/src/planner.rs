@@ -347,6 +347,7 @@ pub fn tunnel_endpoint_spec(
         },
         hub_only: remote.spec.hub_only,
         transit,
+        isolation: Default::default(),
     })
 }
 

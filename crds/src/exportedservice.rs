@@ -73,6 +73,12 @@ pub struct ExportedServiceSpec {
     #[serde(default)]
     #[schemars(length(max = 1000))]
     pub slices: Vec<ExportedSlice>,
+    /// The cluster ids that may import the Service (the ServiceExport's
+    /// `net.kubetun.io/consumers` annotation); absent: every linked cluster. A cluster not
+    /// named imports nothing of it, and the exporter's gateway refuses its packets to these
+    /// endpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumers: Option<Vec<String>>,
 }
 
 /// Endpoints of one address type that share their ports.

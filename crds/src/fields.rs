@@ -107,3 +107,46 @@ pub fn optional_cidr_list_schema(_: &mut schemars::SchemaGenerator) -> schemars:
         "maxItems": 64,
     })
 }
+
+/// How a cluster's gateway admits a linked cluster's packets to its own addresses.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Isolation {
+    /// Every pod and external address is reachable from the linked cluster (a link before
+    /// isolation existed; what an absent setting of an existing install means).
+    #[default]
+    Open,
+    /// Only the endpoints of the Services exported to the linked cluster, the replies to
+    /// connections this cluster opened, and the ICMP errors that belong to either.
+    Exported,
+}
+
+impl Isolation {
+    /// The name in specs, flags and output: `open` or `exported`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Isolation::Open => "open",
+            Isolation::Exported => "exported",
+        }
+    }
+}
+
+impl std::fmt::Display for Isolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Isolation {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "open" => Ok(Isolation::Open),
+            "exported" => Ok(Isolation::Exported),
+            other => Err(format!(
+                "isolation {other:?}: expected `open` or `exported`"
+            )),
+        }
+    }
+}

@@ -28,7 +28,7 @@ mod tunnelendpoint;
 
 pub use exportedservice::*;
 pub use fields::{
-    CIDR_PATTERN, CidrMapping, ClusterRef, Endpoint, cidr_list_schema, cidr_schema,
+    CIDR_PATTERN, CidrMapping, ClusterRef, Endpoint, Isolation, cidr_list_schema, cidr_schema,
     optional_cidr_list_schema,
 };
 pub use network::*;

@@ -4,7 +4,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{CidrMapping, ClusterRef, Endpoint, cidr_list_schema};
+use crate::{CidrMapping, ClusterRef, Endpoint, Isolation, cidr_list_schema};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// The sender's CIDRs, endpoint and public key, addressed to one destination cluster.
@@ -60,6 +60,11 @@ pub struct NetworkConfigSpec {
     /// gateway, for when a shortcut is added.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hub_only: bool,
+    /// How the sender's gateway admits the destination's packets (`open` or `exported`);
+    /// absent: the sender's cluster default. The sender enforces its own setting, read from
+    /// what it wrote itself; the destination's copy only informs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<Isolation>,
 }
 
 /// How the sender is reached through a hub.

@@ -5,7 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::tunnelendpoint::ConnectionState;
-use crate::{CidrMapping, Endpoint};
+use crate::{CidrMapping, Endpoint, Isolation};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// Links two leaf clusters directly; the hub's operator runs the same exchange as
@@ -48,6 +48,10 @@ pub struct ShortcutConnectionSpec {
     /// `transit`. Off by default.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hub_only: bool,
+    /// How each leaf's gateway admits the other leaf's packets, over the shortcut and through
+    /// the hub alike; absent: each leaf's cluster default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<Isolation>,
 }
 
 impl ShortcutConnectionSpec {

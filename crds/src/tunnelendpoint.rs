@@ -4,7 +4,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{CidrMapping, ClusterRef, Endpoint, optional_cidr_list_schema};
+use crate::{CidrMapping, ClusterRef, Endpoint, Isolation, optional_cidr_list_schema};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 /// A peer link, merged from our NetworkConfig (as processed by the peer) and the peer's
@@ -24,6 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
     printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.connection.status"}"#,
     printcolumn = r#"{"name":"Latency","type":"string","jsonPath":".status.connection.latency"}"#,
     printcolumn = r#"{"name":"Via","type":"string","jsonPath":".status.connection.viaHub"}"#,
+    printcolumn = r#"{"name":"Isolation","type":"string","jsonPath":".spec.isolation"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -66,6 +67,10 @@ pub struct TunnelEndpointSpec {
     /// allows transit): its gateway accepts this peer's views as sources.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub transit: bool,
+    /// How this cluster's gateway admits the peer's packets: `open`, or `exported` (only the
+    /// endpoints of the Services exported to the peer, and replies).
+    #[serde(default)]
+    pub isolation: Isolation,
 }
 
 impl TunnelEndpointSpec {

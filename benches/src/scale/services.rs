@@ -140,6 +140,7 @@ fn offer(remote: &Remote, index: usize, endpoints: usize) -> ExportedService {
                 })
                 .collect(),
         }],
+        consumers: None,
     };
     ExportedService::new(&format!("{namespace}.{name}"), spec)
 }

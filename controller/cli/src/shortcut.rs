@@ -265,6 +265,7 @@ impl ShortcutRequest {
             mtu: self.mtu,
             transit: self.transit || self.hub_only,
             hub_only: self.hub_only,
+            isolation: None,
         }
     }
 }

@@ -104,6 +104,7 @@ impl ClusterInfo {
             mtu: Some(self.mtu),
             fallback: None,
             hub_only: false,
+            isolation: None,
         }
     }
 

@@ -26,3 +26,7 @@ pub const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "kubetun.io";
 /// Label of a derived Service: the ServiceImport it serves.
 pub const DERIVED_FOR_LABEL: &str = "net.kubetun.io/service-import";
+
+/// On a ServiceExport: the comma-separated ids of the clusters that may import it (the MCS
+/// API's ServiceExport has no field for it); absent: every linked cluster.
+pub const CONSUMERS_ANNOTATION: &str = "net.kubetun.io/consumers";

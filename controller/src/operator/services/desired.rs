@@ -308,6 +308,7 @@ mod tests {
                     ..ExportedEndpoint::default()
                 }],
             }],
+            consumers: None,
         }
     }
 

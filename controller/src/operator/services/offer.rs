@@ -122,6 +122,7 @@ pub fn offer(
         labels: request.labels.clone(),
         annotations: request.annotations.clone(),
         slices: exported_slices,
+        consumers: None,
     };
     // The offer is one object: past etcd's object size it could not be written at all.
     let size = serde_json::to_vec(&offered).map_or(usize::MAX, |json| json.len());

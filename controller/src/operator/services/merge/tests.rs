@@ -26,6 +26,7 @@ fn offer(cluster: &str, second: i64, type_: ServiceImportType) -> ExportedServic
         labels: Default::default(),
         annotations: Default::default(),
         slices: Vec::new(),
+        consumers: None,
     }
 }
 
