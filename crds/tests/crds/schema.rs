@@ -296,7 +296,7 @@ fn kubectl_surface_is_complete() {
             "TunnelEndpoint",
             "Namespaced",
             "te",
-            &["Peer", "Endpoint", "Status", "Latency", "Via", "Age"],
+            &["Peer", "Endpoint", "Status", "Latency", "Via", "Isolation", "Age"],
         ),
         (
             "ShortcutConnection",
