@@ -296,7 +296,15 @@ fn kubectl_surface_is_complete() {
             "TunnelEndpoint",
             "Namespaced",
             "te",
-            &["Peer", "Endpoint", "Status", "Latency", "Via", "Isolation", "Age"],
+            &[
+                "Peer",
+                "Endpoint",
+                "Status",
+                "Latency",
+                "Via",
+                "Isolation",
+                "Age",
+            ],
         ),
         (
             "ShortcutConnection",
