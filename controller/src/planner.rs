@@ -4,8 +4,17 @@
 //!   (IPAM), what the receiver writes into the `from-` NetworkConfig's status.
 //! - [`tunnel_endpoint_spec`]: our processed `to-` NetworkConfig + the peer's processed
 //!   `from-` NetworkConfig -> the TunnelEndpoint of that peer.
-//! - [`desired_state`]: every TunnelEndpoint -> the gateway's whole desired state, in a
-//!   deterministic order, versioned by a hash of its content.
+//! - [`desired_state_with`]: every TunnelEndpoint and this cluster's exports -> the gateway's
+//!   whole desired state (peers, routes and [`admission`]s), in a deterministic order,
+//!   versioned by a hash of its content ([`desired_state`]: with no exports).
+//!
+//! Isolation: a link's setting is what *this* cluster wrote into its `to-` NetworkConfig
+//! (its admin with `kubetun network connect`, or the hub's ShortcutConnection operator for
+//! the link), else the cluster default ([`GatewaySettings::isolation`]). The peer's
+//! `from-` NetworkConfig (a copy of what the peer sends) is never read for it: a peer holds no
+//! credential to write into this cluster (its services credential reads ExportedServices
+//! only, and the connector copies the peer's spec into `from-` only), so nothing the peer
+//! writes can widen what this cluster's gateway admits from it.
 //!
 //! Naming conventions shared with the connector live here too ([`local_config_name`],
 //! [`remote_config_name`]); the labels are in `kubetun_crds::contract::link`.
@@ -15,7 +24,7 @@ use std::str::FromStr;
 use ipnet::IpNet;
 use kubetun_crds::contract::link::{PEER_LABEL, TRANSIT_ANNOTATION_PREFIX};
 use kubetun_crds::{
-    CidrMapping, FallbackPath, NetworkConfig, NetworkConfigSpec, NetworkConfigStatus,
+    CidrMapping, FallbackPath, Isolation, NetworkConfig, NetworkConfigSpec, NetworkConfigStatus,
     TunnelEndpointSpec, TunnelFallback,
 };
 use prost::Message as _;
@@ -23,6 +32,10 @@ use prost::Message as _;
 use crate::gateway_api::{self, DesiredState};
 use crate::ipam::{Ipam, IpamError};
 use crate::keys::{GatewayKey, KeyError, parse_public_key};
+
+pub mod admission;
+
+pub use admission::{ExportEndpoints, link_isolation};
 
 /// The annotation of one transit grant (see [`TRANSIT_ANNOTATION_PREFIX`]).
 pub fn transit_annotation(grant: &str) -> String {
@@ -314,9 +327,21 @@ fn processed_status<'a>(
 /// The TunnelEndpoint of the peer `remote` comes from. `local` is our `to-` NetworkConfig
 /// whose status says how the peer sees us; `remote` is the peer's `from-` NetworkConfig whose
 /// status says how we see the peer. `allowed_prefixes` is left to the caller (Network ACL).
+/// The isolation is `local`'s, else `open` (see [`tunnel_endpoint_spec_with`]).
 pub fn tunnel_endpoint_spec(
     local: &NetworkConfig,
     remote: &NetworkConfig,
+) -> Result<TunnelEndpointSpec, PlanError> {
+    tunnel_endpoint_spec_with(local, remote, Isolation::Open)
+}
+
+/// [`tunnel_endpoint_spec`] with the cluster's default isolation: the TunnelEndpoint's
+/// isolation is `local`'s own setting (ours, never the peer's `remote`), else
+/// `default_isolation`.
+pub fn tunnel_endpoint_spec_with(
+    local: &NetworkConfig,
+    remote: &NetworkConfig,
+    default_isolation: Isolation,
 ) -> Result<TunnelEndpointSpec, PlanError> {
     let ours = processed_status(local, "the peer has not mapped our CIDRs yet")?;
     let theirs = processed_status(remote, "this cluster has not mapped the peer's CIDRs yet")?;
@@ -347,7 +372,7 @@ pub fn tunnel_endpoint_spec(
         },
         hub_only: remote.spec.hub_only,
         transit,
-        isolation: Default::default(),
+        isolation: link_isolation(local.spec.isolation, default_isolation),
     })
 }
 
@@ -443,6 +468,9 @@ pub struct GatewaySettings {
     /// Milliseconds between probes of a peer with a fallback through a hub (0:
     /// [`CONNCHECK_FALLBACK_INTERVAL_MS`]).
     pub conncheck_fallback_interval_ms: u32,
+    /// The cluster default isolation: how the gateway admits a linked cluster whose link sets
+    /// none (`--isolation`, `KUBETUN_ISOLATION`; absent: `open`).
+    pub isolation: Isolation,
 }
 
 impl GatewaySettings {
@@ -474,15 +502,28 @@ impl std::fmt::Debug for GatewaySettings {
                 "conncheck_fallback_interval_ms",
                 &self.conncheck_fallback_interval_ms,
             )
+            .field("isolation", &self.isolation)
             .finish_non_exhaustive()
     }
 }
 
+/// [`desired_state_with`] for a cluster that exports nothing: a peer in `exported` mode may
+/// open no connection.
+pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec]) -> DesiredState {
+    desired_state_with(settings, endpoints, &[])
+}
+
 /// The gateway's whole desired state: one peer per TunnelEndpoint (sorted by cluster id) but
 /// the hub-only ones, its routes real -> view (pod CIDRs first, then external, then the
-/// fallback and hub-only routes of the peers it is the hub of), and its ACL. The version is
-/// a hash of everything but the private keys (their public keys stand in for them).
-pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec]) -> DesiredState {
+/// fallback and hub-only routes of the peers it is the hub of), and its ACL; one admission per
+/// TunnelEndpoint (sorted likewise), whose `exported` endpoints are those of the `exports`
+/// offered to its cluster. The version is a hash of everything but the private keys (their
+/// public keys stand in for them), admissions included.
+pub fn desired_state_with(
+    settings: &GatewaySettings,
+    endpoints: &[TunnelEndpointSpec],
+    exports: &[ExportEndpoints],
+) -> DesiredState {
     let mut sorted: Vec<&TunnelEndpointSpec> = endpoints.iter().collect();
     sorted.sort_by(|a, b| a.cluster.id.cmp(&b.cluster.id));
     let route = |m: &CidrMapping, fallback: bool| gateway_api::Route {
@@ -559,7 +600,7 @@ pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec
             }),
         }),
         peers,
-        admissions: Vec::new(),
+        admissions: admission::admissions(&sorted, exports),
     };
     state.version = content_hash(&state);
     if let Some(interface) = state.interface.as_mut() {

@@ -23,7 +23,7 @@ use kubetun_controller::plumbing::gateway_client::{
 use kubetun_controller::plumbing::kubeconfig::KubeconfigSource;
 use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
 use kubetun_crds::contract::lease::DEFAULT_LEASE_NAME;
-use kubetun_crds::{ClusterRef, Endpoint};
+use kubetun_crds::{ClusterRef, Endpoint, Isolation};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -105,6 +105,11 @@ struct Args {
     /// unreachable (a shortcut with transit): how soon that traffic moves.
     #[arg(long, env = "KUBETUN_CONNCHECK_FALLBACK_INTERVAL_MS", default_value_t = planner::CONNCHECK_FALLBACK_INTERVAL_MS, value_parser = clap::value_parser!(u32).range(100..=60_000))]
     conncheck_fallback_interval_ms: u32,
+    /// How the gateway admits a linked cluster whose link sets no isolation of its own:
+    /// `open` (every pod and external address, as before isolation existed) or `exported`
+    /// (only the endpoints of the Services exported to it, and replies).
+    #[arg(long, env = "KUBETUN_ISOLATION", default_value_t = Isolation::Open, value_parser = parse_isolation)]
+    isolation: Isolation,
     /// Tunnel MTU.
     #[arg(long, env = "KUBETUN_MTU", default_value_t = 1420, value_parser = clap::value_parser!(u32).range(1280..=9000))]
     mtu: u32,
@@ -274,7 +279,16 @@ fn gateway_settings(args: &Args, info: &ClusterInfo) -> GatewaySettings {
         conncheck_interval_ms: args.conncheck_interval_ms,
         conncheck_loss_threshold: args.conncheck_loss_threshold,
         conncheck_fallback_interval_ms: args.conncheck_fallback_interval_ms,
+        isolation: args.isolation,
         ..GatewaySettings::default()
+    }
+}
+
+/// `open` or `exported` (an empty value, as a ConfigMap may list it: `open`).
+fn parse_isolation(text: &str) -> Result<Isolation, String> {
+    match text.trim() {
+        "" => Ok(Isolation::Open),
+        text => text.parse(),
     }
 }
 

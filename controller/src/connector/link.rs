@@ -52,6 +52,7 @@ impl Connector {
             let mut spec = from_info.network_config_for(&to_info.cluster);
             spec.fallback = fallback;
             spec.hub_only = hub_only;
+            spec.isolation = self.isolation;
             let outgoing = ConfigTarget {
                 owner: self.owner.as_ref(),
                 handle: from,

@@ -53,6 +53,7 @@ impl Connector {
             local,
             remote,
             mtu: None,
+            isolation: None,
             owner: None,
             transit: None,
         }
@@ -78,6 +79,16 @@ impl Connector {
     #[must_use]
     pub fn with_mtu(mut self, mtu: Option<u32>) -> Self {
         self.mtu = mtu;
+        self
+    }
+
+    /// Sets the link's isolation on both sides (each side's `to-` NetworkConfig: how that
+    /// side's gateway admits the other's packets); `None` leaves each side on its cluster
+    /// default. Only the side's own `to-` NetworkConfig decides for it, so this is the admin's
+    /// (or the hub operator's) setting, never one a peer can make for the other side.
+    #[must_use]
+    pub fn with_isolation(mut self, isolation: Option<kubetun_crds::Isolation>) -> Self {
+        self.isolation = isolation;
         self
     }
 

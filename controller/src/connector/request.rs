@@ -46,6 +46,7 @@ pub struct Connector {
     pub(in crate::connector) local: ClusterHandle,
     pub(in crate::connector) remote: ClusterHandle,
     pub(in crate::connector) mtu: Option<u32>,
+    pub(in crate::connector) isolation: Option<kubetun_crds::Isolation>,
     pub(in crate::connector) owner: Option<LinkOwner>,
     pub(in crate::connector) transit: Option<Transit>,
 }

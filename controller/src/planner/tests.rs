@@ -611,3 +611,256 @@ fn te_for(id: &str, real: &str, view: &str, key: &GatewayKey) -> TunnelEndpointS
         ..te(id, real, view, key.public_base64())
     }
 }
+
+#[test]
+fn the_isolation_is_our_own_links_setting_else_the_cluster_default_never_the_peers() {
+    let (_, mut to_milan, mut from_milan) = rome_and_milan();
+    // Milan (the peer) asks for an open link in what it sends us: not read.
+    from_milan.spec.isolation = Some(Isolation::Open);
+    let te = tunnel_endpoint_spec_with(&to_milan, &from_milan, Isolation::Exported).unwrap();
+    assert_eq!(te.isolation, Isolation::Exported, "the cluster default");
+    let te = tunnel_endpoint_spec_with(&to_milan, &from_milan, Isolation::Open).unwrap();
+    assert_eq!(te.isolation, Isolation::Open);
+    from_milan.spec.isolation = Some(Isolation::Exported);
+    let te = tunnel_endpoint_spec_with(&to_milan, &from_milan, Isolation::Open).unwrap();
+    assert_eq!(
+        te.isolation,
+        Isolation::Open,
+        "the peer cannot narrow it either"
+    );
+
+    // Our `to-milan` decides, whatever the default.
+    to_milan.spec.isolation = Some(Isolation::Exported);
+    from_milan.spec.isolation = Some(Isolation::Open);
+    let te = tunnel_endpoint_spec_with(&to_milan, &from_milan, Isolation::Open).unwrap();
+    assert_eq!(te.isolation, Isolation::Exported);
+    to_milan.spec.isolation = Some(Isolation::Open);
+    let te = tunnel_endpoint_spec_with(&to_milan, &from_milan, Isolation::Exported).unwrap();
+    assert_eq!(te.isolation, Isolation::Open);
+    // Without a default, an existing install keeps today's behaviour.
+    to_milan.spec.isolation = None;
+    assert_eq!(
+        tunnel_endpoint_spec(&to_milan, &from_milan)
+            .unwrap()
+            .isolation,
+        Isolation::Open
+    );
+}
+
+fn endpoint(
+    address: &str,
+    protocol: gateway_api::Protocol,
+    port: u32,
+) -> gateway_api::AdmittedEndpoint {
+    gateway_api::AdmittedEndpoint {
+        address: address.into(),
+        protocol: protocol as i32,
+        port,
+    }
+}
+
+/// An offer of `name` with endpoints `addresses` on TCP 8080 and UDP 53.
+fn offer(
+    name: &str,
+    addresses: &[&str],
+    consumers: Option<&[&str]>,
+) -> kubetun_crds::ExportedServiceSpec {
+    use kubetun_crds::{ExportedEndpoint, ExportedEndpointPort, ExportedSlice};
+    kubetun_crds::ExportedServiceSpec {
+        cluster: cluster("europe"),
+        namespace: "shop".into(),
+        name: name.into(),
+        export_created: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
+        type_: kubetun_crds::mcs::ServiceImportType::ClusterSetIP,
+        ports: vec![],
+        session_affinity: None,
+        session_affinity_config: None,
+        ip_families: vec![],
+        internal_traffic_policy: None,
+        traffic_distribution: None,
+        labels: Default::default(),
+        annotations: Default::default(),
+        slices: vec![ExportedSlice {
+            address_type: "IPv4".into(),
+            ports: vec![
+                ExportedEndpointPort {
+                    name: Some("http".into()),
+                    protocol: "TCP".into(),
+                    port: 8080,
+                    app_protocol: None,
+                },
+                ExportedEndpointPort {
+                    name: Some("dns".into()),
+                    protocol: "UDP".into(),
+                    port: 53,
+                    app_protocol: None,
+                },
+                ExportedEndpointPort {
+                    name: Some("odd".into()),
+                    protocol: "QUIC".into(),
+                    port: 443,
+                    app_protocol: None,
+                },
+            ],
+            endpoints: addresses
+                .iter()
+                .map(|a| ExportedEndpoint {
+                    addresses: vec![(*a).to_owned()],
+                    ready: true,
+                    serving: true,
+                    ..Default::default()
+                })
+                .collect(),
+        }],
+        consumers: consumers.map(|c| c.iter().map(|s| (*s).to_owned()).collect()),
+    }
+}
+
+#[test]
+fn an_offer_admits_every_address_on_its_target_ports_sorted() {
+    use gateway_api::Protocol::{Tcp, Udp};
+    let export = ExportEndpoints::of_offer(&offer("web", &["10.200.0.9", "10.200.0.5"], None));
+    assert_eq!(
+        export.endpoints,
+        [
+            endpoint("10.200.0.5", Tcp, 8080),
+            endpoint("10.200.0.5", Udp, 53),
+            endpoint("10.200.0.9", Tcp, 8080),
+            endpoint("10.200.0.9", Udp, 53),
+        ],
+        "an unknown protocol admits nothing"
+    );
+    assert_eq!(export.consumers, None);
+}
+
+#[test]
+fn admissions_one_per_link_open_or_with_the_endpoints_exported_to_that_cluster() {
+    use gateway_api::Protocol::{Tcp, Udp};
+    let key = GatewayKey::generate();
+    let mut milan = te("milan", "10.203.0.0/16", "10.201.0.0/16", "M");
+    milan.isolation = Isolation::Exported;
+    let mut rome = te("rome", "10.202.0.0/16", "10.71.0.0/16", "R");
+    rome.isolation = Isolation::Exported;
+    let paris = te("paris", "10.204.0.0/16", "10.72.0.0/16", "P");
+    let exports = [
+        ExportEndpoints::of_offer(&offer("db", &["10.200.0.7"], Some(&["rome"]))),
+        ExportEndpoints::of_offer(&offer("web", &["10.200.0.5"], None)),
+    ];
+    let settings = GatewaySettings {
+        public_key: key.public_base64().to_owned(),
+        ..GatewaySettings::default()
+    };
+    let state = desired_state_with(&settings, &[rome.clone(), paris, milan.clone()], &exports);
+    let summary: Vec<(&str, i32, Vec<&str>, usize)> = state
+        .admissions
+        .iter()
+        .map(|a| {
+            (
+                a.cluster.as_str(),
+                a.isolation,
+                a.views.iter().map(String::as_str).collect(),
+                a.endpoints.len(),
+            )
+        })
+        .collect();
+    let (open, exported) = (
+        gateway_api::Isolation::Open as i32,
+        gateway_api::Isolation::Exported as i32,
+    );
+    assert_eq!(
+        summary,
+        [
+            ("milan", exported, vec!["10.201.0.0/16", "10.203.0.0/16"], 2),
+            ("paris", open, vec!["10.204.0.0/16", "10.72.0.0/16"], 0),
+            ("rome", exported, vec!["10.202.0.0/16", "10.71.0.0/16"], 4),
+        ]
+    );
+    assert_eq!(
+        state.admissions[2].endpoints,
+        [
+            endpoint("10.200.0.5", Tcp, 8080),
+            endpoint("10.200.0.5", Udp, 53),
+            endpoint("10.200.0.7", Tcp, 8080),
+            endpoint("10.200.0.7", Udp, 53),
+        ],
+        "rome is a consumer of db; milan is not"
+    );
+    assert_eq!(
+        state.admissions[0].endpoints,
+        [
+            endpoint("10.200.0.5", Tcp, 8080),
+            endpoint("10.200.0.5", Udp, 53)
+        ]
+    );
+
+    // Unchanged inputs in another order: the same state and version (no needless Apply).
+    let again = desired_state_with(
+        &settings,
+        &[
+            milan.clone(),
+            rome.clone(),
+            te("paris", "10.204.0.0/16", "10.72.0.0/16", "P"),
+        ],
+        &exports,
+    );
+    assert_eq!(again, state);
+    // The version covers the admissions: an export going changes it.
+    let fewer = desired_state_with(
+        &settings,
+        &[
+            milan,
+            rome,
+            te("paris", "10.204.0.0/16", "10.72.0.0/16", "P"),
+        ],
+        &exports[1..],
+    );
+    assert_ne!(fewer.version, state.version);
+    assert_eq!(fewer.admissions[2].endpoints.len(), 2);
+}
+
+#[test]
+fn fallback_and_hub_only_links_are_admitted_at_their_views_on_the_hubs_peer() {
+    let (_, mut to_milan, mut from_milan) = rome_and_milan();
+    to_milan.spec.isolation = Some(Isolation::Exported);
+    from_milan.spec.fallback = Some(FallbackPath {
+        hub: cluster("europe"),
+        pod_cidrs: vec!["10.72.0.0/16".into()],
+        external_cidrs: vec!["10.91.0.0/16".into()],
+    });
+    let hub = te_for(
+        "europe",
+        "10.200.0.0/16",
+        "10.71.0.0/16",
+        &GatewayKey::generate(),
+    );
+    let exports = [ExportEndpoints::of_offer(&offer(
+        "web",
+        &["10.70.0.5"],
+        Some(&["milan"]),
+    ))];
+    for hub_only in [false, true] {
+        from_milan.spec.hub_only = hub_only;
+        let te = tunnel_endpoint_spec_with(&to_milan, &from_milan, Isolation::Open).unwrap();
+        assert_eq!(te.isolation, Isolation::Exported);
+        let state = desired_state_with(&GatewaySettings::default(), &[te, hub.clone()], &exports);
+        let milan = state
+            .admissions
+            .iter()
+            .find(|a| a.cluster == "milan")
+            .expect("an admission even without a tunnel");
+        assert_eq!(milan.isolation, gateway_api::Isolation::Exported as i32);
+        assert_eq!(
+            milan.views,
+            ["10.73.0.0/16", "10.91.0.0/16"],
+            "the views its fallback or hub-only routes carry (hub_only={hub_only})"
+        );
+        assert_eq!(milan.endpoints.len(), 2);
+        let europe = state
+            .admissions
+            .iter()
+            .find(|a| a.cluster == "europe")
+            .unwrap();
+        assert_eq!(europe.isolation, gateway_api::Isolation::Open as i32);
+        assert!(europe.endpoints.is_empty());
+    }
+}

@@ -365,3 +365,82 @@ async fn kubeconfig_secrets_that_are_missing_or_broken_are_named() {
         reachable.message
     );
 }
+
+#[tokio::test]
+async fn the_shortcuts_isolation_reaches_both_leaves_and_leaves_the_hub_links_alone() {
+    let topology = seed_topology().await;
+    for cluster in [&topology.europe, &topology.rome, &topology.milan] {
+        // No services here: nothing is exported.
+        cluster.ctx.exports.publish(Vec::new());
+    }
+    let api: Api<ShortcutConnection> = Api::namespaced(topology.europe.client.clone(), NAMESPACE);
+    let mut sc = ShortcutConnection::new(
+        "rome-milan",
+        ShortcutConnectionSpec {
+            left: leaf("rome"),
+            right: leaf("milan"),
+            isolation: Some(kubetun_crds::Isolation::Exported),
+            ..Default::default()
+        },
+    );
+    sc.metadata.namespace = Some(NAMESPACE.into());
+    api.create(&PostParams::default(), &sc).await.unwrap();
+    let ctx = injected(&topology);
+    reconcile_until(&api, &ctx, |sc| phase(sc) == Some(ShortcutPhase::Connected)).await;
+
+    for (viewer, viewed) in [
+        (&topology.rome, &topology.milan),
+        (&topology.milan, &topology.rome),
+    ] {
+        let own = viewer.config(&format!("to-{}", viewed.id())).await.unwrap();
+        assert_eq!(own.spec.isolation, Some(kubetun_crds::Isolation::Exported));
+        let te = viewer.endpoint(viewed.id()).await.unwrap();
+        assert_eq!(te.spec.isolation, kubetun_crds::Isolation::Exported);
+        // The gateway admits nothing of the other leaf: nothing is exported.
+        let mut admitted = None;
+        for _ in 0..250 {
+            admitted = viewer.gateway.current().and_then(|state| {
+                state
+                    .admissions
+                    .into_iter()
+                    .find(|a| a.cluster == viewed.id())
+            });
+            if admitted.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let admitted = admitted.expect("an admission of the other leaf");
+        assert_eq!(
+            admitted.isolation,
+            kubetun_controller::gateway_api::Isolation::Exported as i32
+        );
+        assert!(admitted.endpoints.is_empty());
+        // The hub link keeps the leaf's default (open).
+        let hub = viewer.endpoint("europe").await.unwrap();
+        assert_eq!(hub.spec.isolation, kubetun_crds::Isolation::Open);
+    }
+
+    // Open again from the hub: both leaves follow.
+    let mut sc = api.get("rome-milan").await.unwrap();
+    sc.spec.isolation = Some(kubetun_crds::Isolation::Open);
+    api.replace("rome-milan", &PostParams::default(), &sc)
+        .await
+        .unwrap();
+    reconcile_until(&api, &ctx, |_| true).await;
+    let mut opened = false;
+    for _ in 0..250 {
+        let sc = api.get("rome-milan").await.unwrap();
+        let _ = shortcut::reconcile(Arc::new(sc), ctx.clone()).await;
+        let rome = topology.rome.endpoint("milan").await.unwrap();
+        let milan = topology.milan.endpoint("rome").await.unwrap();
+        if rome.spec.isolation == kubetun_crds::Isolation::Open
+            && milan.spec.isolation == kubetun_crds::Isolation::Open
+        {
+            opened = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(opened, "both leaves open once the shortcut says so");
+}

@@ -11,6 +11,8 @@
 //! - `services` (with `faults`, `hub`, `workloads`): services across clusters (fixtures:
 //!   `services_support`); `conformance`: the MCS API's upstream conformance suite against two
 //!   linked clusters, in both address layouts.
+//! - `admissions`: isolation per link and the gateway's admissions following the exports
+//!   (with their timing), per-export consumers at the exporter and the importer.
 //!
 //! libtest runs as many tests at once as the machine has cores, as each of these files did as
 //! its own binary; every test starts its own clusters.
@@ -20,6 +22,7 @@
 mod realapi_support;
 mod services_support;
 
+mod admissions;
 mod cli;
 mod conformance;
 mod crds;

@@ -22,6 +22,7 @@ use crate::operator::network_config::cache::Cache;
 use crate::operator::network_config::error::Error;
 use crate::planner::{self, GatewaySettings};
 use crate::plumbing::cluster_info::ClusterInfo;
+use crate::plumbing::exports::ExportBoard;
 use crate::plumbing::gateway_client::GatewayClient;
 pub use crate::plumbing::runtime::FailureLabels;
 use crate::plumbing::runtime::{self, ApiHealth, ReconcileError as _};
@@ -120,6 +121,9 @@ pub struct State {
     /// The local gateway, if one is configured.
     pub gateway: Option<GatewayClient>,
     pub metrics: Metrics,
+    /// This cluster's exports: published by the services operator, read by the gateway
+    /// sync into the admissions.
+    pub exports: ExportBoard,
     ipam: Mutex<Ipam>,
     gateway_status: Mutex<Option<StatusResponse>>,
     gateway_wakeup: Notify,
@@ -177,6 +181,7 @@ impl Context {
             gateway_settings: RwLock::new(config.gateway),
             gateway,
             metrics,
+            exports: ExportBoard::default(),
             ipam: Mutex::new(ipam),
             gateway_status: Mutex::new(None),
             gateway_wakeup: Notify::new(),

@@ -33,7 +33,9 @@ pub async fn ensure(ctx: &Context, peer: &str, fresh: &NetworkConfig) -> Result<
     let (Some(local), Some(remote)) = (local.filter(alive), remote.filter(alive)) else {
         return remove_unless_absent(ctx, peer).await;
     };
-    let mut spec = match planner::tunnel_endpoint_spec(&local, &remote) {
+    // The isolation is ours to set: our `to-` NetworkConfig's, else the cluster default.
+    let default_isolation = ctx.gateway_settings().isolation;
+    let mut spec = match planner::tunnel_endpoint_spec_with(&local, &remote, default_isolation) {
         Ok(spec) => spec,
         Err(error) => {
             tracing::debug!(peer, %error, "TunnelEndpoint not ready");

@@ -134,6 +134,9 @@ pub async fn run(client: kube::Client, options: Options) -> Result<(), ProcessEr
     let services = async {
         if services::sync::available(&ctx).await {
             services::sync::run(ctx.clone(), dns_table.clone(), metrics.services.clone()).await;
+        } else {
+            // Nothing is exported: `exported` links admit no connection.
+            ctx.exports.publish(Vec::new());
         }
         std::future::pending().await
     };

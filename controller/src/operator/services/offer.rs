@@ -1,13 +1,22 @@
 //! Pure: what the exporting cluster offers of one exported Service (its [`ExportedServiceSpec`]),
 //! read from the ServiceExport, the Service and its EndpointSlices, or why it offers nothing
-//! (the `Valid=False` reason and message: no Service, ExternalName, or too many endpoints for
-//! one object).
+//! (the `Valid=False` reason and message: no Service, ExternalName, too many endpoints for
+//! one object, or an invalid consumers annotation).
+//!
+//! Consumers: the ServiceExport's [`CONSUMERS_ANNOTATION`] (the MCS API's ServiceExport has
+//! no field for it) names the clusters that may import the Service; the offer carries them
+//! ([`consumers`]), an importer not named imports nothing of it ([`offered_to`]), and the
+//! exporter's gateway admits none of its packets to these endpoints. The offer object itself
+//! stays readable to every linked cluster: the read credential covers all ExportedServices
+//! of the namespace, so a cluster not named can still read the endpoint addresses. It cannot
+//! reach them: the exporter's gateway is what enforces the list.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kubetun_crds::contract::services::CONSUMERS_ANNOTATION;
 use kubetun_crds::mcs::{ClientIpConfig, ServiceImportType, ServicePort, SessionAffinityConfig};
 use kubetun_crds::{
     ClusterRef, ExportedEndpoint, ExportedEndpointPort, ExportedServiceSpec, ExportedSlice,
@@ -41,6 +50,59 @@ pub struct ExportRequest {
     pub labels: BTreeMap<String, String>,
     /// `spec.exportedAnnotations`.
     pub annotations: BTreeMap<String, String>,
+    /// The value of the ServiceExport's [`CONSUMERS_ANNOTATION`], if it has one.
+    pub consumers: Option<String>,
+}
+
+/// The reason of an invalid consumers annotation.
+pub const INVALID_CONSUMERS: &str = "InvalidConsumers";
+
+/// The cluster ids of a [`CONSUMERS_ANNOTATION`] value: trimmed, deduplicated and sorted.
+/// An empty entry or one that is not a DNS-1123 label (what a cluster id is) makes the whole
+/// list invalid, so that a typo offers the Service to nobody rather than to everybody.
+pub fn consumers(value: &str) -> Result<Vec<String>, Invalid> {
+    let invalid = |why: String| Invalid {
+        reason: INVALID_CONSUMERS,
+        message: format!(
+            "annotation {CONSUMERS_ANNOTATION}={value:?}: {why}; expected comma-separated \
+             cluster ids (e.g. \"rome,paris\"); the Service is offered to nobody until it is \
+             fixed"
+        ),
+    };
+    let mut ids = Vec::new();
+    for entry in value.split(',') {
+        let id = entry.trim();
+        if id.is_empty() {
+            return Err(invalid("an entry is empty".to_owned()));
+        }
+        if !is_dns_label(id) {
+            return Err(invalid(format!(
+                "{id:?} is not a cluster id (a DNS-1123 label: at most 63 lowercase letters, \
+                 digits and '-', starting and ending with a letter or digit)"
+            )));
+        }
+        ids.push(id.to_owned());
+    }
+    ids.sort();
+    ids.dedup();
+    Ok(ids)
+}
+
+fn is_dns_label(id: &str) -> bool {
+    let bytes = id.as_bytes();
+    let alnum = |b: &u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    (1..=63).contains(&bytes.len())
+        && bytes.first().is_some_and(alnum)
+        && bytes.last().is_some_and(alnum)
+        && bytes.iter().all(|b| alnum(b) || *b == b'-')
+}
+
+/// Whether `offer` may be imported by `cluster` (no consumers: by every linked cluster).
+pub fn offered_to(offer: &ExportedServiceSpec, cluster: &str) -> bool {
+    offer
+        .consumers
+        .as_ref()
+        .is_none_or(|consumers| consumers.iter().any(|c| c == cluster))
 }
 
 /// The offer of `request` from `cluster`, given the Service (if any) and its EndpointSlices
@@ -51,6 +113,7 @@ pub fn offer(
     service: Option<&Service>,
     slices: &[&EndpointSlice],
 ) -> Result<ExportedServiceSpec, Invalid> {
+    let consumers = request.consumers.as_deref().map(consumers).transpose()?;
     let Some(service) = service else {
         return Err(Invalid {
             reason: "NoService",
@@ -122,7 +185,7 @@ pub fn offer(
         labels: request.labels.clone(),
         annotations: request.annotations.clone(),
         slices: exported_slices,
-        consumers: None,
+        consumers,
     };
     // The offer is one object: past etcd's object size it could not be written at all.
     let size = serde_json::to_vec(&offered).map_or(usize::MAX, |json| json.len());
@@ -262,6 +325,55 @@ mod tests {
         assert!(!endpoints[0].ready && !endpoints[0].serving);
         assert!(endpoints[1].ready && endpoints[1].serving);
         assert_eq!(offered.slices[0].ports[0].port, 8080);
+    }
+
+    #[test]
+    fn consumers_are_trimmed_deduplicated_and_sorted_and_offered_to_them_only() {
+        let named = ExportRequest {
+            consumers: Some(" rome, paris,rome ".into()),
+            ..request()
+        };
+        let offered = offer(&cluster(), &named, Some(&service()), &[]).expect("valid");
+        assert_eq!(
+            offered.consumers,
+            Some(vec!["paris".to_owned(), "rome".to_owned()])
+        );
+        assert!(offered_to(&offered, "rome"));
+        assert!(!offered_to(&offered, "milan"));
+        // No annotation: every linked cluster.
+        let everyone = offer(&cluster(), &request(), Some(&service()), &[]).expect("valid");
+        assert_eq!(everyone.consumers, None);
+        assert!(offered_to(&everyone, "milan"));
+    }
+
+    #[test]
+    fn invalid_consumers_offer_nothing_and_say_why() {
+        for (value, part) in [
+            ("rome,,paris", "an entry is empty"),
+            ("", "an entry is empty"),
+            ("Rome", "\"Rome\" is not a cluster id"),
+            ("rome,-paris", "\"-paris\" is not a cluster id"),
+            ("rome;paris", "\"rome;paris\" is not a cluster id"),
+        ] {
+            let request = ExportRequest {
+                consumers: Some(value.into()),
+                ..request()
+            };
+            let invalid = offer(&cluster(), &request, Some(&service()), &[]).unwrap_err();
+            assert_eq!(invalid.reason, INVALID_CONSUMERS, "{value:?}");
+            assert!(
+                invalid.message.contains(part),
+                "{value:?}: {}",
+                invalid.message
+            );
+            assert!(
+                invalid.message.contains("net.kubetun.io/consumers"),
+                "{}",
+                invalid.message
+            );
+        }
+        assert!(consumers(&"a".repeat(64)).is_err());
+        assert_eq!(consumers(&"a".repeat(63)).unwrap().len(), 1);
     }
 
     #[test]

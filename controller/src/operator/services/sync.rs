@@ -20,8 +20,8 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Resource as _, ResourceExt as _};
 use kubetun_crds::contract::services::{
-    CREDENTIAL_KEY, CREDENTIAL_LABEL, KUBE_SERVICE_NAME_LABEL, MANAGED_BY, MANAGED_BY_LABEL,
-    MANAGED_LABEL,
+    CONSUMERS_ANNOTATION, CREDENTIAL_KEY, CREDENTIAL_LABEL, KUBE_SERVICE_NAME_LABEL, MANAGED_BY,
+    MANAGED_BY_LABEL, MANAGED_LABEL,
 };
 use kubetun_crds::mcs::v1beta1::{ServiceExport, ServiceExportStatus, ServiceImport};
 use kubetun_crds::{ExportedService, ExportedServiceSpec, TunnelEndpoint};
@@ -31,8 +31,9 @@ use super::desired::{AddressViews, DesiredImport, Source, desired_imports};
 
 use super::dns_server::SharedTable;
 use super::metrics::ServiceMetrics;
-use super::offer::{ExportRequest, offer};
+use super::offer::{ExportRequest, offer, offered_to};
 use crate::operator::network_config::context::Context;
+use crate::planner::ExportEndpoints;
 use crate::plumbing::kubeconfig::peer_client;
 use crate::plumbing::runtime::{self, ApiHealth};
 
@@ -266,6 +267,16 @@ pub(super) struct Pass {
 impl Pass {
     async fn pass(&mut self) -> Result<(), kube::Error> {
         let offers = self.export().await?;
+        // The gateway's admissions follow the offers (sorted by name: an unchanged world is
+        // an unchanged list, and no Apply).
+        let exports: Vec<ExportEndpoints> =
+            offers.values().map(ExportEndpoints::of_offer).collect();
+        if self.ctx.exports.publish(exports) {
+            tracing::debug!(
+                offers = offers.len(),
+                "services: exports published to the gateway sync"
+            );
+        }
         self.follow_peers().await;
         // Imports are computed from every peer's offers or not at all: a peer whose first list
         // has not arrived (a restart, a slow API server) would otherwise look like a peer that
@@ -298,11 +309,17 @@ impl Pass {
                 views: &local_views,
             })
             .collect();
+        let local_id = self.ctx.cluster.cluster.id.clone();
         for (id, offers) in &peer_offers {
             let Some(views) = tunnels.get(id) else {
                 continue;
             };
             for offer in offers {
+                // An export that names its consumers is imported by them only.
+                if !offered_to(&offer.spec, &local_id) {
+                    tracing::trace!(peer = %id, object = %offer.name_any(), "services: not a consumer of this offer");
+                    continue;
+                }
                 // A cluster speaks for itself only, about the object it names.
                 let named = format!("{}.{}", offer.spec.namespace, offer.spec.name);
                 if offer.spec.cluster.id == *id && offer.name_any() == named {
@@ -364,6 +381,7 @@ impl Pass {
                 created: export.metadata.creation_timestamp.clone(),
                 labels: export.spec.exported_labels.clone(),
                 annotations: export.spec.exported_annotations.clone(),
+                consumers: export.annotations().get(CONSUMERS_ANNOTATION).cloned(),
             };
             match offer(&cluster, &request, service.map(AsRef::as_ref), &own_slices) {
                 Ok(spec) => {
@@ -428,13 +446,17 @@ impl Pass {
             let clusters = import
                 .map(|i| i.merged.clusters.join(", "))
                 .unwrap_or_default();
+            let to = match &offer.consumers {
+                Some(consumers) => format!("offered to {} only", consumers.join(", ")),
+                None => "offered to the linked clusters".to_owned(),
+            };
             let conditions = vec![
                 condition("Valid", "True", "Valid", "the Service is exported"),
                 condition(
                     "Ready",
                     "True",
                     "Exported",
-                    &format!("offered to the linked clusters; exported by {clusters}"),
+                    &format!("{to}; exported by {clusters}"),
                 ),
                 conflict,
             ];

@@ -2,7 +2,11 @@
 //! gateway and brings the gateway's status back into the TunnelEndpoints.
 //!
 //! The TunnelEndpoints come from the context's [`cache`](crate::operator::network_config::context::State::cache); the
-//! watch feeding it wakes the sync when one is created, changed in spec or deleted.
+//! watch feeding it wakes the sync when one is created, changed in spec or deleted. This
+//! cluster's exports (what the admissions of `exported` links admit) come from the
+//! [`exports`](crate::operator::network_config::context::State::exports) board, whose
+//! publishes wake it too: an export appearing or going is applied within the services
+//! operator's pass plus one sync.
 //!
 //! The gateway is watched (gRPC `Watch`); whenever it reports a version other than the
 //! desired one (it restarted, someone else applied) or the stream breaks and comes back, the
@@ -18,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::ResourceExt as _;
-use kubetun_crds::{TunnelEndpoint, TunnelEndpointStatus};
+use kubetun_crds::{Isolation, TunnelEndpoint, TunnelEndpointStatus};
 
 use crate::gateway_api::{DesiredState, StatusResponse};
 use crate::operator::network_config::context::Context;
@@ -37,6 +41,11 @@ const SYNC_TIMEOUT: Duration = Duration::from_secs(5);
 const SYNC_TIMEOUT_MAX: Duration = Duration::from_secs(60);
 /// How long opening the gateway's status watch may take.
 const WATCH_OPEN_TIMEOUT: Duration = Duration::from_secs(2);
+/// While this cluster's exports are not known yet (the services operator's first pass has
+/// not run: a restart), a state with an `exported` link is held back until the controller's
+/// context is this old, rather than applied with no exports (which would refuse the flows
+/// the gateway still admits); after it, it is applied with none (fail closed).
+const EXPORTS_WAIT: Duration = Duration::from_secs(10);
 /// Full resync even without any trigger.
 const RESYNC: Duration = Duration::from_secs(30);
 /// First and largest delay between attempts to reach a gateway that is down.
@@ -125,7 +134,25 @@ impl GatewaySync {
         let listed = started.elapsed();
         endpoints.sort_by_key(|te| te.name_any());
         let specs: Vec<_> = endpoints.iter().map(|te| te.spec.clone()).collect();
-        let desired = planner::desired_state(&self.ctx.gateway_settings(), &specs);
+        let exports = self.ctx.exports.current();
+        if exports.is_none()
+            && specs.iter().any(|s| s.isolation == Isolation::Exported)
+            && self.ctx.exports.age() < EXPORTS_WAIT
+        {
+            tracing::debug!("gateway sync waits for this cluster's exports");
+            self.endpoints = endpoints;
+            return Ok(GatewaySyncOutcome {
+                version: String::new(),
+                peers: 0,
+                applied: false,
+                error: Some("waiting for this cluster's exports".to_owned()),
+            });
+        }
+        let desired = planner::desired_state_with(
+            &self.ctx.gateway_settings(),
+            &specs,
+            exports.as_deref().map_or(&[], Vec::as_slice),
+        );
         let version = desired.version.clone();
         let peers = desired.peers.len();
         self.desired_version = Some(version.clone());
@@ -365,6 +392,7 @@ impl GatewaySync {
                     tokio::select! {
                         () = tokio::time::sleep(reconnect_delay) => {}
                         () = self.ctx.gateway_sync_requested() => self.sync_logged().await,
+                        () = self.ctx.exports.changed() => self.sync_logged().await,
                     }
                     reconnect_delay = (reconnect_delay * 2).min(RECONNECT_MAX);
                     continue;
@@ -373,6 +401,7 @@ impl GatewaySync {
             loop {
                 let pass = tokio::select! {
                     () = self.ctx.gateway_sync_requested() => true,
+                    () = self.ctx.exports.changed() => true,
                     _ = resync.tick() => true,
                     message = stream.message() => match message {
                         Ok(Some(status)) => {
