@@ -168,6 +168,7 @@ impl Gateway {
                 ..InterfaceConfig::default()
             },
             peers: vec![peer],
+            admissions: Vec::new(),
         };
         Gateway::from_state(this.address, &state)
     }
