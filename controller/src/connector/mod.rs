@@ -44,6 +44,8 @@ pub use state::{Direction, LinkState, describe_views};
 pub use status::{CidrKind, LinkStatus, link_statuses};
 pub use teardown::{forget, reset, wait_removed};
 
+use kubetun_crds::Isolation;
+
 use crate::plumbing::cluster_info::ClusterInfo;
 
 impl Connector {
@@ -55,6 +57,7 @@ impl Connector {
             mtu: None,
             owner: None,
             transit: None,
+            isolation: [None, None],
         }
     }
 
@@ -78,6 +81,16 @@ impl Connector {
     #[must_use]
     pub fn with_mtu(mut self, mtu: Option<u32>) -> Self {
         self.mtu = mtu;
+        self
+    }
+
+    /// Writes each side's isolation towards the other into the NetworkConfig it announces
+    /// itself with (`spec.isolation`); `None` leaves the field out (that side's cluster
+    /// default). Changing it on a linked pair updates the NetworkConfigs in place: keys,
+    /// endpoints and views stay.
+    #[must_use]
+    pub fn with_isolation(mut self, local: Option<Isolation>, remote: Option<Isolation>) -> Self {
+        self.isolation = [local, remote];
         self
     }
 

@@ -15,7 +15,7 @@ use kubetun_controller::operator::shortcut::{self, Context, SecretKubeconfigs};
 use kubetun_controller::plumbing::conditions;
 use kubetun_controller::plumbing::runtime::ApiHealth;
 use kubetun_crds::contract::shortcut::{LEAF_REACHABLE, SHORTCUT_LABEL, reason};
-use kubetun_crds::{ShortcutConnection, ShortcutPhase};
+use kubetun_crds::{Isolation, ShortcutConnection, ShortcutPhase};
 
 /// A kubeconfig whose API server does not listen: the client (TLS included) builds, every
 /// call fails.
@@ -55,6 +55,7 @@ fn request() -> ShortcutRequest {
         mtu: Some(1380),
         transit: false,
         hub_only: false,
+        isolation: Some(Isolation::Exported),
     }
 }
 
@@ -72,6 +73,7 @@ async fn create_writes_the_shortcut_and_owned_secrets_once() {
     );
     assert_eq!(sc.spec.right.namespace.as_deref(), Some(NAMESPACE));
     assert_eq!(sc.spec.mtu, Some(1380));
+    assert_eq!(sc.spec.isolation, Some(Isolation::Exported));
 
     let secrets: Api<Secret> = Api::namespaced(hub.clone(), NAMESPACE);
     for leaf in ["rome", "milan"] {
