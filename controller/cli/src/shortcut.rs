@@ -123,9 +123,9 @@ pub struct CreateArgs {
     hub_only: bool,
     /// Isolation of the shortcut, set on both leaves (spec.isolation): `exported`, each leaf
     /// reaches only the endpoints of the Services the other exports to it and the replies to
-    /// connections it opened; `open`, every pod and external address. Default: each leaf's
-    /// cluster default (`kubetun install --isolation`). Re-run create with another value to
-    /// change it in place.
+    /// connections it opened; `open`, every pod and external address. Default: what the
+    /// shortcut has; on a new one, each leaf's cluster default (`kubetun install
+    /// --isolation`). Re-run create with another value to change it in place.
     #[arg(long, value_name = "open|exported", value_parser = crate::install::isolation::parse_isolation)]
     isolation: Option<Isolation>,
     /// Wait until both tunnels are connected.
@@ -280,8 +280,8 @@ impl ShortcutRequest {
     }
 }
 
-/// Applies the two kubeconfig Secrets, then the ShortcutConnection, then makes it the
-/// Secrets' owner (so a garbage collector, where one runs, removes them with it; the hub's
+/// Applies the two kubeconfig Secrets, then the ShortcutConnection (a request without an
+/// isolation keeps the existing shortcut's), then makes it the Secrets' owner (so a garbage collector, where one runs, removes them with it; the hub's
 /// operator deletes them itself too). Secrets first: the operator starts on the
 /// ShortcutConnection at once and would otherwise find its Secrets missing. Writes only what
 /// differs, and refuses to overwrite a Secret of the same name that belongs to something
@@ -303,11 +303,16 @@ pub async fn apply_shortcut(
     let apply = PatchParams::apply(FIELD_MANAGER).force();
     let object = format!("ShortcutConnection {namespace}/{}", request.name);
 
-    let spec = request.spec();
+    let mut spec = request.spec();
     let existing = shortcuts
         .get_opt(&request.name)
         .await
         .map_err(hub_error(format!("get {object}")))?;
+    // Without --isolation an existing shortcut keeps its own: a re-run must not widen or
+    // narrow what the leaves reach.
+    if spec.isolation.is_none() {
+        spec.isolation = existing.as_ref().and_then(|sc| sc.spec.isolation);
+    }
     let owner_before = existing
         .as_ref()
         .and_then(|sc| sc.controller_owner_ref(&()));

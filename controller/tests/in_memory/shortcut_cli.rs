@@ -1,5 +1,6 @@
 //! `kubetun shortcut create` on an in-memory hub: what it writes, that a second run writes
-//! nothing, that it refuses foreign Secrets, and that the operator consumes what it wrote.
+//! nothing (and keeps the isolation when not given), that it refuses foreign Secrets, and
+//! that the operator consumes what it wrote.
 
 use crate::connector_support;
 
@@ -109,6 +110,26 @@ async fn create_writes_the_shortcut_and_owned_secrets_once() {
             .count(),
         3
     );
+
+    // Without --isolation a re-run keeps the shortcut's (and writes nothing); another value
+    // changes it.
+    let unset = ShortcutRequest {
+        isolation: None,
+        ..request()
+    };
+    let sc = apply_shortcut(&hub, &unset, &Recorder::default())
+        .await
+        .unwrap();
+    assert_eq!(sc.spec.isolation, Some(Isolation::Exported));
+    assert_eq!(switches.writes.load(Ordering::SeqCst), writes);
+    let open = ShortcutRequest {
+        isolation: Some(Isolation::Open),
+        ..request()
+    };
+    let sc = apply_shortcut(&hub, &open, &Recorder::default())
+        .await
+        .unwrap();
+    assert_eq!(sc.spec.isolation, Some(Isolation::Open));
 }
 
 #[tokio::test]
