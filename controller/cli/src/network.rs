@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use kube::Api;
 use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
-use kubetun_crds::{CidrMapping, Endpoint};
+use kubetun_crds::{CidrMapping, Endpoint, Isolation, NetworkConfig};
 
 use super::{
     ConsoleProgress, Error, KubeconfigSource, format_bytes, parse_duration, parse_endpoint,
@@ -14,6 +15,7 @@ use super::{
 };
 use kubetun_controller::connector::rotation::{self, RotationOptions, RotationReport};
 use kubetun_controller::connector::{self, ClusterHandle, Connector, LinkStatus, WaitOptions};
+use kubetun_controller::planner::local_config_name;
 
 /// `kubetun network`.
 #[derive(Debug, Args)]
@@ -137,6 +139,14 @@ pub struct ConnectArgs {
     /// Endpoint the local cluster dials to reach the remote gateway.
     #[arg(long, value_name = "HOST:PORT", value_parser = parse_endpoint)]
     remote_endpoint: Option<Endpoint>,
+    /// Isolation of the link, set on both sides (each side's gateway admits the other's
+    /// packets by it): `exported`, the peer reaches only the endpoints of the Services
+    /// exported to it and the replies to connections opened towards it; `open`, every pod
+    /// and external address. Re-run with another value to change it in place (same keys,
+    /// the tunnels stay up). Default: what the link has; on a new link, the cluster's
+    /// default on each side (`kubetun install --isolation`).
+    #[arg(long, value_name = "open|exported", value_parser = crate::install::isolation::parse_isolation)]
+    isolation: Option<Isolation>,
 }
 
 /// `network disconnect`.
@@ -238,8 +248,10 @@ pub async fn run(args: NetworkArgs) -> Result<(), Error> {
             let mut remote = remote_handle(&args.local, &args.remote).await?;
             local.endpoint_override = args.local_endpoint;
             remote.endpoint_override = args.remote_endpoint;
-            let state = Connector::new(local, remote)
-                .with_mtu(args.mtu)
+            let connector = Connector::new(local, remote).with_mtu(args.mtu);
+            let [on_local, on_remote] = link_isolation(&connector, args.isolation).await?;
+            let state = connector
+                .with_isolation(on_local, on_remote)
                 .connect(args.wait.options(), &progress)
                 .await?;
             let verdict = if state.is_connected() {
@@ -345,6 +357,89 @@ pub async fn run(args: NetworkArgs) -> Result<(), Error> {
             Ok(())
         }
     }
+}
+
+/// Where a side's isolation towards the peer comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IsolationSource {
+    /// `--isolation`.
+    Flag,
+    /// The side's NetworkConfig of the existing link says it.
+    Link,
+    /// Left out: the side's cluster default.
+    ClusterDefault,
+}
+
+/// Each side's isolation on `connect` (`[local, remote]`): the flag, else what each side's
+/// NetworkConfig of the link says (a re-run without the flag changes nothing), else left
+/// out (the cluster's default). `existing[i]` is `None` without a NetworkConfig.
+pub fn plan_isolation(
+    flag: Option<Isolation>,
+    existing: [Option<Option<Isolation>>; 2],
+) -> [(Option<Isolation>, IsolationSource); 2] {
+    existing.map(|existing| match (flag, existing.flatten()) {
+        (Some(given), _) => (Some(given), IsolationSource::Flag),
+        (None, Some(kept)) => (Some(kept), IsolationSource::Link),
+        (None, None) => (None, IsolationSource::ClusterDefault),
+    })
+}
+
+/// The line `connect` prints for one side's isolation.
+pub fn describe_isolation(
+    side: &str,
+    peer: &str,
+    (isolation, source): (Option<Isolation>, IsolationSource),
+) -> String {
+    match (isolation, source) {
+        (Some(isolation), IsolationSource::Flag) => {
+            format!("isolation of {side} towards {peer}: {isolation} (--isolation)")
+        }
+        (Some(isolation), _) => format!(
+            "isolation of {side} towards {peer}: {isolation} (the link's; --isolation changes it)"
+        ),
+        (None, _) => format!(
+            "isolation of {side} towards {peer}: {side}'s cluster default (KUBETUN_ISOLATION; \
+             --isolation sets the link's own)"
+        ),
+    }
+}
+
+/// Reads what each side's NetworkConfig of the link says about isolation, plans the
+/// isolation of both sides ([`plan_isolation`]) and prints it.
+async fn link_isolation(
+    connector: &Connector,
+    flag: Option<Isolation>,
+) -> Result<[Option<Isolation>; 2], Error> {
+    let (local, remote) = connector.load_infos().await?;
+    let mut existing = [None, None];
+    for (slot, (handle, own, peer)) in existing.iter_mut().zip([
+        (connector.local(), &local, &remote),
+        (connector.remote(), &remote, &local),
+    ]) {
+        let name = local_config_name(&peer.cluster.id);
+        let config = Api::<NetworkConfig>::namespaced(handle.client.clone(), &handle.namespace)
+            .get_opt(&name)
+            .await
+            .map_err(|error| Error::Api {
+                cluster: handle.label.clone(),
+                action: format!(
+                    "read NetworkConfig {}/{name} of cluster {}",
+                    handle.namespace, own.cluster.id
+                ),
+                error: Box::new(error),
+            })?;
+        *slot = config.map(|c| c.spec.isolation);
+    }
+    let plan = plan_isolation(flag, existing);
+    println!(
+        "{}",
+        describe_isolation(&local.cluster.id, &remote.cluster.id, plan[0])
+    );
+    println!(
+        "{}",
+        describe_isolation(&remote.cluster.id, &local.cluster.id, plan[1])
+    );
+    Ok(plan.map(|(isolation, _)| isolation))
 }
 
 /// `network rotate-keys`: progress on stdout for tables, none for `-o json|yaml` (the
@@ -524,6 +619,16 @@ pub fn render_link(link: &LinkStatus) -> String {
         .as_ref()
         .map_or_else(|| "-".to_owned(), ToString::to_string);
     let mut out = format!("Peer {peer}\n  endpoint:       {endpoint}\n");
+    if let Some(isolation) = link.isolation {
+        let what = match isolation {
+            Isolation::Exported => "only the Services exported to it",
+            Isolation::Open => "every pod and external address",
+        };
+        out.push_str(&format!(
+            "  isolation:      {isolation} ({} reaches {what})\n",
+            link.peer.id
+        ));
+    }
     match (&link.connection, &link.pending) {
         (Some(c), _) => {
             let detail = if c.message.is_empty() {
@@ -667,6 +772,71 @@ mod tests {
     }
 
     #[test]
+    fn connect_isolation_parses_and_is_absent_by_default() {
+        let connect = |extra: &[&str]| {
+            let mut args = vec!["connect", "--remote-context", "milan"];
+            args.extend_from_slice(extra);
+            match parse(&args).unwrap() {
+                NetworkCommand::Connect(args) => args.isolation,
+                other => panic!("expected connect, got {other:?}"),
+            }
+        };
+        assert_eq!(connect(&[]), None);
+        assert_eq!(connect(&["--isolation", "open"]), Some(Isolation::Open));
+        assert_eq!(
+            connect(&["--isolation", "exported"]),
+            Some(Isolation::Exported)
+        );
+        let error = parse(&["connect", "--isolation", "closed"]).unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("invalid value 'closed'"), "{text}");
+        assert!(text.contains("expected `open` or `exported`"), "{text}");
+    }
+
+    #[test]
+    fn the_flag_sets_both_sides_and_its_absence_keeps_the_link() {
+        use IsolationSource::{ClusterDefault, Flag, Link};
+        let (open, exported) = (Some(Isolation::Open), Some(Isolation::Exported));
+        // A new link: the flag on both sides, or each cluster's default.
+        assert_eq!(
+            plan_isolation(exported, [None, None]),
+            [(exported, Flag), (exported, Flag)]
+        );
+        assert_eq!(
+            plan_isolation(None, [None, None]),
+            [(None, ClusterDefault), (None, ClusterDefault)]
+        );
+        // An existing link: the flag changes both sides; without it each side keeps its
+        // own, and a side that left it out stays on its cluster default.
+        assert_eq!(
+            plan_isolation(open, [Some(exported), Some(None)]),
+            [(open, Flag), (open, Flag)]
+        );
+        assert_eq!(
+            plan_isolation(None, [Some(open), Some(None)]),
+            [(open, Link), (None, ClusterDefault)]
+        );
+        let lines: Vec<String> = plan_isolation(None, [Some(open), Some(None)])
+            .into_iter()
+            .zip([("rome", "milan"), ("milan", "rome")])
+            .map(|(plan, (side, peer))| describe_isolation(side, peer, plan))
+            .collect();
+        assert_eq!(
+            lines[0],
+            "isolation of rome towards milan: open (the link's; --isolation changes it)"
+        );
+        assert!(
+            lines[1].starts_with("isolation of milan towards rome: milan's cluster default"),
+            "{}",
+            lines[1]
+        );
+        assert_eq!(
+            describe_isolation("rome", "milan", (exported, Flag)),
+            "isolation of rome towards milan: exported (--isolation)"
+        );
+    }
+
+    #[test]
     fn bad_flags_are_refused() {
         assert!(parse(&["connect", "--timeout", "soon"]).is_err());
         assert!(parse(&["connect", "--mtu", "100"]).is_err());
@@ -706,8 +876,15 @@ mod tests {
                 ..ConnectionStatus::default()
             }),
             pending: None,
+            isolation: Some(Isolation::Exported),
         };
         let text = render_link(&link);
+        assert!(
+            text.contains(
+                "isolation:      exported (milan reaches only the Services exported to it)"
+            ),
+            "{text}"
+        );
         assert!(text.starts_with("Peer milan (Milan)\n"), "{text}");
         assert!(text.contains("endpoint:       192.0.2.3:51820"), "{text}");
         assert!(text.contains("connection:     Connected\n"), "{text}");
@@ -738,9 +915,11 @@ mod tests {
             pending: Some("waiting for the peer to process our NetworkConfig".into()),
             local_cidrs: Vec::new(),
             remote_cidrs: Vec::new(),
+            isolation: None,
             ..link
         };
         let text = render_link(&pending);
+        assert!(!text.contains("isolation:"), "{text}");
         assert!(text.contains("Pending (waiting for the peer"), "{text}");
         assert!(!text.contains("OWNER"), "{text}");
     }

@@ -83,6 +83,9 @@ pub struct LinkOutput {
     pub rx_bytes: u64,
     /// Bytes sent to the peer.
     pub tx_bytes: u64,
+    /// `open` or `exported`: how this cluster's gateway admits the peer's packets (absent
+    /// until the link has a TunnelEndpoint).
+    pub isolation: Option<String>,
     /// Every CIDR of both clusters and how the other side sees it.
     pub cidrs: Vec<CidrOutput>,
 }
@@ -163,6 +166,7 @@ impl From<&LinkStatus> for LinkOutput {
             last_handshake: connection.and_then(|c| c.last_handshake.clone()),
             rx_bytes: connection.map_or(0, |c| c.rx_bytes),
             tx_bytes: connection.map_or(0, |c| c.tx_bytes),
+            isolation: link.isolation.map(|i| i.as_str().to_owned()),
             cidrs,
         }
     }
@@ -189,6 +193,8 @@ pub struct ShortcutOutput {
     pub right: String,
     /// How the leaves reach each other: `direct`, `direct+hub` or `hub-only`.
     pub paths: String,
+    /// `open` or `exported` on both leaves; absent: each leaf's cluster default.
+    pub isolation: Option<String>,
     /// The phase (`Pending`, `Connecting`, `Connected`, `Error`, ...).
     pub phase: String,
     /// The Ready condition's message (empty when there is none).
@@ -262,6 +268,7 @@ impl From<&ShortcutConnection> for ShortcutOutput {
             left: sc.spec.left.name.clone(),
             right: sc.spec.right.name.clone(),
             paths: sc.spec.paths().to_owned(),
+            isolation: sc.spec.isolation.map(|i| i.as_str().to_owned()),
             phase: format!("{:?}", status.phase),
             message,
             directions,
@@ -273,7 +280,7 @@ impl From<&ShortcutConnection> for ShortcutOutput {
 mod tests {
     use clap::{Parser, Subcommand};
     use kubetun_crds::{
-        ClusterRef, ConnectionState, ConnectionStatus, Endpoint, ShortcutConnectionSpec,
+        ClusterRef, ConnectionState, ConnectionStatus, Endpoint, Isolation, ShortcutConnectionSpec,
         ShortcutConnectionStatus, ShortcutDirection, ShortcutPhase,
     };
     use serde_json::{Value, json};
@@ -311,6 +318,7 @@ mod tests {
                 ..ConnectionStatus::default()
             }),
             pending: None,
+            isolation: Some(Isolation::Exported),
         }
     }
 
@@ -336,6 +344,7 @@ mod tests {
                     "lastHandshake": "2026-11-22T00:00:00Z",
                     "rxBytes": 2048,
                     "txBytes": 10,
+                    "isolation": "exported",
                     "cidrs": [
                         {"owner": "local", "seenBy": "milan", "kind": "pod",
                          "cidr": "10.202.0.0/16", "view": "10.202.0.0/16", "remapped": false},
@@ -364,6 +373,15 @@ mod tests {
         assert_eq!(json["links"][0]["message"], "waiting for the peer");
         assert_eq!(json["links"][0]["latencyUs"], Value::Null);
         assert_eq!(json["links"][0]["rxBytes"], 0);
+        let unbuilt = LinkStatus {
+            isolation: None,
+            ..link()
+        };
+        let json = render(Format::Json, &NetworkStatusOutput::new("ns", &[unbuilt]))
+            .unwrap()
+            .unwrap();
+        let json: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(json["links"][0]["isolation"], Value::Null);
         let empty = render(Format::Json, &NetworkStatusOutput::new("ns", &[]))
             .unwrap()
             .unwrap();
@@ -405,6 +423,7 @@ mod tests {
                 "left": "rome",
                 "right": "milan",
                 "paths": "direct",
+                "isolation": null,
                 "phase": "Connected",
                 "message": "",
                 "directions": [{

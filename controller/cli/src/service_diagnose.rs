@@ -2,14 +2,18 @@
 //! why an exported Service is (not) visible in another cluster, hop by hop, in the order the
 //! export travels: the Service, its ServiceExport, the offer (ExportedService), the link, the
 //! importer's credential (and whether it can read the offer), the namespace, the import, the
-//! endpoints. The checks are a pure function of what was read ([`ServiceFacts`]).
+//! endpoints; and whether the offer's consumers (the ServiceExport's
+//! `net.kubetun.io/consumers` annotation) name the importer. The checks are a pure function
+//! of what was read ([`ServiceFacts`]).
 
 use clap::Args;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams};
 use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
-use kubetun_crds::contract::services::{CREDENTIAL_KEY, SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL};
+use kubetun_crds::contract::services::{
+    CONSUMERS_ANNOTATION, CREDENTIAL_KEY, SERVICE_NAME_LABEL, SOURCE_CLUSTER_LABEL,
+};
 use kubetun_crds::mcs::v1beta1::{ServiceExport, ServiceImport};
 use kubetun_crds::{ExportedService, TunnelEndpoint};
 
@@ -64,6 +68,9 @@ pub struct ServiceFacts {
     pub export: Result<Option<Vec<ConditionFact>>, String>,
     /// The offer's endpoint count (`None`: not offered).
     pub offered_endpoints: Result<Option<usize>, String>,
+    /// The clusters the offer may be imported by (its `consumers`, from the ServiceExport's
+    /// [`CONSUMERS_ANNOTATION`]); `None`: every linked cluster, or not offered.
+    pub consumers: Option<Vec<String>>,
     /// Whether the importer has a TunnelEndpoint of the exporter.
     pub linked: Result<bool, String>,
     /// Whether the importer holds the exporter's credential Secret.
@@ -89,6 +96,7 @@ impl ServiceFacts {
             service_type: Err(no()),
             export: Err(no()),
             offered_endpoints: Err(no()),
+            consumers: None,
             linked: Err(no()),
             credential: Err(no()),
             credential_reads: None,
@@ -228,6 +236,50 @@ pub fn diagnose(f: &ServiceFacts) -> Report {
             "check kubetun-controller's log in the exporter",
         ),
         Err(e) => push("exporter", "offered", broken, e.clone(), ""),
+    }
+    if let Ok(Some(_)) = &f.offered_endpoints {
+        match &f.consumers {
+            None => push(
+                "exporter",
+                "consumers",
+                Outcome::Ok,
+                format!("offered to every linked cluster (no {CONSUMERS_ANNOTATION})"),
+                "",
+            ),
+            Some(named) if named.contains(&importer) => push(
+                "exporter",
+                "consumers",
+                Outcome::Ok,
+                format!("offered to {} ({CONSUMERS_ANNOTATION})", named.join(",")),
+                "",
+            ),
+            Some(named) => {
+                let mut with = named.clone();
+                with.push(importer.clone());
+                push(
+                    "exporter",
+                    "consumers",
+                    broken,
+                    format!(
+                        "not exported to {importer}: {CONSUMERS_ANNOTATION} names {} only, so \
+                         {importer} gets no ServiceImport and no DNS answer, and {exporter}'s \
+                         gateway drops its packets to the endpoints",
+                        if named.is_empty() {
+                            "no cluster".to_owned()
+                        } else {
+                            named.join(",")
+                        }
+                    ),
+                    &format!(
+                        "kubectl annotate serviceexport {} -n {} {CONSUMERS_ANNOTATION}={} \
+                         --overwrite (in {exporter})",
+                        name_of(svc),
+                        namespace_of(svc),
+                        with.join(",")
+                    ),
+                );
+            }
+        }
     }
     match &f.linked {
         Ok(true) => push(
@@ -427,11 +479,16 @@ async fn collect(args: &DiagnoseServiceArgs) -> ServiceFacts {
                     })
                 })
                 .map_err(show);
-            f.offered_endpoints = Api::<ExportedService>::namespaced(client.clone(), kubetun)
+            let offer = Api::<ExportedService>::namespaced(client.clone(), kubetun)
                 .get_opt(&format!("{ns}.{name}"))
                 .await
-                .map(|o| o.map(|o| o.spec.slices.iter().map(|s| s.endpoints.len()).sum()))
                 .map_err(show);
+            f.consumers = offer
+                .as_ref()
+                .ok()
+                .and_then(|o| o.as_ref()?.spec.consumers.clone());
+            f.offered_endpoints =
+                offer.map(|o| o.map(|o| o.spec.slices.iter().map(|s| s.endpoints.len()).sum()));
         }
         Err(e) => f.exporter_id = Err(e.to_string()),
     }
@@ -546,6 +603,7 @@ mod tests {
                 ),
             ])),
             offered_endpoints: Ok(Some(2)),
+            consumers: None,
             linked: Ok(true),
             credential: Ok(true),
             credential_reads: Some(Ok(true)),
@@ -598,5 +656,51 @@ mod tests {
         let report = diagnose(&f);
         assert_eq!(report.broken(), None);
         assert!(report.checks.iter().any(|c| c.outcome == Outcome::Warning));
+    }
+
+    #[test]
+    fn an_importer_the_consumers_do_not_name_is_told_so() {
+        let mut f = working();
+        f.consumers = Some(vec!["paris".into(), "berlin".into()]);
+        let report = diagnose(&f);
+        let broken = report.broken().unwrap();
+        assert_eq!(broken.hop, "consumers");
+        assert!(
+            broken.detail.starts_with(
+                "not exported to rome: net.kubetun.io/consumers names paris,berlin only"
+            ),
+            "{}",
+            broken.detail
+        );
+        assert!(
+            broken.detail.contains("no ServiceImport"),
+            "{}",
+            broken.detail
+        );
+        assert_eq!(
+            broken.fix,
+            "kubectl annotate serviceexport web -n shop \
+             net.kubetun.io/consumers=paris,berlin,rome --overwrite (in milan)"
+        );
+
+        // Named: fine, and said.
+        f.consumers = Some(vec!["rome".into()]);
+        let report = diagnose(&f);
+        assert_eq!(report.broken(), None);
+        let hop = report.checks.iter().find(|c| c.hop == "consumers").unwrap();
+        assert_eq!(hop.detail, "offered to rome (net.kubetun.io/consumers)");
+
+        // No annotation: every linked cluster.
+        f.consumers = None;
+        let report = diagnose(&f);
+        let hop = report.checks.iter().find(|c| c.hop == "consumers").unwrap();
+        assert!(hop.detail.starts_with("offered to every linked cluster"));
+
+        // Not offered: no consumers hop, the offer is what is missing.
+        f.offered_endpoints = Ok(None);
+        f.consumers = Some(vec!["paris".into()]);
+        let report = diagnose(&f);
+        assert_eq!(report.broken().map(|c| c.hop.as_str()), Some("offered"));
+        assert!(!report.checks.iter().any(|c| c.hop == "consumers"));
     }
 }

@@ -15,8 +15,8 @@ use kube::{Resource as _, ResourceExt as _};
 use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
 use kubetun_crds::contract::shortcut::{DEFAULT_SECRET_KEY, READY, SHORTCUT_LABEL, reason};
 use kubetun_crds::{
-    CidrMapping, Endpoint, LeafCluster, SecretKeyRef, ShortcutConnection, ShortcutConnectionSpec,
-    ShortcutPhase,
+    CidrMapping, Endpoint, Isolation, LeafCluster, SecretKeyRef, ShortcutConnection,
+    ShortcutConnectionSpec, ShortcutPhase,
 };
 use tokio::time::Instant;
 
@@ -121,6 +121,13 @@ pub struct CreateArgs {
     /// addresses a shortcut would give (implies --transit).
     #[arg(long)]
     hub_only: bool,
+    /// Isolation of the shortcut, set on both leaves (spec.isolation): `exported`, each leaf
+    /// reaches only the endpoints of the Services the other exports to it and the replies to
+    /// connections it opened; `open`, every pod and external address. Default: what the
+    /// shortcut has; on a new one, each leaf's cluster default (`kubetun install
+    /// --isolation`). Re-run create with another value to change it in place.
+    #[arg(long, value_name = "open|exported", value_parser = crate::install::isolation::parse_isolation)]
+    isolation: Option<Isolation>,
     /// Wait until both tunnels are connected.
     #[arg(long)]
     wait: bool,
@@ -246,6 +253,9 @@ pub struct ShortcutRequest {
     pub transit: bool,
     /// Only through the hub ([`ShortcutConnectionSpec::hub_only`]; sets `transit` too).
     pub hub_only: bool,
+    /// Isolation of both leaves towards each other ([`ShortcutConnectionSpec::isolation`];
+    /// `None`: each leaf's cluster default).
+    pub isolation: Option<Isolation>,
 }
 
 impl ShortcutRequest {
@@ -265,13 +275,13 @@ impl ShortcutRequest {
             mtu: self.mtu,
             transit: self.transit || self.hub_only,
             hub_only: self.hub_only,
-            isolation: None,
+            isolation: self.isolation,
         }
     }
 }
 
-/// Applies the two kubeconfig Secrets, then the ShortcutConnection, then makes it the
-/// Secrets' owner (so a garbage collector, where one runs, removes them with it; the hub's
+/// Applies the two kubeconfig Secrets, then the ShortcutConnection (a request without an
+/// isolation keeps the existing shortcut's), then makes it the Secrets' owner (so a garbage collector, where one runs, removes them with it; the hub's
 /// operator deletes them itself too). Secrets first: the operator starts on the
 /// ShortcutConnection at once and would otherwise find its Secrets missing. Writes only what
 /// differs, and refuses to overwrite a Secret of the same name that belongs to something
@@ -293,11 +303,16 @@ pub async fn apply_shortcut(
     let apply = PatchParams::apply(FIELD_MANAGER).force();
     let object = format!("ShortcutConnection {namespace}/{}", request.name);
 
-    let spec = request.spec();
+    let mut spec = request.spec();
     let existing = shortcuts
         .get_opt(&request.name)
         .await
         .map_err(hub_error(format!("get {object}")))?;
+    // Without --isolation an existing shortcut keeps its own: a re-run must not widen or
+    // narrow what the leaves reach.
+    if spec.isolation.is_none() {
+        spec.isolation = existing.as_ref().and_then(|sc| sc.spec.isolation);
+    }
     let owner_before = existing
         .as_ref()
         .and_then(|sc| sc.controller_owner_ref(&()));
@@ -457,6 +472,7 @@ async fn create(args: CreateArgs) -> Result<(), Error> {
         mtu: args.mtu,
         transit: args.transit,
         hub_only: args.hub_only,
+        isolation: args.isolation,
     };
     let client = args.hub.client().await?;
     apply_shortcut(&client, &request, &progress).await?;
@@ -569,6 +585,12 @@ async fn delete(args: DeleteArgs) -> Result<(), Error> {
     }
 }
 
+/// A shortcut's isolation as `shortcut list` shows it: `open`, `exported`, or `default`
+/// (each leaf's cluster default).
+pub fn isolation_cell(isolation: Option<Isolation>) -> String {
+    isolation.map_or_else(|| "default".to_owned(), |i| i.as_str().to_owned())
+}
+
 /// Renders a summary table of shortcuts, then each shortcut's directions.
 pub fn render_shortcuts(shortcuts: &[ShortcutConnection]) -> String {
     let summary: Vec<Vec<String>> = shortcuts
@@ -583,6 +605,7 @@ pub fn render_shortcuts(shortcuts: &[ShortcutConnection]) -> String {
                 sc.spec.left.name.clone(),
                 sc.spec.right.name.clone(),
                 sc.spec.paths().to_owned(),
+                isolation_cell(sc.spec.isolation),
                 format!("{:?}", status.phase),
                 message,
             ]
@@ -595,6 +618,7 @@ pub fn render_shortcuts(shortcuts: &[ShortcutConnection]) -> String {
             "LEFT",
             "RIGHT",
             "PATHS",
+            "ISOLATION",
             "PHASE",
             "MESSAGE",
         ],
@@ -702,10 +726,58 @@ mod tests {
         assert_eq!(args.right_endpoint.map(|e| e.port), Some(31820));
         assert!(args.left_endpoint.is_none());
         assert!(args.wait);
+        assert_eq!(args.isolation, None);
         assert!(
             Cli::try_parse_from(["kubetun", "shortcut", "create", "x", "--left-name", "rome"])
                 .is_err()
         );
+    }
+
+    #[test]
+    fn create_isolation_lands_in_the_spec() {
+        let cli = Cli::try_parse_from([
+            "kubetun",
+            "shortcut",
+            "create",
+            "rome-milan",
+            "--left-name",
+            "rome",
+            "--left-kubeconfig",
+            "rome.yaml",
+            "--right-name",
+            "milan",
+            "--right-kubeconfig",
+            "milan.yaml",
+            "--isolation",
+            "exported",
+        ])
+        .unwrap();
+        let Top::Shortcut(ShortcutArgs {
+            command: ShortcutCommand::Create(args),
+        }) = cli.command
+        else {
+            panic!("expected shortcut create");
+        };
+        assert_eq!(args.isolation, Some(Isolation::Exported));
+        let leaf = |name: &str| LeafRequest {
+            name: name.into(),
+            namespace: DEFAULT_NAMESPACE.into(),
+            endpoint: None,
+            kubeconfig: String::new(),
+        };
+        let mut request = ShortcutRequest {
+            name: args.name,
+            namespace: DEFAULT_NAMESPACE.into(),
+            left: leaf("rome"),
+            right: leaf("milan"),
+            mtu: None,
+            transit: false,
+            hub_only: false,
+            isolation: args.isolation,
+        };
+        assert_eq!(request.spec().isolation, Some(Isolation::Exported));
+        request.isolation = None;
+        assert_eq!(request.spec().isolation, None);
     }
 
     #[test]
@@ -751,9 +823,19 @@ mod tests {
                 "rome",
                 "milan",
                 "direct",
+                "default",
                 "Connected"
             ]
         );
+        let mut exported = sc.clone();
+        exported.spec.isolation = Some(Isolation::Exported);
+        let text = render_shortcuts(&[exported]);
+        assert_eq!(
+            text.lines().nth(1).unwrap().split_whitespace().nth(5),
+            Some("exported"),
+            "{text}"
+        );
+        assert!(text.lines().next().unwrap().contains("ISOLATION"), "{text}");
         let mut hub_only = sc.clone();
         (hub_only.spec.transit, hub_only.spec.hub_only) = (true, true);
         let mut fallback = sc.clone();

@@ -45,14 +45,29 @@ impl Connector {
             None => (None, None),
         };
         let hub_only = self.transit.as_ref().is_some_and(|t| t.hub_only);
-        for (from, from_info, to, to_info, fallback) in [
-            (&self.local, &local, &self.remote, &remote, local_fallback),
-            (&self.remote, &remote, &self.local, &local, remote_fallback),
+        let [local_isolation, remote_isolation] = self.isolation;
+        for (from, from_info, to, to_info, fallback, isolation) in [
+            (
+                &self.local,
+                &local,
+                &self.remote,
+                &remote,
+                local_fallback,
+                local_isolation,
+            ),
+            (
+                &self.remote,
+                &remote,
+                &self.local,
+                &local,
+                remote_fallback,
+                remote_isolation,
+            ),
         ] {
             let mut spec = from_info.network_config_for(&to_info.cluster);
             spec.fallback = fallback;
             spec.hub_only = hub_only;
-            spec.isolation = self.isolation;
+            spec.isolation = isolation;
             let outgoing = ConfigTarget {
                 owner: self.owner.as_ref(),
                 handle: from,

@@ -44,6 +44,8 @@ pub use state::{Direction, LinkState, describe_views};
 pub use status::{CidrKind, LinkStatus, link_statuses};
 pub use teardown::{forget, reset, wait_removed};
 
+use kubetun_crds::Isolation;
+
 use crate::plumbing::cluster_info::ClusterInfo;
 
 impl Connector {
@@ -53,9 +55,9 @@ impl Connector {
             local,
             remote,
             mtu: None,
-            isolation: None,
             owner: None,
             transit: None,
+            isolation: [None, None],
         }
     }
 
@@ -82,13 +84,13 @@ impl Connector {
         self
     }
 
-    /// Sets the link's isolation on both sides (each side's `to-` NetworkConfig: how that
-    /// side's gateway admits the other's packets); `None` leaves each side on its cluster
-    /// default. Only the side's own `to-` NetworkConfig decides for it, so this is the admin's
-    /// (or the hub operator's) setting, never one a peer can make for the other side.
+    /// Writes each side's isolation towards the other into the NetworkConfig it announces
+    /// itself with (`spec.isolation`); `None` leaves the field out (that side's cluster
+    /// default). Changing it on a linked pair updates the NetworkConfigs in place: keys,
+    /// endpoints and views stay.
     #[must_use]
-    pub fn with_isolation(mut self, isolation: Option<kubetun_crds::Isolation>) -> Self {
-        self.isolation = isolation;
+    pub fn with_isolation(mut self, local: Option<Isolation>, remote: Option<Isolation>) -> Self {
+        self.isolation = [local, remote];
         self
     }
 

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use kubetun_crds::Isolation;
+
 use super::cluster::ClusterHandle;
 
 /// Field manager of the connector's writes.
@@ -46,9 +48,11 @@ pub struct Connector {
     pub(in crate::connector) local: ClusterHandle,
     pub(in crate::connector) remote: ClusterHandle,
     pub(in crate::connector) mtu: Option<u32>,
-    pub(in crate::connector) isolation: Option<kubetun_crds::Isolation>,
     pub(in crate::connector) owner: Option<LinkOwner>,
     pub(in crate::connector) transit: Option<Transit>,
+    /// Each side's isolation towards the other, `[local, remote]` (`None`: the field left
+    /// out, the side's cluster default).
+    pub(in crate::connector) isolation: [Option<Isolation>; 2],
 }
 
 /// A hub both clusters of a link are linked to, that carries their traffic.

@@ -8,7 +8,7 @@ use kube::ResourceExt;
 use kube::api::ListParams;
 use kubetun_crds::contract::link::{ROLE_LABEL, ROLE_LOCAL, ROLE_REMOTE};
 use kubetun_crds::{
-    CidrMapping, ClusterRef, ConnectionStatus, Endpoint, NetworkConfig, TunnelEndpoint,
+    CidrMapping, ClusterRef, ConnectionStatus, Endpoint, Isolation, NetworkConfig, TunnelEndpoint,
 };
 
 use super::state::current_processed_status;
@@ -28,6 +28,9 @@ pub struct LinkStatus {
     pub connection: Option<ConnectionStatus>,
     /// What the link waits for, when it has no TunnelEndpoint yet.
     pub pending: Option<String>,
+    /// How this cluster's gateway admits the peer's packets (the TunnelEndpoint's), once a
+    /// TunnelEndpoint exists.
+    pub isolation: Option<Isolation>,
 }
 
 /// Whether a CIDR holds pods or external endpoints.
@@ -79,6 +82,7 @@ pub async fn link_statuses(handle: &ClusterHandle) -> Result<Vec<LinkStatus>, Co
                 remote_cidrs: tagged(&spec.remote_pod_cidrs, &spec.remote_external_cidrs),
                 connection: te.status.and_then(|s| s.connection),
                 pending: None,
+                isolation: Some(spec.isolation),
             },
         );
     }
@@ -97,6 +101,7 @@ pub async fn link_statuses(handle: &ClusterHandle) -> Result<Vec<LinkStatus>, Co
             remote_cidrs: Vec::new(),
             connection: None,
             pending: Some(String::new()),
+            isolation: None,
         });
         let processed = current_processed_status(config);
         if let Some(status) = &processed {

@@ -1,5 +1,6 @@
 //! `kubetun shortcut create` on an in-memory hub: what it writes, that a second run writes
-//! nothing, that it refuses foreign Secrets, and that the operator consumes what it wrote.
+//! nothing (and keeps the isolation when not given), that it refuses foreign Secrets, and
+//! that the operator consumes what it wrote.
 
 use crate::connector_support;
 
@@ -15,7 +16,7 @@ use kubetun_controller::operator::shortcut::{self, Context, SecretKubeconfigs};
 use kubetun_controller::plumbing::conditions;
 use kubetun_controller::plumbing::runtime::ApiHealth;
 use kubetun_crds::contract::shortcut::{LEAF_REACHABLE, SHORTCUT_LABEL, reason};
-use kubetun_crds::{ShortcutConnection, ShortcutPhase};
+use kubetun_crds::{Isolation, ShortcutConnection, ShortcutPhase};
 
 /// A kubeconfig whose API server does not listen: the client (TLS included) builds, every
 /// call fails.
@@ -55,6 +56,7 @@ fn request() -> ShortcutRequest {
         mtu: Some(1380),
         transit: false,
         hub_only: false,
+        isolation: Some(Isolation::Exported),
     }
 }
 
@@ -72,6 +74,7 @@ async fn create_writes_the_shortcut_and_owned_secrets_once() {
     );
     assert_eq!(sc.spec.right.namespace.as_deref(), Some(NAMESPACE));
     assert_eq!(sc.spec.mtu, Some(1380));
+    assert_eq!(sc.spec.isolation, Some(Isolation::Exported));
 
     let secrets: Api<Secret> = Api::namespaced(hub.clone(), NAMESPACE);
     for leaf in ["rome", "milan"] {
@@ -107,6 +110,26 @@ async fn create_writes_the_shortcut_and_owned_secrets_once() {
             .count(),
         3
     );
+
+    // Without --isolation a re-run keeps the shortcut's (and writes nothing); another value
+    // changes it.
+    let unset = ShortcutRequest {
+        isolation: None,
+        ..request()
+    };
+    let sc = apply_shortcut(&hub, &unset, &Recorder::default())
+        .await
+        .unwrap();
+    assert_eq!(sc.spec.isolation, Some(Isolation::Exported));
+    assert_eq!(switches.writes.load(Ordering::SeqCst), writes);
+    let open = ShortcutRequest {
+        isolation: Some(Isolation::Open),
+        ..request()
+    };
+    let sc = apply_shortcut(&hub, &open, &Recorder::default())
+        .await
+        .unwrap();
+    assert_eq!(sc.spec.isolation, Some(Isolation::Open));
 }
 
 #[tokio::test]

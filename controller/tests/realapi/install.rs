@@ -3,7 +3,9 @@
 //! upgrade that leaves the key Secret and the links alone, `--wait` timing out without a
 //! kubelet, `--dry-run -o yaml` equal to `kubectl kustomize deploy/` (+ `deploy/agent/`, and
 //! with `--ha` the components), overlaps refused, and uninstall refused with links and
-//! leaving nothing behind with `--force`.
+//! leaving nothing behind with `--force`. The cluster's default isolation: `exported` on a
+//! new install, kept by an upgrade, changed by `--isolation`, `open` for an install from
+//! before the setting, a broken value refused.
 
 use crate::realapi_support;
 
@@ -119,6 +121,12 @@ async fn install_upgrade_and_uninstall() {
     assert_eq!(config["data"]["KUBETUN_POD_CIDR"], "10.244.0.0/22");
     assert_eq!(config["data"]["KUBETUN_RESERVED"], "192.168.10.0/23");
     assert_eq!(config["data"]["KUBETUN_EXTERNAL_CIDR"], "");
+    // A new install: its links admit only what is exported.
+    assert_eq!(config["data"]["KUBETUN_ISOLATION"], "exported");
+    assert!(
+        stdout.contains("isolation: exported (the default of a new install"),
+        "{stdout}"
+    );
     let applied = every_object_present(&cluster, false).await;
     assert!(applied >= 15, "{applied} objects");
 
@@ -214,6 +222,14 @@ async fn install_upgrade_and_uninstall() {
     let config = installed_config(&cluster);
     assert_eq!(config["data"]["KUBETUN_EXTERNAL_CIDR"], "10.70.0.0/16");
     assert_eq!(config["data"]["KUBETUN_ENDPOINT_ADDRESS"], "203.0.113.50");
+    // The upgrade keeps the cluster's isolation and says so.
+    assert_eq!(config["data"]["KUBETUN_ISOLATION"], "exported");
+    assert!(
+        text(&out.stdout)
+            .contains("isolation: exported (the installed one; --isolation changes it)"),
+        "{}",
+        text(&out.stdout)
+    );
     let secret_after = secrets.get("kubetun-gateway-key").await.unwrap();
     assert_eq!(
         secret_after.metadata.resource_version, secret.metadata.resource_version,
@@ -224,6 +240,73 @@ async fn install_upgrade_and_uninstall() {
         nc_after.metadata.resource_version, nc.metadata.resource_version,
         "the NetworkConfig was touched"
     );
+
+    // --isolation changes it; an install from before the setting (no key) stays open.
+    let out = install(&cluster, &["--isolation", "open"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("isolation: open (--isolation)"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(
+        installed_config(&cluster)["data"]["KUBETUN_ISOLATION"],
+        "open"
+    );
+    for (flags, wanted) in [
+        (&[][..], "open"),
+        (&["--isolation", "exported"][..], "exported"),
+    ] {
+        cluster
+            .kubectl(&[
+                "-n",
+                "kubetun-system",
+                "patch",
+                "configmap",
+                CONFIG_MAP,
+                "--type=json",
+                "-p",
+                r#"[{"op": "remove", "path": "/data/KUBETUN_ISOLATION"}]"#,
+            ])
+            .unwrap();
+        let out = install(&cluster, flags).await;
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(
+            installed_config(&cluster)["data"]["KUBETUN_ISOLATION"],
+            wanted,
+            "{flags:?}"
+        );
+        if flags.is_empty() {
+            assert!(
+                text(&out.stdout).contains("isolation: open (installed before isolation existed"),
+                "{}",
+                text(&out.stdout)
+            );
+        }
+    }
+    // A value the controller would refuse is refused here, with the way out.
+    cluster
+        .kubectl(&[
+            "-n",
+            "kubetun-system",
+            "patch",
+            "configmap",
+            CONFIG_MAP,
+            "--type=merge",
+            "-p",
+            r#"{"data": {"KUBETUN_ISOLATION": "closed"}}"#,
+        ])
+        .unwrap();
+    let out = install(&cluster, &[]).await;
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("KUBETUN_ISOLATION: \"closed\"")
+            && text(&out.stderr).contains("pass --isolation open or --isolation exported"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = install(&cluster, &["--isolation", "exported"]).await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
 
     // Switching to replicated gateways: the load-balanced Service goes (deploy/ha drops it).
     let out = install(&cluster, &["--ha", "--wait=false"]).await;
@@ -558,11 +641,44 @@ async fn dry_run_equals_kustomize_and_overlaps_are_refused() {
             text(&out.stderr)
         );
         let rendered = manifests::documents("dry-run", &text(&out.stdout)).unwrap();
+        // A new cluster: the manifests say exported, and why is on stderr.
+        let config = rendered
+            .iter()
+            .find(|o| {
+                manifests::identity(o).1 == "ConfigMap" && manifests::identity(o).3 == CONFIG_MAP
+            })
+            .unwrap();
+        assert_eq!(config["data"]["KUBETUN_ISOLATION"], "exported");
+        assert!(
+            text(&out.stderr).contains("isolation: exported (the default of a new install"),
+            "{}",
+            text(&out.stderr)
+        );
         let mut expected = kustomize(&cluster, &["deploy"], &components);
         let agent_components: Vec<&str> = if ha { vec!["deploy/agent/ha"] } else { vec![] };
         expected.extend(kustomize(&cluster, &["deploy/agent"], &agent_components));
         compare(rendered, expected);
     }
+    // --isolation shows in the manifests.
+    let out = install(
+        &cluster,
+        &[
+            "--dry-run",
+            "--cluster-id",
+            "paris",
+            "--endpoint-address",
+            "203.0.113.7",
+            "--isolation",
+            "open",
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("KUBETUN_ISOLATION: open"),
+        "{}",
+        text(&out.stdout)
+    );
     // A dry run applies nothing.
     assert!(
         cluster

@@ -5,7 +5,7 @@
 //!
 //! - `cli`, `install`, `crds`, `examples`, `logging`: the CLI's errors, `kubetun install`
 //!   against `kubectl kustomize`, CRD names against discovery, every example as deployed, the
-//!   log through an API-server outage.
+//!   log through an API-server outage; `isolation_cli`: `network connect --isolation`.
 //! - `keys`, `shortcut`, `transit`: key Secrets, the hub's ShortcutConnection operator,
 //!   transit through the hub.
 //! - `services` (with `faults`, `hub`, `workloads`): services across clusters (fixtures:
@@ -28,6 +28,7 @@ mod conformance;
 mod crds;
 mod examples;
 mod install;
+mod isolation_cli;
 mod keys;
 mod logging;
 mod services;

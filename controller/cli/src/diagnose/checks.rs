@@ -4,6 +4,7 @@
 use kubetun_crds::{CidrMapping, TunnelEndpoint};
 
 use super::expect::AGENT_DAEMONSET;
+use super::isolation::gateway_checks;
 use super::link::link_checks;
 use super::report::{Checks, Outcome, Report};
 use super::side::{Side, peers_of, tunnel_of};
@@ -28,6 +29,8 @@ pub fn diagnose(local: &Side, remote: Option<&Side>, peer: Option<&str>, now_uni
             pair_checks(&mut checks, local, &local_info, remote, &remote_info);
             agent_check(&mut checks, local);
             agent_check(&mut checks, remote);
+            gateway_checks(&mut checks, local);
+            gateway_checks(&mut checks, remote);
         }
         None => {
             let peers: Vec<String> = peers_of(local, &own)
@@ -51,6 +54,7 @@ pub fn diagnose(local: &Side, remote: Option<&Side>, peer: Option<&str>, now_uni
                 link_checks(&mut checks, local, &own, p, now_unix);
             }
             agent_check(&mut checks, local);
+            gateway_checks(&mut checks, local);
         }
     }
     Report::new(checks.out)

@@ -1,11 +1,12 @@
 //! The hops of one cluster's link to a peer, in the order they depend on each other: the
-//! NetworkConfigs both ways, the TunnelEndpoint, the gateway, the tunnel, its last handshake
-//! and the ACL.
+//! NetworkConfigs both ways, the TunnelEndpoint, the gateway, the tunnel, its last handshake,
+//! the ACL and the isolation (`isolation.rs`).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kubetun_crds::{ConnectionState, ConnectionStatus, TunnelEndpoint, TunnelEndpointStatus};
 
 use super::expect::STALE_HANDSHAKE_SECS;
+use super::isolation::isolation_checks;
 use super::report::{Checks, Outcome};
 use super::side::{Side, tunnel_of};
 use kubetun_controller::plumbing::conditions;
@@ -45,6 +46,7 @@ pub(super) fn link_checks(checks: &mut Checks, side: &Side, own: &str, peer: &st
         handshake_check(checks, c, peer, conn, now_unix);
     }
     acl_check(checks, c, peer, te);
+    isolation_checks(checks, side, own, peer, te);
 }
 
 /// Our NetworkConfig to `peer` (`outgoing-config`) and, when there is one, whether the peer

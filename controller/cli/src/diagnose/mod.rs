@@ -6,11 +6,15 @@
 //! TunnelEndpoint; the gateway having applied it (`Applied`); the tunnel's state and the age
 //! of its last handshake; the ACL (`allowedPrefixes`) and the route agent. With both clusters:
 //! the peer's key and endpoint as we use them against what the peer announces, both ends'
-//! remap tables (what each side says the other sees must match), and the MTU. The checks are
-//! pure functions of what was read ([`Side`]), so tests break hops by editing objects.
+//! remap tables (what each side says the other sees must match), and the MTU. Per link also
+//! its isolation and what is exported to the peer, and with the local gateway's control
+//! socket (`--gateway-socket`) what the gateway refused from each peer and its flow table.
+//! The checks are pure functions of what was read ([`Side`]), so tests break hops by editing
+//! objects.
 
 mod checks;
 mod expect;
+mod isolation;
 mod link;
 mod report;
 mod side;
@@ -25,6 +29,7 @@ use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
 use super::output::{self, OutputArgs};
 use super::{Error, KubeconfigSource};
 use kubetun_controller::connector::ClusterHandle;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
 
 pub use checks::diagnose;
 pub use expect::{AGENT_DAEMONSET, STALE_HANDSHAKE_SECS};
@@ -56,6 +61,10 @@ pub struct DiagnoseArgs {
     /// Only the link to this peer cluster id (without --remote-kubeconfig).
     #[arg(long)]
     pub peer: Option<String>,
+    /// The local gateway's control socket, where diagnose runs beside the gateway (its node
+    /// or pod): adds what the gateway refused from each peer, by reason, and its flow table.
+    #[arg(long, value_name = "FILE")]
+    pub gateway_socket: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -72,10 +81,18 @@ pub async fn run(args: DiagnoseArgs) -> Result<(), Error> {
         path: args.kubeconfig.clone(),
         context: args.context.clone(),
     };
-    let local = match local_source.client("local").await {
+    let mut local = match local_source.client("local").await {
         Ok(client) => collect(&ClusterHandle::new("local", client, &args.namespace)).await,
         Err(e) => unreachable_side("local", &e),
     };
+    if let Some(socket) = &args.gateway_socket {
+        local.gateway = Some(
+            GatewayClient::new(socket.clone())
+                .status()
+                .await
+                .map_err(|e| e.to_string()),
+        );
+    }
     let remote = match &args.remote_kubeconfig {
         None => None,
         Some(path) => {
@@ -114,5 +131,7 @@ fn unreachable_side(label: &str, error: &dyn std::fmt::Display) -> Side {
         configs: Vec::new(),
         tunnels: Vec::new(),
         agent: None,
+        exports: None,
+        gateway: None,
     }
 }

@@ -24,7 +24,8 @@ pub struct Check {
     pub peer: String,
     /// Short name of the hop (stable: `api`, `outgoing-config`, `processed-by-peer`,
     /// `incoming-config`, `tunnel-endpoint`, `gateway-applied`, `tunnel`, `handshake`,
-    /// `allowed-ips`, `route-agent`, `peer-key`, `peer-endpoint`, `remap`, `mtu`).
+    /// `allowed-ips`, `isolation`, `admission`, `route-agent`, `flow-table`,
+    /// `gateway-status`, `peer-key`, `peer-endpoint`, `remap`, `mtu`).
     pub hop: String,
     pub outcome: Outcome,
     /// What was found.

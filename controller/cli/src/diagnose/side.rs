@@ -2,10 +2,11 @@
 
 use k8s_openapi::api::apps::v1::DaemonSet;
 use kube::api::{Api, ListParams};
-use kubetun_crds::{NetworkConfig, TunnelEndpoint};
+use kubetun_crds::{ExportedService, NetworkConfig, TunnelEndpoint};
 
 use super::expect::AGENT_DAEMONSET;
 use kubetun_controller::connector::ClusterHandle;
+use kubetun_controller::gateway_api::StatusResponse;
 use kubetun_controller::plumbing::cluster_info::ClusterInfo;
 
 /// What one cluster's API returned.
@@ -21,6 +22,12 @@ pub struct Side {
     pub tunnels: Vec<TunnelEndpoint>,
     /// The route agent's DaemonSet: `None` when not installed, else (desired, ready).
     pub agent: Option<(i32, i32)>,
+    /// The ExportedServices in kubetun's namespace (what this cluster offers its peers);
+    /// `None` when they could not be listed.
+    pub exports: Option<Vec<ExportedService>>,
+    /// The gateway's status from its control socket: `None` when not asked for
+    /// (`--gateway-socket`), else it or why it could not be read.
+    pub gateway: Option<Result<StatusResponse, String>>,
 }
 
 /// Reads what the checks need from one cluster.
@@ -32,6 +39,7 @@ pub async fn collect(handle: &ClusterHandle) -> Side {
     let configs: Api<NetworkConfig> = Api::namespaced(handle.client.clone(), &handle.namespace);
     let tunnels: Api<TunnelEndpoint> = Api::namespaced(handle.client.clone(), &handle.namespace);
     let daemonsets: Api<DaemonSet> = Api::namespaced(handle.client.clone(), &handle.namespace);
+    let exports: Api<ExportedService> = Api::namespaced(handle.client.clone(), &handle.namespace);
     let lp = ListParams::default();
     let agent = daemonsets
         .get_opt(AGENT_DAEMONSET)
@@ -48,6 +56,8 @@ pub async fn collect(handle: &ClusterHandle) -> Side {
         configs: configs.list(&lp).await.map(|l| l.items).unwrap_or_default(),
         tunnels: tunnels.list(&lp).await.map(|l| l.items).unwrap_or_default(),
         agent,
+        exports: exports.list(&lp).await.map(|l| l.items).ok(),
+        gateway: None,
     }
 }
 

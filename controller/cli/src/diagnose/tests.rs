@@ -1,14 +1,20 @@
 //! Every hop broken one at a time on a healthy pair of clusters, and the report's JSON.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kubetun_crds::mcs::ServiceImportType;
 use kubetun_crds::{
-    CidrMapping, ClusterRef, ConnectionState, ConnectionStatus, Endpoint, NetworkConfig,
-    NetworkConfigSpec, NetworkConfigStatus, TunnelEndpoint, TunnelEndpointSpec,
-    TunnelEndpointStatus,
+    CidrMapping, ClusterRef, ConnectionState, ConnectionStatus, Endpoint, ExportedService,
+    ExportedServiceSpec, Isolation, NetworkConfig, NetworkConfigSpec, NetworkConfigStatus,
+    TunnelEndpoint, TunnelEndpointSpec, TunnelEndpointStatus,
 };
 
-use super::{Outcome, Side, diagnose, render};
+use super::{Check, Outcome, Report, Side, diagnose, render};
 use crate::output;
+use kubetun_controller::gateway_api::{
+    AdmissionStatus, FlowTableStatus, Isolation as GatewayIsolation, StatusResponse,
+};
 use kubetun_controller::plumbing::cluster_info::ClusterInfo;
 
 /// 2026-11-25T00:00:00Z.
@@ -128,6 +134,8 @@ fn healthy() -> (Side, Side) {
         configs: vec![config(&europe, &rome, true), config(&rome, &europe, true)],
         tunnels: vec![tunnel(&europe, &rome, "10.71.0.0/16", "10.72.0.0/16")],
         agent: Some((3, 3)),
+        exports: Some(Vec::new()),
+        gateway: None,
     };
     let remote = Side {
         label: "remote".into(),
@@ -135,6 +143,8 @@ fn healthy() -> (Side, Side) {
         configs: vec![config(&rome, &europe, true), config(&europe, &rome, true)],
         tunnels: vec![tunnel(&rome, &europe, "10.72.0.0/16", "10.71.0.0/16")],
         agent: Some((2, 2)),
+        exports: Some(Vec::new()),
+        gateway: None,
     };
     (local, remote)
 }
@@ -165,6 +175,7 @@ fn a_healthy_link_passes_every_hop_from_both_ends() {
         "tunnel",
         "handshake",
         "allowed-ips",
+        "isolation",
         "peer-key",
         "peer-endpoint",
         "remap",
@@ -362,4 +373,240 @@ fn the_report_renders_as_json_with_stable_fields() {
     assert_eq!(check["peer"], "rome");
     assert_eq!(check["outcome"], "Broken");
     assert!(check["fix"].as_str().unwrap().contains("controller"));
+}
+
+/// An ExportedService of `cluster`, importable by `consumers` (`None`: every linked cluster).
+fn export(cluster: &str, name: &str, consumers: Option<&[&str]>) -> ExportedService {
+    ExportedService::new(
+        &format!("default.{name}"),
+        ExportedServiceSpec {
+            cluster: cref(cluster),
+            namespace: "default".into(),
+            name: name.into(),
+            export_created: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+            type_: ServiceImportType::ClusterSetIP,
+            ports: Vec::new(),
+            session_affinity: None,
+            session_affinity_config: None,
+            ip_families: Vec::new(),
+            internal_traffic_policy: None,
+            traffic_distribution: None,
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            slices: Vec::new(),
+            consumers: consumers.map(|c| c.iter().map(|id| (*id).to_owned()).collect()),
+        },
+    )
+}
+
+fn check<'a>(report: &'a Report, cluster: &str, hop: &str) -> &'a Check {
+    report
+        .checks
+        .iter()
+        .find(|c| c.cluster == cluster && c.hop == hop)
+        .unwrap_or_else(|| panic!("no ({cluster}) {hop}: {}", render(report)))
+}
+
+/// A gateway status with an admission of `cluster` and a flow table.
+fn gateway_status(cluster: &str, isolation: GatewayIsolation, endpoints: u32) -> StatusResponse {
+    StatusResponse {
+        admissions: vec![AdmissionStatus {
+            cluster: cluster.into(),
+            isolation: isolation as i32,
+            endpoints,
+            drops: [("not_exported".to_owned(), 12), ("no_flow".to_owned(), 0)]
+                .into_iter()
+                .collect(),
+        }],
+        flow_table: Some(FlowTableStatus {
+            capacity: 65536,
+            in_use: 40,
+            full: 0,
+        }),
+        ..StatusResponse::default()
+    }
+}
+
+#[test]
+fn an_open_link_says_so() {
+    let (local, remote) = healthy();
+    let report = diagnose(&local, Some(&remote), None, NOW);
+    let isolation = check(&report, "local", "isolation");
+    assert_eq!(isolation.outcome, Outcome::Ok);
+    assert!(
+        isolation.detail.starts_with("open: rome reaches every pod"),
+        "{}",
+        isolation.detail
+    );
+    // Without --gateway-socket there is no gateway hop.
+    assert!(
+        !report
+            .checks
+            .iter()
+            .any(|c| ["admission", "flow-table", "gateway-status"].contains(&c.hop.as_str())),
+        "{}",
+        render(&report)
+    );
+}
+
+#[test]
+fn an_exported_link_with_nothing_exported_names_the_fix() {
+    let (mut local, remote) = healthy();
+    local.tunnels[0].spec.isolation = Isolation::Exported;
+    // Exported, but to milan only: rome may import nothing.
+    local.exports = Some(vec![
+        export("europe", "web", Some(&["milan"])),
+        export("rome", "db", None),
+    ]);
+    let report = diagnose(&local, Some(&remote), None, NOW);
+    assert_eq!(report.broken(), None, "a warning, not a broken hop");
+    let isolation = check(&report, "local", "isolation");
+    assert_eq!(isolation.outcome, Outcome::Warning);
+    assert!(
+        isolation
+            .detail
+            .contains("exported, and nothing is exported to rome"),
+        "{}",
+        isolation.detail
+    );
+    assert!(
+        isolation
+            .fix
+            .starts_with("nothing is exported to rome: `kubectl apply` a ServiceExport")
+            && isolation
+                .fix
+                .ends_with("or `kubetun network connect --isolation open`"),
+        "{}",
+        isolation.fix
+    );
+    let text = render(&report);
+    assert!(
+        text.contains("! (local → rome) isolation: exported, and nothing is exported to rome"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_exported_link_names_what_the_peer_may_reach() {
+    let (mut local, remote) = healthy();
+    local.tunnels[0].spec.isolation = Isolation::Exported;
+    let mut exports = vec![
+        export("europe", "web", Some(&["rome", "milan"])),
+        export("europe", "api", None),
+        export("europe", "secret", Some(&["milan"])),
+    ];
+    for i in 0..5 {
+        exports.push(export("europe", &format!("svc{i}"), None));
+    }
+    local.exports = Some(exports);
+    let report = diagnose(&local, Some(&remote), None, NOW);
+    let isolation = check(&report, "local", "isolation");
+    assert_eq!(isolation.outcome, Outcome::Ok);
+    assert!(
+        isolation.detail.starts_with(
+            "exported: rome reaches only the 7 Service(s) exported to it (default/api, \
+             default/svc0"
+        ),
+        "{}",
+        isolation.detail
+    );
+    assert!(
+        isolation.detail.ends_with("and 2 more)"),
+        "{}",
+        isolation.detail
+    );
+    assert!(!isolation.detail.contains("secret"), "{}", isolation.detail);
+}
+
+#[test]
+fn the_gateway_status_adds_refusals_and_the_flow_table() {
+    let (mut local, remote) = healthy();
+    local.tunnels[0].spec.isolation = Isolation::Exported;
+    local.exports = Some(vec![export("europe", "web", None)]);
+    local.gateway = Some(Ok(gateway_status("rome", GatewayIsolation::Exported, 3)));
+    let report = diagnose(&local, Some(&remote), None, NOW);
+    assert_eq!(report.broken(), None, "{}", render(&report));
+    let admission = check(&report, "local", "admission");
+    assert_eq!(admission.outcome, Outcome::Ok);
+    assert_eq!(
+        admission.detail,
+        "gateway: 3 endpoint(s) admitted; refused: not_exported 12"
+    );
+    let table = check(&report, "local", "flow-table");
+    assert_eq!(table.outcome, Outcome::Ok);
+    assert!(
+        table.detail.starts_with("40 of 65536 slots in use"),
+        "{}",
+        table.detail
+    );
+
+    // A full table is a warning that says what happened to the new connections.
+    let mut status = gateway_status("rome", GatewayIsolation::Exported, 3);
+    status.flow_table = Some(FlowTableStatus {
+        capacity: 4,
+        in_use: 4,
+        full: 9,
+    });
+    local.gateway = Some(Ok(status));
+    let report = diagnose(&local, Some(&remote), None, NOW);
+    let table = check(&report, "local", "flow-table");
+    assert_eq!(table.outcome, Outcome::Warning);
+    assert!(
+        table.detail.contains("9 new connection(s) found it full"),
+        "{}",
+        table.detail
+    );
+
+    // The gateway not yet on the TunnelEndpoint's isolation.
+    local.gateway = Some(Ok(gateway_status("rome", GatewayIsolation::Open, 0)));
+    let report = diagnose(&local, Some(&remote), None, NOW);
+    let admission = check(&report, "local", "admission");
+    assert_eq!(admission.outcome, Outcome::Warning);
+    assert!(
+        admission
+            .detail
+            .starts_with("the gateway admits rome as open, the TunnelEndpoint says exported"),
+        "{}",
+        admission.detail
+    );
+    // No admission at all counts as open.
+    local.gateway = Some(Ok(StatusResponse::default()));
+    let report = diagnose(&local, Some(&remote), None, NOW);
+    assert_eq!(
+        check(&report, "local", "admission").outcome,
+        Outcome::Warning
+    );
+
+    // Exports, but no endpoint admitted.
+    local.gateway = Some(Ok(gateway_status("rome", GatewayIsolation::Exported, 0)));
+    let report = diagnose(&local, Some(&remote), None, NOW);
+    let admission = check(&report, "local", "admission");
+    assert_eq!(admission.outcome, Outcome::Warning);
+    assert!(
+        admission.detail.contains("admits no endpoint to rome"),
+        "{}",
+        admission.detail
+    );
+
+    // An unreachable socket is named, without failing the diagnosis.
+    local.gateway = Some(Err("gateway at /run/x.sock is unavailable".into()));
+    let report = diagnose(&local, Some(&remote), None, NOW);
+    assert_eq!(report.broken(), None);
+    let status = check(&report, "local", "gateway-status");
+    assert_eq!(status.outcome, Outcome::Warning);
+    assert!(status.detail.contains("/run/x.sock"), "{}", status.detail);
+}
+
+#[test]
+fn an_open_gateway_admission_of_an_open_link_is_fine() {
+    let (mut local, _) = healthy();
+    local.gateway = Some(Ok(StatusResponse::default()));
+    let report = diagnose(&local, None, None, NOW);
+    let admission = check(&report, "local", "admission");
+    assert_eq!(admission.outcome, Outcome::Ok, "{}", render(&report));
+    assert!(
+        admission.detail.contains("every packet of rome"),
+        "{}",
+        admission.detail
+    );
 }

@@ -476,6 +476,30 @@ mod tests {
         }
     }
 
+    /// The base users apply by hand is a new install: it says `exported`, as `kubetun
+    /// install` does on a new cluster; and what install configures lands in the YAML.
+    #[test]
+    fn the_base_config_is_a_new_install_and_the_isolation_reaches_the_yaml() {
+        use super::super::isolation::{ISOLATION_KEY, NEW_INSTALL};
+        let config_of = |objects: &[Value]| {
+            objects
+                .iter()
+                .find(|o| identity(o).1 == "ConfigMap" && identity(o).3 == CONFIG_MAP)
+                .cloned()
+                .unwrap()
+        };
+        let mut objects = render(Components::default()).unwrap();
+        assert_eq!(
+            config_of(&objects)["data"][ISOLATION_KEY],
+            NEW_INSTALL.as_str()
+        );
+        let data = BTreeMap::from([(ISOLATION_KEY.to_owned(), "open".to_owned())]);
+        configure(&mut objects, &data, DEFAULT_IMAGE, "{}");
+        assert_eq!(config_of(&objects)["data"][ISOLATION_KEY], "open");
+        let yaml = to_yaml(&objects).unwrap();
+        assert!(yaml.contains("KUBETUN_ISOLATION: open"), "{yaml}");
+    }
+
     #[test]
     fn ha_drops_the_service_and_merges_the_replica_settings() {
         let objects = render(Components {

@@ -8,6 +8,7 @@
 mod apply;
 pub mod detect;
 pub mod flags;
+pub mod isolation;
 pub mod manifests;
 
 use std::collections::BTreeMap;
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
+use kubetun_crds::Isolation;
 use kubetun_crds::contract::cluster_info::DEFAULT_NAMESPACE;
 use serde_json::Value;
 
@@ -51,6 +53,13 @@ pub struct InstallArgs {
     /// Replicated gateways: add the components deploy/ha and deploy/agent/ha.
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub ha: Option<bool>,
+    /// The cluster's default isolation of its links (a link can set its own with `kubetun
+    /// network connect --isolation`): `exported`, a peer reaches only the endpoints of the
+    /// Services exported to it and the replies to connections this cluster opened; `open`,
+    /// every pod and external address, as before. Default: the installed value; `exported`
+    /// on a new install; `open` on a cluster installed before the setting existed.
+    #[arg(long, value_name = "open|exported", value_parser = isolation::parse_isolation)]
+    pub isolation: Option<Isolation>,
     /// Labels a node must have to run the gateway pod(s): the pod template's nodeSelector,
     /// e.g. kubetun.io/gateway=true (the route agents stay on every node; "" clears it).
     #[arg(long, value_name = "KEY=VALUE[,KEY=VALUE...]", value_parser = parse_node_selector)]
@@ -139,8 +148,9 @@ pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
     let installed = Api::<ConfigMap>::namespaced(client.clone(), DEFAULT_NAMESPACE)
         .get_opt(manifests::CONFIG_MAP)
         .await
-        .map_err(api_error("read the installed configuration"))?
-        .unwrap_or_default();
+        .map_err(api_error("read the installed configuration"))?;
+    let reinstall = installed.is_some();
+    let installed = installed.unwrap_or_default();
     let recorded = Settings::from_json(
         installed
             .metadata
@@ -248,6 +258,10 @@ pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
         }
     };
 
+    let (default_isolation, why) =
+        isolation::choose(args.isolation, reinstall.then_some(&installed)).map_err(Error::Usage)?;
+    say(why);
+
     // The endpoint.
     let endpoint = if ha {
         say("endpoint: each replica's node address (status.hostIP, --ha)".into());
@@ -320,6 +334,10 @@ pub async fn run_install(args: InstallArgs) -> Result<(), Error> {
         (
             "KUBETUN_HUB".to_owned(),
             settings.hub.unwrap_or(false).to_string(),
+        ),
+        (
+            isolation::ISOLATION_KEY.to_owned(),
+            default_isolation.to_string(),
         ),
     ]);
     if let Some(found) = &endpoint {

@@ -5,13 +5,13 @@
 
 use std::process::Command;
 
-struct Outcome {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Outcome {
+    pub(crate) code: Option<i32>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
-fn kubetun(args: &[&str]) -> Outcome {
+pub(crate) fn kubetun(args: &[&str]) -> Outcome {
     let out = Command::new(env!("CARGO_BIN_EXE_kubetun"))
         .args(args)
         .env_remove("KUBETUN_GATEWAY_SOCKET")
@@ -26,7 +26,7 @@ fn kubetun(args: &[&str]) -> Outcome {
 }
 
 /// Runs `args`, checks the exit code and the common shape of a refusal, returns stderr.
-fn refused(args: &[&str], code: i32) -> String {
+pub(crate) fn refused(args: &[&str], code: i32) -> String {
     let out = kubetun(args);
     assert_eq!(out.code, Some(code), "kubetun {args:?}: {}", out.stderr);
     assert!(

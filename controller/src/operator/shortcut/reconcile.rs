@@ -185,7 +185,7 @@ async fn connector_for(
         handle(&spec.right, right).with_server(right_server),
     )
     .with_mtu(spec.mtu)
-    .with_isolation(spec.isolation)
+    .with_isolation(spec.isolation, spec.isolation)
     .with_owner(Some(owner))
     .with_transit(transit))
 }
