@@ -136,6 +136,7 @@ impl Gateway {
                     config
                 })
                 .collect(),
+            admissions: Vec::new(),
         };
         let resolved: Vec<_> = peers.iter().map(|peer| Some(peer.address)).collect();
         let snapshot = next_snapshot(

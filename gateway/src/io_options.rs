@@ -1,5 +1,5 @@
 //! Which I/O techniques the data path uses ([`IoOptions`]), each switchable on its own so
-//! its effect can be measured in isolation; the syscalls themselves are
+//! its effect can be measured in isolation, and the size of what it allocates at start; the syscalls themselves are
 //! `kubetun-gateway-io`'s.
 
 /// Packets per batch unless configured otherwise (wireguard-go's `IdealBatchSize`).
@@ -48,6 +48,10 @@ pub struct IoOptions {
     /// own included ([`crate::device::workers`]); 0 means [`default_crypto_workers`], 1 none
     /// beside it.
     pub crypto_workers: usize,
+    /// Slots of the flow table (the connections this cluster opened towards remote
+    /// clusters, whose replies an exported link admits), allocated once at start: 12 bytes
+    /// each; 0 is [`kubetun_gateway_core::admission::flows::DEFAULT_CAPACITY`].
+    pub flow_table_size: usize,
 }
 
 impl Default for IoOptions {
@@ -60,6 +64,7 @@ impl Default for IoOptions {
             queues: DEFAULT_QUEUES,
             spin_window: std::time::Duration::ZERO,
             crypto_workers: 0,
+            flow_table_size: 0,
         }
     }
 }
@@ -79,6 +84,14 @@ impl IoOptions {
             workers => workers,
         }
         .min(kubetun_gateway_core::workers::MAX_PARTS)
+    }
+
+    /// The flow table's capacity: [`Self::flow_table_size`], or the default when 0.
+    pub fn flow_table_size(&self) -> usize {
+        match self.flow_table_size {
+            0 => kubetun_gateway_core::admission::flows::DEFAULT_CAPACITY,
+            slots => slots.min(kubetun_gateway_core::admission::flows::MAX_CAPACITY),
+        }
     }
 
     /// The number of queues clamped to `1..=`[`MAX_QUEUES`].

@@ -135,6 +135,17 @@ struct IoArgs {
         value_parser = clap::value_parser!(u16).range(0..=16)
     )]
     crypto_workers: u16,
+    /// Slots of the flow table: the connections this cluster's pods opened towards remote
+    /// clusters, whose replies an exported link admits (12 bytes each, allocated at start;
+    /// new flows towards an exported cluster are dropped once their buckets are full, which
+    /// begins at about 60 % of the slots).
+    #[arg(
+        long,
+        env = "KUBETUN_FLOW_TABLE_SIZE",
+        default_value_t = kubetun_gateway_core::admission::flows::DEFAULT_CAPACITY as u32,
+        value_parser = clap::value_parser!(u32).range(16..=kubetun_gateway_core::admission::flows::MAX_CAPACITY as i64)
+    )]
+    flow_table_size: u32,
 }
 
 impl IoArgs {
@@ -147,6 +158,7 @@ impl IoArgs {
             queues: usize::from(self.queues),
             spin_window: Duration::from_micros(u64::from(self.spin_window_us)),
             crypto_workers: usize::from(self.crypto_workers),
+            flow_table_size: self.flow_table_size as usize,
         }
     }
 }

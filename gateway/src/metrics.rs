@@ -209,6 +209,38 @@ impl Collector for DeviceCollector {
             prometheus_client::metrics::MetricType::Counter,
         )?;
         ConstCounter::new(report.promotions).encode(promotions)?;
+
+        let mut admission_drops = encoder.encode_descriptor(
+            "kubetun_admission_drops",
+            "Packets of (or, flow_table_full, towards) a remote cluster refused by its admission, by cluster and reason",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for admission in &report.admissions {
+            for (reason, count) in &admission.drops {
+                let labels = [("cluster", admission.cluster.as_str()), ("reason", *reason)];
+                ConstCounter::new(*count).encode(admission_drops.encode_family(&labels)?)?;
+            }
+        }
+        gauge(
+            &mut encoder,
+            "kubetun_flow_table_capacity",
+            "Slots of the flow table (connections opened towards remote clusters)",
+            report.flow_table.capacity,
+        )?;
+        gauge(
+            &mut encoder,
+            "kubetun_flow_table_in_use",
+            "Slots of the flow table holding a live flow",
+            report.flow_table.in_use,
+        )?;
+        let full = encoder.encode_descriptor(
+            "kubetun_flow_table_full",
+            "New outbound flows that found the flow table full (dropped towards an exported cluster, sent unrecorded towards an open one)",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        ConstCounter::new(report.flow_table.full).encode(full)?;
         Ok(())
     }
 }

@@ -90,6 +90,7 @@ pub fn from_proto(
         version: request.version,
         interface,
         peers,
+        admissions: admissions::from_proto(request.admissions)?,
     };
     state.validate()?;
     Ok(state)
@@ -169,5 +170,6 @@ fn nonzero_or(value: u32, default: u32) -> u32 {
     if value == 0 { default } else { value }
 }
 
+mod admissions;
 #[cfg(test)]
 mod tests;

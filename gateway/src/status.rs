@@ -4,6 +4,7 @@
 
 use crate::device::{DeviceReport, PeerReport};
 use crate::proto;
+use kubetun_gateway_core::state::Isolation;
 
 /// A session older than this is gone (WireGuard's REJECT_AFTER_TIME).
 pub const SESSION_LIFETIME_MS: u64 = 180_000;
@@ -124,8 +125,29 @@ pub fn status_response(report: &DeviceReport, now_ms: u64) -> proto::StatusRespo
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         leased: report.active_remaining.is_some(),
         promotions: report.promotions,
-        admissions: Vec::new(),
-        flow_table: None,
+        admissions: report
+            .admissions
+            .iter()
+            .map(|admission| proto::AdmissionStatus {
+                cluster: admission.cluster.clone(),
+                isolation: match admission.isolation {
+                    Isolation::Open => proto::Isolation::Open,
+                    Isolation::Exported => proto::Isolation::Exported,
+                }
+                .into(),
+                endpoints: u32::try_from(admission.endpoints).unwrap_or(u32::MAX),
+                drops: admission
+                    .drops
+                    .iter()
+                    .map(|(reason, count)| ((*reason).to_owned(), *count))
+                    .collect(),
+            })
+            .collect(),
+        flow_table: Some(proto::FlowTableStatus {
+            capacity: report.flow_table.capacity as u64,
+            in_use: report.flow_table.in_use as u64,
+            full: report.flow_table.full,
+        }),
     }
 }
 
@@ -155,6 +177,8 @@ mod tests {
             active: true,
             active_remaining: None,
             promotions: 0,
+            admissions: Vec::new(),
+            flow_table: Default::default(),
         }
     }
 

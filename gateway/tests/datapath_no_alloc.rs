@@ -15,6 +15,8 @@
 //! When the bound is exceeded, the test prints the threads and backtraces of the first
 //! allocations it saw (that is how tun-rs's GRO, which copied every packet written to the
 //! TUN device into a fresh `Vec`, was found; see `kubetun_gateway_io::gro`).
+//! Each gateway holds the other as an exported cluster, so admission (endpoint lookups on
+//! one side, flow-table records and hits on the other) is on for every packet.
 //! The whole run happens twice: with one data-path queue and with two
 //! ([`IoOptions::queues`]: a multi-queue TUN device, two reader tasks per side and family).
 //!
@@ -41,7 +43,8 @@ use kubetun_gateway::io_options::IoOptions;
 use kubetun_gateway_core::conncheck::ConnCheckConfig;
 use kubetun_gateway_core::key::Key;
 use kubetun_gateway_core::state::{
-    DesiredState, Endpoint, InterfaceConfig, PeerConfig, RouteConfig,
+    AdmissionConfig, AdmittedEndpoint, DesiredState, Endpoint, InterfaceConfig, Isolation,
+    PeerConfig, Protocol, RouteConfig,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -338,7 +341,10 @@ fn spawn_in<T: Send + 'static>(
 }
 
 /// The desired state of `this` gateway with `other` as its one peer: the other's real
-/// prefix is seen through its view, the conncheck probes every 250 ms.
+/// prefix is seen through its view, the conncheck probes every 250 ms. The other cluster is
+/// exported: it may open this side's UDP and TCP ports, and what this side opens towards
+/// it is recorded in the flow table (whose replies it admits), so admission runs both ways
+/// on every packet.
 fn desired_state(this: &Side, this_key: Key, other: &Side, other_key: Key) -> DesiredState {
     let mut peer = PeerConfig::new(other_key.public_key());
     peer.name = other.namespace.clone();
@@ -372,6 +378,26 @@ fn desired_state(this: &Side, this_key: Key, other: &Side, other_key: Key) -> De
             ..InterfaceConfig::default()
         },
         peers: vec![peer],
+        admissions: vec![AdmissionConfig {
+            cluster: other.namespace.clone(),
+            isolation: Isolation::Exported,
+            views: vec![
+                other.view.parse().expect("view prefix"),
+                other.view6.parse().expect("view prefix"),
+            ],
+            endpoints: [
+                (this.tun_address.into(), Protocol::Udp, UDP_PORT),
+                (this.tun_address.into(), Protocol::Tcp, TCP_PORT),
+                (this.tun_address6.into(), Protocol::Tcp, TCP_PORT),
+            ]
+            .into_iter()
+            .map(|(address, protocol, port)| AdmittedEndpoint {
+                address,
+                protocol,
+                port,
+            })
+            .collect(),
+        }],
     }
 }
 
@@ -785,6 +811,19 @@ fn measure_device_loop(io: IoOptions) -> Vec<String> {
         let window = measure(&gateways, &tcp, deadline);
         running.stop();
         failures.extend(check(phase, &window));
+    }
+    // Admission was on and admitted all of it: A's flows (whose replies it admitted) are
+    // in its table, and neither side refused anything.
+    let flows = gateways[0].device.report().flow_table;
+    if flows.in_use == 0 {
+        failures.push(format!("A's flow table holds no flow: {flows:?}"));
+    }
+    for gateway in &gateways {
+        for admission in gateway.device.report().admissions {
+            if admission.drops.iter().any(|(_, count)| *count > 0) {
+                failures.push(format!("admission refused packets: {admission:?}"));
+            }
+        }
     }
     failures
 }

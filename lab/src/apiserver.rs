@@ -72,11 +72,23 @@ pub fn start(
             })
         }));
     }
+    // Every start is awaited and every started one recorded before an error is returned, so
+    // `down` finds them all (returning at the first failed start left the others running).
+    let mut first_error = None;
     for (cluster, start) in clusters.iter_mut().zip(starts) {
-        let (dir, kubeconfig) = runtime
+        let started = runtime
             .block_on(start)
-            .map_err(|e| LabError::Internal(e.to_string()))?
-            .map_err(|e| LabError::Host(format!("API server of {}: {e}", cluster.name)))?;
+            .map_err(|e| LabError::Internal(e.to_string()))
+            .and_then(|started| {
+                started.map_err(|e| LabError::Host(format!("API server of {}: {e}", cluster.name)))
+            });
+        let (dir, kubeconfig) = match started {
+            Ok(started) => started,
+            Err(error) => {
+                first_error.get_or_insert(error);
+                continue;
+            }
+        };
         cluster.control_plane = Some(ControlPlaneState {
             // Both written by `install`: the ServiceAccount exists and the ConfigMap holds
             // the controller's settings once kubetun is installed.
@@ -91,6 +103,9 @@ pub fn start(
         });
     }
     save(clusters)?;
+    if let Some(error) = first_error {
+        return Err(error);
+    }
     for index in 0..clusters.len() {
         let cluster = &clusters[index];
         let hub = hubs.iter().any(|h| h.eq_ignore_ascii_case(&cluster.name));

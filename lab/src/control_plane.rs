@@ -190,19 +190,25 @@ pub fn kubetun(args: &[&str]) -> Result<String, LabError> {
 
 /// `kubetun network connect` between two lab clusters, waiting until both directions are
 /// connected.
-pub fn connect(a: &ClusterState, b: &ClusterState) -> Result<String, LabError> {
+pub fn connect(a: &ClusterState, b: &ClusterState, flags: &[&str]) -> Result<String, LabError> {
     let (pa, pb) = (plane(a)?, plane(b)?);
-    kubetun(&[
+    let (ka, kb) = (
+        pa.kubeconfig.to_string_lossy(),
+        pb.kubeconfig.to_string_lossy(),
+    );
+    let mut args = vec![
         "network",
         "connect",
         "--kubeconfig",
-        &pa.kubeconfig.to_string_lossy(),
+        &ka,
         "--remote-kubeconfig",
-        &pb.kubeconfig.to_string_lossy(),
+        &kb,
         "--wait",
         "--timeout",
         "60s",
-    ])
+    ];
+    args.extend(flags);
+    kubetun(&args)
 }
 
 /// `kubetun shortcut create` on the hub between two leaves, waiting until it is connected.
@@ -210,7 +216,7 @@ pub fn shortcut(
     hub: &ClusterState,
     left: &ClusterState,
     right: &ClusterState,
-    flag: Option<&str>,
+    flags: &[&str],
 ) -> Result<String, LabError> {
     let (ph, pl, pr) = (plane(hub)?, plane(left)?, plane(right)?);
     let name = format!("{}-{}", left.id, right.id);
@@ -237,7 +243,7 @@ pub fn shortcut(
         "--timeout",
         "60s",
     ];
-    args.extend(flag);
+    args.extend(flags);
     kubetun(&args)
 }
 

@@ -122,6 +122,10 @@ pub fn install_args(
         "--endpoint-port".to_owned(),
         cluster.listen_port.to_string(),
         "--wait=false".to_owned(),
+        // Open links, as before isolation existed: the lab checks every pod and external
+        // endpoint against every other, and its isolation phase sets each link to `exported`.
+        "--isolation".to_owned(),
+        "open".to_owned(),
     ];
     if hub {
         args.push("--hub".to_owned());

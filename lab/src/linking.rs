@@ -4,7 +4,9 @@
 use std::io::Write;
 use std::time::Instant;
 
+use kubetun_controller::planner::ExportEndpoints;
 use kubetun_controller::plumbing::gateway_client::GatewayClient;
+use kubetun_crds::Isolation;
 
 use crate::agents::converge_agents;
 use crate::apiserver;
@@ -29,6 +31,9 @@ pub(super) struct RunningLab<'a> {
     pub(super) runtime: &'a tokio::runtime::Runtime,
     pub(super) clients: &'a [GatewayClient],
     pub(super) checks: Vec<Check>,
+    /// In-process: what each cluster exports (by cluster index), what its gateway admits
+    /// from the clusters it is offered to; the services demo sets it.
+    pub(super) exports: Vec<Vec<ExportEndpoints>>,
 }
 
 impl RunningLab<'_> {
@@ -207,7 +212,7 @@ impl RunningLab<'_> {
         for link in &topology.links {
             let (a, b) = (self.index(&link.0)?, self.index(&link.1)?);
             let started = Instant::now();
-            control_plane::connect(&self.state.clusters[a], &self.state.clusters[b])?;
+            control_plane::connect(&self.state.clusters[a], &self.state.clusters[b], &[])?;
             say(
                 out,
                 &format!(
@@ -226,12 +231,13 @@ impl RunningLab<'_> {
                 let hub = self.hub_index(link)?;
                 let started = Instant::now();
                 let clusters = &self.state.clusters;
-                let flag = match (hub_only, topology.transit) {
-                    (true, _) => Some("--hub-only"),
-                    (false, true) => Some("--transit"),
-                    (false, false) => None,
-                };
-                control_plane::shortcut(&clusters[hub], &clusters[a], &clusters[b], flag)?;
+                let flag = shortcut_flag(hub_only, topology.transit);
+                control_plane::shortcut(
+                    &clusters[hub],
+                    &clusters[a],
+                    &clusters[b],
+                    flag.as_slice(),
+                )?;
                 say(
                     out,
                     &format!(
@@ -300,7 +306,7 @@ impl RunningLab<'_> {
 
     /// Computes the cluster's TunnelEndpoints and gateway state with the planner and applies
     /// it over the gateway's gRPC socket.
-    fn apply(&mut self, index: usize, out: &mut dyn Write) -> Result<(), LabError> {
+    pub(super) fn apply(&mut self, index: usize, out: &mut dyn Write) -> Result<(), LabError> {
         let name = self.state.clusters[index].name.clone();
         let endpoints = self
             .planes
@@ -309,7 +315,8 @@ impl RunningLab<'_> {
                 cluster: name.clone(),
                 error: Box::new(error),
             })?;
-        let desired = self.planes.desired_state(index, &endpoints);
+        let exports = self.exports.get(index).map_or(&[][..], Vec::as_slice);
+        let desired = self.planes.desired_state(index, &endpoints, exports);
         let version = desired.version.clone();
         let peers = desired.peers.len();
         let response = self
@@ -348,6 +355,50 @@ impl RunningLab<'_> {
             );
         }
         Ok(())
+    }
+
+    /// Sets the isolation of every link of the lab: with real control planes as users do
+    /// (`kubetun network connect --isolation` again on every hub link, `kubetun shortcut
+    /// create --isolation` again on the hub for every leaf pair), else as the controllers
+    /// would (every cluster's default, every gateway applied again).
+    pub(super) fn set_isolation(
+        &mut self,
+        isolation: Isolation,
+        out: &mut dyn Write,
+    ) -> Result<(), LabError> {
+        let flag = ["--isolation", isolation.as_str()];
+        if !self.options.apiserver {
+            for index in 0..self.state.clusters.len() {
+                self.planes.set_isolation(index, isolation);
+            }
+            for index in 0..self.state.clusters.len() {
+                self.apply(index, out)?;
+            }
+            return Ok(());
+        }
+        let topology = self.topology;
+        for link in &topology.links {
+            let (a, b) = (self.index(&link.0)?, self.index(&link.1)?);
+            control_plane::connect(&self.state.clusters[a], &self.state.clusters[b], &flag)?;
+        }
+        for (link, hub_only) in topology.leaf_pairs() {
+            let (a, b, hub) = (
+                self.index(&link.0)?,
+                self.index(&link.1)?,
+                self.hub_index(link)?,
+            );
+            let clusters = &self.state.clusters;
+            let mut flags = flag.to_vec();
+            flags.extend(shortcut_flag(hub_only, topology.transit));
+            control_plane::shortcut(&clusters[hub], &clusters[a], &clusters[b], &flags)?;
+        }
+        say(
+            out,
+            &format!(
+                "  every link set to {isolation} with kubetun network connect and shortcut create"
+            ),
+        );
+        self.refresh_tunnel_endpoints()
     }
 
     fn check_links(
@@ -415,5 +466,14 @@ impl RunningLab<'_> {
 
     fn not_connected(&self) -> Vec<String> {
         not_connected(self.runtime, self.state.clusters.iter().zip(self.clients))
+    }
+}
+
+/// The `kubetun shortcut create` flag of a leaf pair: `--hub-only`, `--transit` or none.
+fn shortcut_flag(hub_only: bool, transit: bool) -> Option<&'static str> {
+    match (hub_only, transit) {
+        (true, _) => Some("--hub-only"),
+        (false, true) => Some("--transit"),
+        (false, false) => None,
     }
 }

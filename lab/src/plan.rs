@@ -14,11 +14,14 @@ use kubetun_controller::gateway_api::DesiredState;
 use kubetun_controller::ipam::{Ipam, IpamConfig, rfc1918_pools};
 use kubetun_controller::keys::GatewayKey;
 use kubetun_controller::planner::{
-    GatewaySettings, PlanError, check_addressing, desired_state, local_config_name,
-    process_network_config, remote_config_name, transit_annotation, tunnel_endpoint_spec,
+    ExportEndpoints, GatewaySettings, PlanError, check_addressing, desired_state_with,
+    local_config_name, process_network_config, remote_config_name, transit_annotation,
+    tunnel_endpoint_spec_with,
 };
 use kubetun_controller::plumbing::cluster_info::ClusterInfo;
-use kubetun_crds::{ClusterRef, Endpoint, NetworkConfig, NetworkConfigStatus, TunnelEndpointSpec};
+use kubetun_crds::{
+    ClusterRef, Endpoint, Isolation, NetworkConfig, NetworkConfigStatus, TunnelEndpointSpec,
+};
 
 use crate::table::{ClusterTable, PeerMapping};
 use crate::topology::{ClusterSpec, GATEWAY_PORT, Topology};
@@ -195,14 +198,25 @@ impl ControlPlanes {
                     .received
                     .get(peer)
                     .ok_or_else(|| missing(remote_config_name(peer)))?;
-                tunnel_endpoint_spec(local, remote)
+                tunnel_endpoint_spec_with(local, remote, cluster.settings.isolation)
             })
             .collect()
     }
 
-    /// The gateway state of cluster `index` for `endpoints`.
-    pub fn desired_state(&self, index: usize, endpoints: &[TunnelEndpointSpec]) -> DesiredState {
-        desired_state(&self.clusters[index].settings, endpoints)
+    /// Sets the isolation of every link of cluster `index` (its cluster default: the lab's
+    /// links set none of their own), as `kubetun network connect --isolation` does for one.
+    pub fn set_isolation(&mut self, index: usize, isolation: Isolation) {
+        self.clusters[index].settings.isolation = isolation;
+    }
+
+    /// The gateway state of cluster `index` for `endpoints`, with what it exports.
+    pub fn desired_state(
+        &self,
+        index: usize,
+        endpoints: &[TunnelEndpointSpec],
+        exports: &[ExportEndpoints],
+    ) -> DesiredState {
+        desired_state_with(&self.clusters[index].settings, endpoints, exports)
     }
 }
 
@@ -341,7 +355,7 @@ mod tests {
         assert_eq!(after.len(), 2);
         assert_eq!(after[0], before[0]);
         assert_eq!(after[1].cluster.id, "milan");
-        let state = planes.desired_state(1, &after);
+        let state = planes.desired_state(1, &after, &[]);
         assert_eq!(state.peers.len(), 2);
         assert!(state.interface.unwrap().manage_routes);
     }

@@ -155,6 +155,7 @@ pub fn up(options: &LabOptions, out: &mut dyn Write) -> Result<UpReport, LabErro
         runtime: &runtime,
         clients: &clients,
         checks: Vec::new(),
+        exports: vec![Vec::new(); topology.clusters.len()],
     };
 
     if options.apiserver {

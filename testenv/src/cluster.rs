@@ -159,8 +159,7 @@ impl TestCluster {
             lifetime,
         };
         cluster.start_etcd().await?;
-        cluster.apiserver_port = free_port()?;
-        cluster.start_apiserver().await?;
+        cluster.start_first_apiserver().await?;
         if lifetime == Lifetime::Owned {
             cluster.watchdog = Some(cluster.spawn_watchdog()?);
         }
@@ -286,6 +285,24 @@ impl TestCluster {
                 {
                     attempts += 1;
                     tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    /// The first start: on a port nobody holds. Another process may bind the port picked
+    /// before the API server does; then it starts on another one (only a restart must keep
+    /// its port).
+    async fn start_first_apiserver(&mut self) -> Result<(), Error> {
+        let mut attempts = 0;
+        loop {
+            self.apiserver_port = free_port()?;
+            match self.start_apiserver_once().await {
+                Err(Error::Exited { log_tail, .. })
+                    if attempts < 5 && log_tail.contains("address already in use") =>
+                {
+                    attempts += 1;
                 }
                 result => return result,
             }
@@ -679,19 +696,33 @@ fn etcd_lacks_watch_list(etcd: &Path) -> bool {
 
 /// A free loopback port below Linux' ephemeral range (32768-60999): a port from that range
 /// could be taken as the local port of some client connection while the API server is down,
-/// and its restart on the same port would fail. Racy by nature; the starts retry on a clash.
+/// and its restart on the same port would fail. A port is handed out once per process (etcd's
+/// two ports and the API server's are picked before any of them binds, and a coarse clock
+/// gives consecutive calls the same seed); across processes it is racy by nature, and the
+/// first starts pick another port on a clash.
 fn free_port() -> Result<u16, Error> {
     const PORTS: std::ops::Range<u32> = 20_000..32_000;
-    let mut seed = std::time::SystemTime::now()
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut handed_out = HANDED_OUT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let call = u32::try_from(unique_suffix() & 0xffff_ffff).unwrap_or(0);
+    let mut seed = (std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos())
-        ^ std::process::id().wrapping_mul(2_654_435_761);
+        ^ std::process::id().wrapping_mul(2_654_435_761)
+        ^ call.wrapping_mul(0x9e37_79b9))
+        | 1;
     for _ in 0..200 {
         seed ^= seed << 13;
         seed ^= seed >> 17;
         seed ^= seed << 5;
         let port = u16::try_from(PORTS.start + seed % (PORTS.end - PORTS.start)).unwrap_or(20_000);
-        if TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).is_ok() {
+        if !handed_out.contains(&port)
+            && TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).is_ok()
+        {
+            handed_out.insert(port);
             return Ok(port);
         }
     }

@@ -1,9 +1,10 @@
 //! [`Context`]: what one call into the core works with besides its batch — the snapshot,
-//! the drop counters, the time and the threads a long run may be shared with — and the
+//! the drop counters, the time, the flow table and the threads a long run may be shared with — and the
 //! start of every per-peer run over a batch (`Context::peer_run`).
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
+use crate::admission::flows::FlowTable;
 use crate::clock::Now;
 use crate::drops::{DeviceDrop, Drops};
 use crate::peer::Peer;
@@ -23,7 +24,13 @@ pub struct Context<'a, W: Workers = Alone> {
     pub now: Now,
     /// The threads a long run of one peer is sealed or opened on.
     pub workers: &'a W,
+    /// The flows this cluster opened towards remote clusters (shared by every task).
+    pub flows: &'a FlowTable,
 }
+
+/// The flow table of a context made without one: it holds nothing, so a new flow towards
+/// an exported cluster is dropped as `flow_table_full` (the shell always passes its own).
+static NO_FLOWS: LazyLock<FlowTable> = LazyLock::new(|| FlowTable::new(0));
 
 impl<'a> Context<'a, Alone> {
     /// A context without helper threads.
@@ -33,6 +40,7 @@ impl<'a> Context<'a, Alone> {
             drops,
             now,
             workers: &Alone,
+            flows: &NO_FLOWS,
         }
     }
 }
@@ -45,7 +53,13 @@ impl<'a, W: Workers> Context<'a, W> {
             drops: self.drops,
             now: self.now,
             workers,
+            flows: self.flows,
         }
+    }
+
+    /// This context with the flow table `flows`.
+    pub fn with_flows(self, flows: &'a FlowTable) -> Self {
+        Self { flows, ..self }
     }
 
     /// The run of `entries` from `start` that go to the same peer as `entries[start]`

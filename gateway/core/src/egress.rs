@@ -1,4 +1,4 @@
-//! Egress: IP packets read from the TUN device → remap → sealed with the peer's session (or
+//! Egress: IP packets read from the TUN device → admission (the flows they open) → remap → sealed with the peer's session (or
 //! `Tunn::encapsulate` without one) → datagrams in the outbox.
 
 use boringtun::noise::{Nonces, Session, Tunn, TunnResult};
@@ -53,6 +53,13 @@ impl Egress {
                 // Only the gateway itself speaks to the probe addresses: no spoofed probes.
                 drops.device(DeviceDrop::ProbeAddress);
                 continue;
+            }
+            // Before the remap: the destination is still the view admissions name.
+            if !snapshot
+                .admissions
+                .egress(cx.flows, packet.as_ref(), cx.now)
+            {
+                continue; // towards an exported cluster with the flow table full (counted)
             }
             match snapshot.remap.egress(packet.as_mut()) {
                 Verdict::Forward(id) => self.routed.push((id, index as u16)),

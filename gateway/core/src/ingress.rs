@@ -1,5 +1,5 @@
 //! Ingress: received datagrams → classification → opened with the peer's session → probes
-//! consumed → remap → IP packets in the TUN write batch; handshake messages to the handshake
+//! consumed → remap → admission → IP packets in the TUN write batch; handshake messages to the handshake
 //! queue.
 
 use std::sync::Arc;
@@ -9,6 +9,7 @@ use boringtun::noise::{Packet, Session, Tunn, TunnResult};
 use super::PacketSink;
 use super::timers::send_probe;
 use super::{Now, PROBE_ROOM, Step};
+use crate::admission::flows::FlowTable;
 use crate::batch::{Datagram, Position, RecvBatch};
 use crate::conncheck::{self, Probe, ProbeKind};
 use crate::context::{Context, PeerRun};
@@ -165,6 +166,7 @@ impl Ingress {
             };
             let mut run = Run {
                 snapshot: cx.snapshot,
+                flows: cx.flows,
                 drops,
                 peer,
                 id,
@@ -410,6 +412,7 @@ struct Tally {
 /// One peer's share of a batch, as its opened datagrams are accepted.
 struct Run<'a> {
     snapshot: &'a Snapshot,
+    flows: &'a FlowTable,
     drops: &'a Drops,
     peer: &'a Arc<Peer>,
     id: PeerId,
@@ -440,7 +443,14 @@ impl Run<'_> {
             return None; // a connectivity probe, the gateway's own
         }
         match self.snapshot.remap.ingress(self.id, packet) {
-            Verdict::Deliver => Some(len),
+            Verdict::Deliver => {
+                // After the remap: the source is a view, as admissions name them.
+                let admitted = self
+                    .snapshot
+                    .admissions
+                    .ingress(self.flows, packet, self.now);
+                admitted.then_some(len)
+            }
             Verdict::Drop(reason) => {
                 tracing::trace!(%reason, peer = self.id, "ingress drop");
                 self.drops.remap(reason);

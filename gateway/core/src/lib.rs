@@ -16,11 +16,13 @@
 //!   lock, a long run in parts, each packet into its own slot; with one, by
 //!   `Tunn::decapsulate` under the lock → connectivity probes consumed (PONGs recorded,
 //!   PINGs answered into the [`transmits::Transmits`]) → remap (source check, ACL, real →
-//!   view).
+//!   view) → admission (an exported cluster's packets: endpoints, replies of our flows).
 //! - [`handshake::Handshake`]: one handshake message → rate limiter, cookie, peer lookup,
 //!   `Tunn` → replies and the packets queued during the handshake.
 //! - [`timers`]: per peer, boringtun's timers and the persistent keepalive; the initiations
 //!   sent after an apply; the connectivity probes.
+//! - [`admission`]: per remote cluster, open or exported; the flow table that admits the
+//!   replies of the connections this cluster opened.
 //! - The models they work on: [`state`] (the desired state and its validation), [`plan`]
 //!   (state → next [`snapshot::Snapshot`], keeping sessions), [`peer`], [`path`] and
 //!   [`conncheck`] (per-peer runtime, path and probe state), [`role`] (active/standby),
@@ -40,6 +42,7 @@
 //!
 //! Nothing here allocates after construction.
 
+pub mod admission;
 pub mod batch;
 pub mod clock;
 pub mod conncheck;

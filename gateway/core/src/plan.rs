@@ -10,6 +10,7 @@ use rand_core::RngCore;
 
 use super::peer::Peer;
 use super::snapshot::{Identity, IndexMap, PeerSlot, Snapshot};
+use crate::admission::allowed::Admissions;
 use crate::clock::Now;
 use crate::key::Key;
 use crate::remap::{self, PeerId, RemapTable, TableBuilder};
@@ -93,6 +94,7 @@ pub fn next_snapshot(
         by_key,
         by_endpoint,
         remap: table,
+        admissions: Admissions::build(next, &current.admissions),
     };
     Ok(snapshot)
 }
@@ -302,6 +304,7 @@ mod tests {
             by_key: HashMap::new(),
             by_endpoint: HashMap::new(),
             remap: RemapTable::empty(),
+            admissions: Default::default(),
         }
     }
 

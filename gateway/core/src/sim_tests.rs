@@ -22,6 +22,9 @@
 //!   not run; checked on every datagram put on the wire: a side on standby sent none. Healing
 //!   starts with both leases renewed.
 //!
+//! [`admission`]: two gateways, one cluster exported to the other, its mode changed under a
+//! flow.
+//!
 //! [`fallback`]: three gateways, a view with a primary route on one peer and a fallback route
 //! on another, the connectivity probes driving the switch both ways.
 //!
@@ -31,6 +34,7 @@
 //! handed, so the allowance is a margin the properties no longer need (kept so the
 //! assertions stay what they were).
 
+mod admission;
 mod fallback;
 
 use std::collections::HashSet;

@@ -1,5 +1,5 @@
 //! The immutable snapshot the data path reads: identity, peers by id / receiver index / public
-//! key, and the remap table. The control plane builds a new one for every change
+//! key, the remap table and the admissions. The control plane builds a new one for every change
 //! and swaps it in; readers load it through `arc_swap::Cache` without locks.
 
 use std::collections::HashMap;
@@ -11,6 +11,7 @@ use boringtun::noise::rate_limiter::RateLimiter;
 use boringtun::x25519::{PublicKey, StaticSecret};
 
 use super::peer::{LazyTunn, Peer, TunnCell, TunnParams};
+use crate::admission::allowed::Admissions;
 use crate::clock::Now;
 use crate::key::Key;
 use crate::remap::{PeerId, RemapTable};
@@ -169,6 +170,8 @@ pub struct Snapshot {
     pub by_endpoint: HashMap<SocketAddr, PeerId>,
     /// Egress routing, ingress source checks, ACLs and address translation.
     pub remap: RemapTable,
+    /// Which remote cluster each view belongs to and what the exported ones may open.
+    pub admissions: Admissions,
 }
 
 impl Snapshot {
@@ -183,6 +186,7 @@ impl Snapshot {
             by_key: HashMap::new(),
             by_endpoint: HashMap::new(),
             remap: RemapTable::empty(),
+            admissions: Admissions::default(),
         }
     }
 
@@ -210,6 +214,7 @@ impl Snapshot {
             by_key: std::mem::take(&mut self.by_key),
             by_endpoint: std::mem::take(&mut self.by_endpoint),
             remap: RemapTable::empty(),
+            admissions: std::mem::take(&mut self.admissions),
         }
     }
 

@@ -6,7 +6,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use ipnet::IpNet;
 
@@ -116,6 +116,14 @@ pub enum StateError {
     /// More peers than the remap table can index.
     #[error("too many peers (at most {})", remap::MAX_PEER_ID + 1)]
     TooManyPeers,
+    /// An admission is malformed, duplicated or overlaps another cluster's.
+    #[error("admission {cluster}: {problem}")]
+    Admission {
+        /// The remote cluster it names (or its index in the request when unnamed).
+        cluster: String,
+        /// What is wrong, with the offending value.
+        problem: String,
+    },
     /// A numeric field is out of range.
     #[error("{field}: {value} is out of range {min}..={max}")]
     OutOfRange {
@@ -297,6 +305,75 @@ pub struct DesiredState {
     pub interface: InterfaceConfig,
     /// Peers, in the order given.
     pub peers: Vec<PeerConfig>,
+    /// What each remote cluster may open towards this one; a cluster without an entry is
+    /// open.
+    pub admissions: Vec<AdmissionConfig>,
+}
+
+/// The most admissions one state may hold (a cluster is numbered in 16 bits on the data path).
+pub const MAX_ADMISSIONS: usize = 65_534;
+
+/// How much of this cluster a remote cluster's packets may reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Isolation {
+    /// Everything the remap table accepts (a gateway without admissions).
+    #[default]
+    Open,
+    /// Only the admitted endpoints (and ICMP echo to their addresses), the replies of the
+    /// flows this cluster opened, and the ICMP errors that belong to either.
+    Exported,
+}
+
+impl Isolation {
+    /// The snake_case name used in metrics and logs.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Isolation::Open => "open",
+            Isolation::Exported => "exported",
+        }
+    }
+}
+
+/// The transport protocol of an admitted endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Protocol {
+    /// The IP protocol number.
+    pub const fn number(self) -> u8 {
+        match self {
+            Protocol::Tcp => 6,
+            Protocol::Udp => 17,
+            Protocol::Sctp => 132,
+        }
+    }
+}
+
+/// A local endpoint a remote cluster may open connections to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AdmittedEndpoint {
+    /// The local (real) address.
+    pub address: IpAddr,
+    pub protocol: Protocol,
+    /// Never 0.
+    pub port: u16,
+}
+
+/// The admission of one remote cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmissionConfig {
+    /// The remote cluster's id (names its counters and status); unique, not empty.
+    pub cluster: String,
+    pub isolation: Isolation,
+    /// Its addresses as this gateway sees them (views), canonical; never overlapping another
+    /// cluster's.
+    pub views: Vec<IpNet>,
+    /// With [`Isolation::Exported`], what it may open; ignored when open.
+    pub endpoints: Vec<AdmittedEndpoint>,
 }
 
 impl DesiredState {
@@ -378,6 +455,7 @@ impl DesiredState {
                 canonical(&format!("peer {name}: acl"), *prefix)?;
             }
         }
+        validate_admissions(&self.admissions)?;
         for (view, backup) in fallbacks {
             match views.get(&view) {
                 Some((primary, _)) if *primary == backup => {
@@ -396,6 +474,74 @@ impl DesiredState {
         }
         Ok(())
     }
+}
+
+/// Rejects unnamed or duplicate clusters, non-canonical views, views that overlap another
+/// cluster's (a packet's source must name one cluster), and endpoints on port 0.
+fn validate_admissions(admissions: &[AdmissionConfig]) -> Result<(), StateError> {
+    if admissions.len() > MAX_ADMISSIONS {
+        return Err(StateError::OutOfRange {
+            field: "admissions",
+            value: admissions.len() as u64,
+            min: 0,
+            max: MAX_ADMISSIONS as u64,
+        });
+    }
+    let problem = |cluster: &str, problem: String| StateError::Admission {
+        cluster: cluster.to_owned(),
+        problem,
+    };
+    let mut names = HashSet::new();
+    // Every view with its cluster, sorted by address then length: an overlap is a prefix
+    // containing the next one of another cluster, or the one after it, so a sweep that
+    // keeps the innermost open prefixes finds it.
+    let mut views: Vec<(IpNet, &str)> = Vec::new();
+    for (index, admission) in admissions.iter().enumerate() {
+        let name = admission.cluster.as_str();
+        if name.is_empty() {
+            return Err(problem(
+                &format!("#{index}"),
+                "the cluster id is empty".into(),
+            ));
+        }
+        if !names.insert(name) {
+            return Err(problem(
+                name,
+                "a second admission for the same cluster".into(),
+            ));
+        }
+        for view in &admission.views {
+            canonical(&format!("admission {name}: view"), *view)?;
+            views.push((*view, name));
+        }
+        for endpoint in &admission.endpoints {
+            if endpoint.port == 0 {
+                return Err(problem(
+                    name,
+                    format!(
+                        "endpoint {} {:?}: port 0 (expected 1..=65535)",
+                        endpoint.address, endpoint.protocol
+                    ),
+                ));
+            }
+        }
+    }
+    views.sort_by_key(|(view, _)| (view.addr().is_ipv6(), view.network(), view.prefix_len()));
+    // The prefixes containing the current one, outermost first.
+    let mut open: Vec<(IpNet, &str)> = Vec::new();
+    for (view, name) in views {
+        while open.last().is_some_and(|(outer, _)| !outer.contains(&view)) {
+            open.pop();
+        }
+        if let Some((outer, other)) = open.iter().find(|(_, other)| *other != name) {
+            return Err(problem(
+                name,
+                format!("view {view} overlaps view {outer} of cluster {other}"),
+            ));
+        }
+        open.push((view, name));
+    }
+    Ok(())
 }
 
 /// Rejects probe intervals and thresholds that make no sense: probes more often than every

@@ -10,6 +10,7 @@ use etherparse::{NetSlice, PacketBuilder, SlicedPacket, TransportSlice};
 use super::egress::Egress;
 use super::ingress::Ingress;
 use super::{Endpoint, MAX_PACKET, Now, OVERHEAD, Outbox, PacketSink, Step, timers};
+use crate::admission::flows::FlowTable;
 use crate::batch::RecvBatch;
 use crate::conncheck::ConnCheckConfig;
 use crate::context::Context;
@@ -137,6 +138,8 @@ pub(super) struct Gateway {
     handshake: Handshake,
     /// The threads a long run of one peer is sealed and opened on.
     pub workers: Threads,
+    /// The flows its pods opened (outside the snapshot, as in the shell).
+    pub flows: FlowTable,
 }
 
 /// What one delivery of datagrams to a gateway produced.
@@ -168,6 +171,7 @@ impl Gateway {
                 ..InterfaceConfig::default()
             },
             peers: vec![peer],
+            admissions: Vec::new(),
         };
         Gateway::from_state(this.address, &state)
     }
@@ -197,6 +201,7 @@ impl Gateway {
             transmits: transmits(),
             handshake: Handshake::new(),
             workers: Threads::default(),
+            flows: FlowTable::new(1024),
         }
     }
 
@@ -215,7 +220,9 @@ impl Gateway {
         now: Now,
     ) -> Vec<(Endpoint, Vec<u8>)> {
         let mut sent = Vec::new();
-        let cx = Context::new(&self.snapshot, &self.drops, now).with_workers(&self.workers);
+        let cx = Context::new(&self.snapshot, &self.drops, now)
+            .with_flows(&self.flows)
+            .with_workers(&self.workers);
         self.egress.route(&cx, &mut packets);
         loop {
             let step = self.egress.encrypt(&cx, &packets, &mut self.outbox);
@@ -248,7 +255,9 @@ impl Gateway {
         let mut received = Received::default();
         let mut handshakes = Wire::default();
         let mut replies = Wire::default();
-        let cx = Context::new(&self.snapshot, &self.drops, now).with_workers(&self.workers);
+        let cx = Context::new(&self.snapshot, &self.drops, now)
+            .with_flows(&self.flows)
+            .with_workers(&self.workers);
         for chunk in datagrams.chunks(BATCH) {
             self.inbound.clear();
             for datagram in chunk {

@@ -20,6 +20,9 @@
 //! ICMP/ICMPv6 errors, whose address is translated in the reverse direction. TCP SYNs get their
 //! MSS clamped to the tunnel MTU.
 //!
+//! [`PrefixIndex`] opens the same longest-prefix match to other prefix sets (the gateway's
+//! admission views).
+//!
 //! # Overlapping prefixes
 //!
 //! Two peers may announce identical real prefixes as long as their views differ. Views may nest
@@ -58,6 +61,7 @@ mod error;
 mod fuzz;
 mod lpm;
 mod packet;
+mod prefix_index;
 mod route;
 mod table;
 mod verdict;
@@ -68,6 +72,7 @@ mod tests;
 pub use error::RemapError;
 #[cfg(any(fuzzing, test, feature = "fuzz-oracle"))]
 pub use fuzz::fuzz_check;
+pub use prefix_index::PrefixIndex;
 pub use route::{MAX_PEER_ID, PeerId, Route};
 pub use table::{RemapTable, TableBuilder, Views};
 pub use verdict::{DropReason, Verdict};

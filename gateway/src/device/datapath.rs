@@ -103,7 +103,9 @@ pub async fn tun_loop(shared: Arc<Shared>, queue: usize) {
             continue;
         }
         let snapshot = cache.load();
-        let cx = Context::new(snapshot, &shared.drops, now).with_workers(&shared.workers);
+        let cx = Context::new(snapshot, &shared.drops, now)
+            .with_flows(&shared.flows)
+            .with_workers(&shared.workers);
         egress.route(&cx, reader.packets_mut());
         while egress.encrypt(&cx, reader.packets(), &mut outbox) == Step::Flush {
             flush_outbox(&shared, &mut outbox, &mut batch_sender, queue).await;
@@ -186,7 +188,9 @@ pub async fn udp_loop(shared: Arc<Shared>, socket: Arc<WgSocket>, queue: usize) 
             continue;
         }
         let snapshot = cache.load();
-        let cx = Context::new(snapshot, &shared.drops, now).with_workers(&shared.workers);
+        let cx = Context::new(snapshot, &shared.drops, now)
+            .with_flows(&shared.flows)
+            .with_workers(&shared.workers);
         ingress.classify(&cx, &inbound);
         for message in ingress.handshakes(&inbound) {
             if shared

@@ -19,7 +19,9 @@ pub mod spin;
 pub mod workers;
 
 pub use self::error::{ApplyError, DeviceError};
-pub use self::report::{ConnCheckReport, DeviceReport, PeerReport};
+pub use self::report::{
+    AdmissionReport, ConnCheckReport, DeviceReport, FlowTableReport, PeerReport,
+};
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Weak};
@@ -33,6 +35,7 @@ use tokio::task::JoinHandle;
 use self::net::Sockets;
 use self::shared::Shared;
 use crate::io_options::IoOptions;
+use kubetun_gateway_core::admission::flows::FlowTable;
 use kubetun_gateway_core::role::{Role, Transition};
 use kubetun_gateway_core::snapshot::Snapshot;
 use kubetun_gateway_core::state::DesiredState;
@@ -139,6 +142,7 @@ impl Device {
             activity: Arc::default(),
             workers: workers::CryptoWorkers::new(io.crypto_workers())
                 .map_err(DeviceError::Worker)?,
+            flows: FlowTable::new(io.flow_table_size()),
         });
         handshake::spawn_worker(Arc::downgrade(&shared), handshake_queue)
             .map_err(DeviceError::Worker)?;
@@ -458,6 +462,22 @@ impl Device {
             active: self.shared.role.is_active(now_us),
             active_remaining: self.shared.role.remaining(now_us),
             promotions: self.shared.role.promotions(),
+            admissions: snapshot
+                .admissions
+                .clusters()
+                .iter()
+                .map(|cluster| AdmissionReport {
+                    cluster: cluster.name.clone(),
+                    isolation: cluster.isolation,
+                    endpoints: cluster.endpoints,
+                    drops: cluster.drops.snapshot(),
+                })
+                .collect(),
+            flow_table: FlowTableReport {
+                capacity: self.shared.flows.capacity(),
+                in_use: self.shared.flows.in_use(crate::clock::now()),
+                full: self.shared.flows.full(),
+            },
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The status readings of the device ([`DeviceReport`], one [`PeerReport`] per peer): what
+//! The status readings of the device ([`DeviceReport`], one [`PeerReport`] per peer, one
+//! [`AdmissionReport`] per admitted cluster, the [`FlowTableReport`]): what
 //! the gRPC status, the UAPI `get` and the metrics are made from.
 
 use std::net::SocketAddr;
@@ -34,6 +35,32 @@ pub struct DeviceReport {
     pub active_remaining: Option<Duration>,
     /// How often it became active under a lease.
     pub promotions: u64,
+    /// Per remote cluster with an admission, in the order of the state.
+    pub admissions: Vec<AdmissionReport>,
+    /// The flow table.
+    pub flow_table: FlowTableReport,
+}
+
+/// A status reading of one remote cluster's admission.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmissionReport {
+    pub cluster: String,
+    pub isolation: kubetun_gateway_core::state::Isolation,
+    /// Endpoints it may open (exported).
+    pub endpoints: usize,
+    /// Its packets refused, by reason (zeros included).
+    pub drops: Vec<(&'static str, u64)>,
+}
+
+/// A status reading of the flow table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FlowTableReport {
+    /// Slots.
+    pub capacity: usize,
+    /// Slots holding a live flow.
+    pub in_use: usize,
+    /// New flows that found no free slot.
+    pub full: u64,
 }
 
 /// A status reading of one peer.

@@ -120,6 +120,7 @@ mod tests {
             by_key: HashMap::new(),
             by_endpoint: HashMap::new(),
             remap: builder.build().expect("valid table"),
+            admissions: Default::default(),
         }
     }
 

@@ -1,5 +1,5 @@
 //! What the device's tasks share: the snapshot, the sockets, the TUN queues, the drop
-//! counters and the handshake queue. Below every shell (data path, handshake worker,
+//! counters, the flow table and the handshake queue. Below every shell (data path, handshake worker,
 //! prober, resolver), which all take it from here.
 
 use std::sync::Arc;
@@ -10,6 +10,7 @@ use super::handshake_queue::HandshakeQueue;
 use super::net::Sockets;
 use super::spin::Activity;
 use crate::io_options::IoOptions;
+use kubetun_gateway_core::admission::flows::FlowTable;
 use kubetun_gateway_core::drops::{DeviceDrop, Drops};
 use kubetun_gateway_core::role::Role;
 use kubetun_gateway_core::snapshot::Snapshot;
@@ -38,6 +39,9 @@ pub struct Shared {
     pub activity: Arc<Activity>,
     /// The threads a peer's long run is sealed and opened on beside its task.
     pub workers: super::workers::CryptoWorkers,
+    /// The flows this cluster opened towards remote clusters: outside the snapshot, so
+    /// applies keep them.
+    pub flows: FlowTable,
 }
 
 impl Shared {

@@ -363,6 +363,8 @@ impl SetCommand {
             version: state.version.clone(),
             interface: state.interface.clone(),
             peers: Vec::new(),
+            // The WireGuard protocol has no admissions: the controller's stay.
+            admissions: state.admissions.clone(),
         };
         if let Some(private_key) = self.private_key
             && private_key != state.interface.private_key

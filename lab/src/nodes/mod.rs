@@ -327,6 +327,10 @@ fn install(binaries: &Path, cluster: &Cluster) -> Result<(String, Duration), Nod
         "--wait",
         "--timeout",
         "180s",
+        // The lab checks every pod against every other across every link: open links. (A new
+        // install's default, `exported`, is what the process lab's isolation phase checks.)
+        "--isolation",
+        "open",
     ];
     if cluster.spec.hub {
         args.extend(["--hub", "--hub-forwarding"]);

@@ -15,6 +15,8 @@ use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
+use kubetun_crds::contract::services::CONSUMERS_ANNOTATION;
+use kubetun_crds::mcs::v1beta1::ServiceExport;
 use serde::Serialize;
 
 use super::{objects, proxy};
@@ -116,6 +118,24 @@ pub fn export(demo: &ServiceDemo, cluster: &ClusterState, export: bool) -> Resul
         &plane.kubeconfig.to_string_lossy(),
     ])
     .map(drop)
+}
+
+/// Sets (or with `None` removes) the consumers annotation of `exporter`'s ServiceExport, as
+/// `kubectl annotate serviceexport` does.
+pub async fn set_consumers(
+    demo: &ServiceDemo,
+    exporter: &ClusterState,
+    consumers: Option<&[String]>,
+) -> Result<(), LabError> {
+    let api = Api::<ServiceExport>::namespaced(client(exporter).await?, &demo.namespace);
+    let value = consumers.map(|c| c.join(","));
+    let patch = serde_json::json!({
+        "metadata": {"annotations": {CONSUMERS_ANNOTATION: value}}
+    });
+    api.patch(&demo.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(drop)
+        .map_err(kube_error(exporter, "ServiceExport annotation"))
 }
 
 /// The client's DNS path: the installed `kubetun-dns` Service's ClusterIP, DNATed in the

@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kubetun_controller::operator::services::desired::{AddressViews, Source, desired_imports};
 use kubetun_controller::operator::services::dns::{DnsService, DnsTable};
 use kubetun_controller::operator::services::offer::{ExportRequest, offer};
+use kubetun_controller::planner::ExportEndpoints;
 use kubetun_crds::mcs::ServiceImportType;
 use kubetun_crds::{ClusterRef, ExportedServiceSpec};
 
@@ -27,6 +28,9 @@ use crate::state::ClusterState;
 pub(super) struct InProcess {
     /// Offers by exporting cluster ID.
     offers: BTreeMap<String, ExportedServiceSpec>,
+    /// The consumers annotation of each exporter's ServiceExport (by cluster ID); absent:
+    /// every linked cluster.
+    consumers: BTreeMap<String, Vec<String>>,
     /// The client's service range; the imports' ClusterSetIPs are taken from
     /// [`CLUSTER_IP_OFFSET`] on.
     service_range: Ipv4Net,
@@ -38,6 +42,7 @@ impl InProcess {
     pub(super) fn new(service_range: Ipv4Net, table_file: PathBuf) -> Self {
         Self {
             offers: BTreeMap::new(),
+            consumers: BTreeMap::new(),
             service_range,
             table_file,
         }
@@ -73,8 +78,37 @@ impl InProcess {
             &slices,
         )
         .map_err(|invalid| LabError::Internal(invalid.message))?;
+        let offered = ExportedServiceSpec {
+            consumers: self.consumers.get(&exporter.id).cloned(),
+            ..offered
+        };
         self.offers.insert(exporter.id.clone(), offered);
         Ok(())
+    }
+
+    /// Sets (or with `None` removes) the consumers annotation of `exporter`'s ServiceExport,
+    /// as `kubectl annotate` would; its offer follows.
+    pub(super) fn set_consumers(
+        &mut self,
+        exporter: &ClusterState,
+        consumers: Option<Vec<String>>,
+    ) {
+        match consumers {
+            Some(consumers) => self.consumers.insert(exporter.id.clone(), consumers),
+            None => self.consumers.remove(&exporter.id),
+        };
+        if let Some(offer) = self.offers.get_mut(&exporter.id) {
+            offer.consumers = self.consumers.get(&exporter.id).cloned();
+        }
+    }
+
+    /// What `exporter`'s gateway admits for its offer, as its controller computes it.
+    pub(super) fn exports_of(&self, exporter: &ClusterState) -> Vec<ExportEndpoints> {
+        self.offers
+            .get(&exporter.id)
+            .map(ExportEndpoints::of_offer)
+            .into_iter()
+            .collect()
     }
 
     /// `exporter` no longer exports it.
@@ -88,6 +122,7 @@ impl InProcess {
         let views: Vec<(&ExportedServiceSpec, AddressViews)> = self
             .offers
             .values()
+            .filter(|offer| ExportEndpoints::of_offer(offer).offered_to(&client.id))
             .filter_map(|offer| {
                 let te = client
                     .tunnel_endpoints

@@ -16,6 +16,7 @@ pub mod standins;
 
 mod apiservers;
 mod inprocess;
+mod isolation;
 mod objects;
 
 use std::io::Write;
@@ -34,10 +35,13 @@ use crate::output::{report_check, say};
 use crate::service_demo::{ServiceDemo, TARGET_PORT};
 use crate::state::ClusterState;
 use inprocess::InProcess;
+use kubetun_crds::Isolation;
 use kubetun_testenv::netns;
 
 /// The phase of every services check.
 const PHASE: &str = "services";
+/// The phase of the checks of exported-only links.
+const ISOLATION_PHASE: &str = "isolation";
 /// How long a change may take to show in the client pod.
 const CONVERGE: Duration = Duration::from_secs(20);
 /// Export/unexport rounds timed.
@@ -138,6 +142,7 @@ pub(super) fn run(lab: &mut RunningLab<'_>, out: &mut dyn Write) -> Result<(), L
     steps.timed_rounds(out)?;
     steps.every_exporter_answers(out)?;
     steps.without_first_exporters_endpoints(out)?;
+    steps.exported_only(out)?;
     steps.unexported(out)
 }
 
@@ -234,12 +239,70 @@ impl Steps<'_, '_> {
         self.publish()
     }
 
-    /// In-process, the lab is the controllers: it publishes after every change.
-    fn publish(&self) -> Result<(), LabError> {
-        match &self.driver {
-            Driver::InProcess(driver) => driver.publish(self.cluster(self.client)),
-            Driver::ApiServers => Ok(()),
+    /// In-process, the lab is the controllers: it publishes after every change, and gives
+    /// every exporter's gateway what its offer admits.
+    fn publish(&mut self) -> Result<(), LabError> {
+        let Driver::InProcess(driver) = &self.driver else {
+            return Ok(());
+        };
+        driver.publish(self.cluster(self.client))?;
+        for &exporter in &self.exporters.clone() {
+            let exports = match &self.driver {
+                Driver::InProcess(driver) => driver.exports_of(self.cluster(exporter)),
+                Driver::ApiServers => Vec::new(),
+            };
+            if self.lab.exports[exporter] != exports {
+                self.lab.exports[exporter] = exports;
+                self.lab.apply(exporter, &mut std::io::sink())?;
+            }
         }
+        Ok(())
+    }
+
+    /// Sets the consumers annotation of `exporter`'s ServiceExport (`None`: removed).
+    fn set_consumers(
+        &mut self,
+        exporter: usize,
+        consumers: Option<Vec<String>>,
+    ) -> Result<(), LabError> {
+        let cluster = &self.lab.state.clusters[exporter];
+        match &mut self.driver {
+            Driver::ApiServers => self.lab.runtime.block_on(apiservers::set_consumers(
+                &self.demo,
+                cluster,
+                consumers.as_deref(),
+            ))?,
+            Driver::InProcess(driver) => driver.set_consumers(cluster, consumers),
+        }
+        self.publish()
+    }
+
+    /// Refusals `exporter`'s gateway counted for packets from `from`.
+    fn refusals(&self, exporter: usize, from: usize) -> u64 {
+        self.lab
+            .runtime
+            .block_on(self.lab.clients[exporter].status())
+            .map_or(0, |status| {
+                isolation::refusals(&status, &self.cluster(from).id)
+            })
+    }
+
+    /// The first external endpoint of `from` and the view at which it reaches `exporter`'s
+    /// backend.
+    fn backend_from(&self, from: usize, exporter: usize) -> Result<(String, Ipv4Addr), LabError> {
+        let (client, backend) = (self.cluster(from), self.cluster(exporter));
+        let view = objects::backend_address(backend)
+            .ok()
+            .and_then(|a| reach_address(client, backend, a))
+            .ok_or_else(|| LabError::Internal(format!("no view of {}'s backend", backend.name)))?;
+        let ns = client
+            .externals
+            .first()
+            .map(|e| e.namespace.clone())
+            .ok_or_else(|| {
+                LabError::Internal(format!("{} has no external endpoint", client.name))
+            })?;
+        Ok((ns, view))
     }
 
     /// `curl http://<name>/` in the client's pod.
@@ -412,6 +475,232 @@ impl Steps<'_, '_> {
         );
         self.check(out, description, outcome);
         self.set_backend(first, true)
+    }
+
+    /// Exported-only links, with clients at the same real address. The first exporter
+    /// exports to the client only, the others to the client and to `outsider` (the hub,
+    /// linked to every exporter directly); then every link is set to `exported`. The client's
+    /// and the outsider's first external endpoints have the same real address (the seed's
+    /// 10.70.0.11 in every cluster): the client reaches every exporter's backend (over the
+    /// shortcut and through the hub), the outsider only the exporters that name it (over its
+    /// direct link), and its packets to the first exporter are refused by that exporter's
+    /// gateway and counted; a pod that is no endpoint of an export answers nothing. Adding and
+    /// removing the outsider as a consumer is timed; then the links are `open` again.
+    fn exported_only(&mut self, out: &mut dyn Write) -> Result<(), LabError> {
+        let Some((&first, others)) = self.exporters.split_first() else {
+            return Ok(());
+        };
+        let others = others.to_vec();
+        let topology = self.lab.topology;
+        let outsider = topology
+            .hub_of(&self.cluster(self.client).name, &self.cluster(first).name)
+            .and_then(|hub| topology.cluster_index(&hub));
+        let Some(outsider) = outsider.filter(|o| *o != self.client && !self.exporters.contains(o))
+        else {
+            say(
+                out,
+                "  isolation: no hub between the client and the first exporter; skipped",
+            );
+            return Ok(());
+        };
+        let (client_id, outsider_id) = (
+            self.cluster(self.client).id.clone(),
+            self.cluster(outsider).id.clone(),
+        );
+        self.set_consumers(first, Some(vec![client_id.clone()]))?;
+        for &other in &others {
+            self.set_consumers(other, Some(vec![client_id.clone(), outsider_id.clone()]))?;
+        }
+        let started = Instant::now();
+        self.lab.set_isolation(Isolation::Exported, out)?;
+        let set = started.elapsed();
+        let (outsider_ns, outsider_view) = self.backend_from(outsider, first)?;
+        let refused =
+            isolation::fetch_until(&outsider_ns, outsider_view, TARGET_PORT, false, CONVERGE);
+        let took = started.elapsed();
+        self.isolation_check(
+            out,
+            format!(
+                "every link set to exported: {} no longer reaches {}'s backend",
+                self.cluster(outsider).name,
+                self.cluster(first).name
+            ),
+            refused
+                .map(|_| {
+                    format!(
+                        "refused {} ms after the change began ({} ms to set every link)",
+                        took.as_millis(),
+                        set.as_millis()
+                    )
+                })
+                .map_err(|last| format!("still answered {CONVERGE:?} later: {last:?}")),
+        );
+
+        // The client, a consumer of every export, over the shortcut and through the hub.
+        for &exporter in &self.exporters.clone() {
+            let (ns, view) = self.backend_from(self.client, exporter)?;
+            let outcome = isolation::fetch_until(&ns, view, TARGET_PORT, true, CONVERGE)
+                .map(|_| isolation::fetch_address(&ns, view, TARGET_PORT))
+                .map_err(|last| format!("{last:?}"))
+                .and_then(|fetched| fetched);
+            let description = format!(
+                "exported to {client}: {client} ext -> {} web at {view} ({})",
+                self.cluster(exporter).name,
+                self.path_to(exporter),
+                client = self.cluster(self.client).name
+            );
+            self.isolation_check(out, description, outcome);
+        }
+        // By name, through the ClusterSetIP, as before the change.
+        let by_name = self.fetch_until(|f| matches!(f, Fetched::From(e, _) if *e == first));
+        let description = format!(
+            "exported to {}: {} by name from its pod reaches {}",
+            self.cluster(self.client).name,
+            self.demo.host(),
+            self.cluster(first).name
+        );
+        self.isolation_check(
+            out,
+            description,
+            by_name
+                .map(|took| format!("answered within {} ms", took.as_millis()))
+                .map_err(|last| format!("{last:?}")),
+        );
+        // The outsider at the same real address: refused by the first, served by the others.
+        let before = self.refusals(first, outsider);
+        let refused = isolation::fetch_address(&outsider_ns, outsider_view, TARGET_PORT);
+        let after = self.refusals(first, outsider);
+        let description = format!(
+            "not exported to {outsider_name}: {outsider_name} ext (the same real address as {}'s) -> {} web at {outsider_view} (direct link)",
+            self.cluster(self.client).name,
+            self.cluster(first).name,
+            outsider_name = self.cluster(outsider).name
+        );
+        let outcome = match refused {
+            Ok(body) => Err(format!("answered {body:?}")),
+            Err(_) if after > before => Ok(format!(
+                "no answer; {}'s gateway counted {} refused packet(s) from {} ({} in all)",
+                self.cluster(first).name,
+                after - before,
+                self.cluster(outsider).name,
+                after
+            )),
+            Err(why) => Err(format!(
+                "no answer ({why}), but {}'s gateway counted no refusal",
+                self.cluster(first).name
+            )),
+        };
+        self.isolation_check(out, description, outcome);
+        for &other in &others {
+            let (ns, view) = self.backend_from(outsider, other)?;
+            let description = format!(
+                "exported to {name}: {name} ext -> {} web at {view} (direct link)",
+                self.cluster(other).name,
+                name = self.cluster(outsider).name
+            );
+            let outcome = isolation::fetch_address(&ns, view, TARGET_PORT);
+            self.isolation_check(out, description, outcome);
+        }
+        // A pod that is no endpoint of an export answers nothing, not even a refusal.
+        let (client, exporter) = (self.cluster(self.client), self.cluster(first));
+        if let (Some(pod), Some(target)) = (client.pods.first(), exporter.pods.first())
+            && let Some(view) = reach_address(client, exporter, target.address)
+        {
+            let answered = isolation::answers(&pod.namespace, view, TARGET_PORT);
+            let description = format!(
+                "{} pod -> {} pod at {view}, no endpoint of an export: ping and TCP",
+                client.name, exporter.name
+            );
+            let outcome = if answered {
+                Err("it answered".to_owned())
+            } else {
+                Ok("no answer to either".to_owned())
+            };
+            self.isolation_check(out, description, outcome);
+        }
+
+        // The outsider becomes a consumer of the first export and stops being one again.
+        let mut granted = Vec::new();
+        let mut revoked = Vec::new();
+        let mut failure = None;
+        for _ in 0..ROUNDS {
+            let started = Instant::now();
+            self.set_consumers(first, Some(vec![client_id.clone(), outsider_id.clone()]))?;
+            match isolation::fetch_until(&outsider_ns, outsider_view, TARGET_PORT, true, CONVERGE) {
+                Ok(_) => granted.push(started.elapsed()),
+                Err(last) => {
+                    failure = Some(format!(
+                        "not served {CONVERGE:?} after it was named: {last:?}"
+                    ));
+                    break;
+                }
+            }
+            let started = Instant::now();
+            self.set_consumers(first, Some(vec![client_id.clone()]))?;
+            match isolation::fetch_until(&outsider_ns, outsider_view, TARGET_PORT, false, CONVERGE)
+            {
+                Ok(_) => revoked.push(started.elapsed()),
+                Err(last) => {
+                    failure = Some(format!(
+                        "still served {CONVERGE:?} after it was removed: {last:?}"
+                    ));
+                    break;
+                }
+            }
+        }
+        let description = format!(
+            "{} named in and removed from the consumers of {}'s export, {ROUNDS} rounds",
+            self.cluster(outsider).name,
+            self.cluster(first).name
+        );
+        let outcome = match failure {
+            Some(failure) => Err(failure),
+            None => Ok(format!(
+                "named → served: {}; removed → refused: {}",
+                summary(&mut granted),
+                summary(&mut revoked)
+            )),
+        };
+        self.isolation_check(out, description, outcome);
+
+        // Open again: the outsider is served without being a consumer, as before.
+        let started = Instant::now();
+        self.lab.set_isolation(Isolation::Open, out)?;
+        let served =
+            isolation::fetch_until(&outsider_ns, outsider_view, TARGET_PORT, true, CONVERGE);
+        let description = format!(
+            "every link set to open: {} ext -> {} web at {outsider_view} again",
+            self.cluster(outsider).name,
+            self.cluster(first).name
+        );
+        self.isolation_check(
+            out,
+            description,
+            served
+                .map(|_| {
+                    format!(
+                        "served {} ms after the change began",
+                        started.elapsed().as_millis()
+                    )
+                })
+                .map_err(|last| format!("{last:?}")),
+        );
+        self.set_consumers(first, None)?;
+        for &other in &others {
+            self.set_consumers(other, None)?;
+        }
+        Ok(())
+    }
+
+    fn isolation_check(
+        &mut self,
+        out: &mut dyn Write,
+        description: String,
+        outcome: Result<String, String>,
+    ) {
+        let check = Check::new(ISOLATION_PHASE, description, outcome);
+        report_check(out, &check);
+        self.lab.checks.push(check);
     }
 
     /// Every exporter unexports: the name stops resolving.

@@ -73,6 +73,7 @@ fn state(key: Key, peers: Vec<PeerConfig>) -> DesiredState {
             ..InterfaceConfig::default()
         },
         peers,
+        admissions: Vec::new(),
     }
 }
 
