@@ -3,7 +3,7 @@
 //! watches, RBAC or a real API server's semantics is in the `realapi_*` binaries.
 //!
 //! - The NetworkConfig controller: `controller_lifecycle`, `controller_scenarios`,
-//!   `controller_invalid` (fixtures: `controller_support`).
+//!   `controller_invalid`, `controller_isolation` (fixtures: `controller_support`).
 //! - Links between clusters and the hub's operator: `connector_links`, `diagnose_links`,
 //!   `shortcut_cli`, `shortcut_operator` (fixtures: `connector_support`).
 //! - Networks and their IDs: `network_allocation`, `network_gc`, `network_peering`,
@@ -17,6 +17,7 @@ mod network_common;
 
 mod connector_links;
 mod controller_invalid;
+mod controller_isolation;
 mod controller_lifecycle;
 mod controller_scenarios;
 mod diagnose_links;
