@@ -18,7 +18,10 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
+use kubetun_controller::gateway_api;
 use kubetun_controller::keys::GatewayKey;
+use kubetun_controller::plumbing::gateway_client::GatewayClient;
+use kubetun_testenv::iperf;
 use kubetun_testenv::netns::{self, Netns, NetnsError, NsChild};
 
 use kubetun_fixtures::implementations::{
@@ -202,6 +205,14 @@ impl Testbed {
             let address = format!("{}/24", tunnel_address(subnet, side as u8 + 1));
             ns.exec(&["ip", "addr", "add", &address, "dev", ifname])?;
             ns.exec(&["ip", "link", "set", ifname, "mtu", &mtu.to_string(), "up"])?;
+            if let Some(isolation) = admission_of(implementation) {
+                let socket = work_dir.join(format!("{ifname}.grpc.sock"));
+                let state = admitting_state(&config, &address, mtu, isolation, tunnel.server);
+                apply(&socket, state).map_err(|message| TestbedError::Daemon {
+                    implementation,
+                    message,
+                })?;
+            }
         }
         if !self.a.wait_ping(&tunnel.server.to_string(), FIRST_PING) {
             return Err(TestbedError::Daemon {
@@ -296,6 +307,8 @@ fn subnet_of(implementation: Implementation) -> u8 {
         Implementation::KubetunBusyPoll => 4,
         Implementation::KubetunMq => 5,
         Implementation::KubetunBaseline => 6,
+        Implementation::KubetunOpen => 7,
+        Implementation::KubetunExported => 8,
     }
 }
 
@@ -353,4 +366,71 @@ fn start_daemon(
         });
     }
     Ok(daemon)
+}
+
+/// The admission the controller would give the peer, for the variants measured with one.
+fn admission_of(implementation: Implementation) -> Option<gateway_api::Isolation> {
+    match implementation {
+        Implementation::KubetunOpen => Some(gateway_api::Isolation::Open),
+        Implementation::KubetunExported => Some(gateway_api::Isolation::Exported),
+        _ => None,
+    }
+}
+
+/// The state `wg setconf` gave the gateway, with an admission for its peer: in exported
+/// mode the iperf3 server (on side b) is the one endpoint, TCP and UDP.
+fn admitting_state(
+    config: &WgConfig,
+    address: &str,
+    mtu: u32,
+    isolation: gateway_api::Isolation,
+    server: Ipv4Addr,
+) -> gateway_api::DesiredState {
+    let endpoint = |protocol: gateway_api::Protocol| gateway_api::AdmittedEndpoint {
+        address: server.to_string(),
+        protocol: protocol as i32,
+        port: u32::from(iperf::DEFAULT_PORT),
+    };
+    gateway_api::DesiredState {
+        version: format!("bench-{}", isolation.as_str_name()),
+        interface: Some(gateway_api::Interface {
+            private_key: config.private_key.clone(),
+            listen_port: u32::from(config.listen_port),
+            mtu,
+            addresses: vec![address.to_owned()],
+            ..Default::default()
+        }),
+        peers: vec![gateway_api::Peer {
+            public_key: config.peer_public_key.clone(),
+            name: "peer".to_owned(),
+            endpoint: config.peer_endpoint.clone(),
+            routes: vec![gateway_api::Route {
+                real: config.allowed_ips.clone(),
+                view: config.allowed_ips.clone(),
+                fallback: false,
+            }],
+            ..Default::default()
+        }],
+        admissions: vec![gateway_api::Admission {
+            cluster: "peer".to_owned(),
+            isolation: isolation as i32,
+            views: vec![config.allowed_ips.clone()],
+            endpoints: vec![
+                endpoint(gateway_api::Protocol::Tcp),
+                endpoint(gateway_api::Protocol::Udp),
+            ],
+        }],
+    }
+}
+
+/// Applies `state` over the gateway's gRPC socket.
+fn apply(socket: &Path, state: gateway_api::DesiredState) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("runtime: {e}"))?;
+    runtime
+        .block_on(async { GatewayClient::new(socket).apply(state).await })
+        .map(drop)
+        .map_err(|e| format!("apply over {}: {e}", socket.display()))
 }
