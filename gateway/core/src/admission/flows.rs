@@ -47,7 +47,7 @@ pub const MAX_CAPACITY: usize = 1 << 26;
 /// A flow as the data path sees it on the local side: the local address and port, the
 /// remote cluster's view address and port, and the protocol. For ICMP echo the id is the
 /// local port and the remote port is 0. Views are unique, so no peer is needed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FlowKey {
     /// IPv4 addresses are held in the low 32 bits.
     pub v6: bool,
@@ -56,6 +56,21 @@ pub struct FlowKey {
     pub remote: u128,
     pub local_port: u16,
     pub remote_port: u16,
+}
+
+/// Three words for the hasher (SipHash costs per `write`, and the derived `Hash` made six).
+impl std::hash::Hash for FlowKey {
+    #[inline]
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u128(self.local);
+        state.write_u128(self.remote);
+        state.write_u64(
+            u64::from(self.v6) << 40
+                | u64::from(self.protocol) << 32
+                | u64::from(self.local_port) << 16
+                | u64::from(self.remote_port),
+        );
+    }
 }
 
 /// The TCP state a flow is in (`Other` for the other protocols).
