@@ -1,7 +1,7 @@
 //! Each lab cluster's control plane, run with the controller's own code: the cluster's
 //! [`ClusterInfo`] and gateway key, its [`Ipam`], the NetworkConfigs exchanged with peers
 //! (processed by the receiver with [`process_network_config`]), the TunnelEndpoints built by
-//! [`tunnel_endpoint_spec`] and the gateway state from [`desired_state`].
+//! [`tunnel_endpoint_spec_with`] and the gateway state from [`desired_state_with`].
 //!
 //! What a Kubernetes API server would store (NetworkConfigs and their status) is kept in
 //! memory; everything computed from it is the controller's.

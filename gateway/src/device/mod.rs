@@ -18,6 +18,9 @@ pub mod shared;
 pub mod spin;
 pub mod workers;
 
+#[cfg(test)]
+mod admission_netns_tests;
+
 pub use self::error::{ApplyError, DeviceError};
 pub use self::report::{
     AdmissionReport, ConnCheckReport, DeviceReport, FlowTableReport, PeerReport,

@@ -18,6 +18,7 @@ mod apiservers;
 mod inprocess;
 mod isolation;
 mod objects;
+mod timing;
 
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -37,13 +38,12 @@ use crate::state::ClusterState;
 use inprocess::InProcess;
 use kubetun_crds::Isolation;
 use kubetun_testenv::netns;
+use timing::{CONVERGE, summary, wait_until};
 
 /// The phase of every services check.
 const PHASE: &str = "services";
 /// The phase of the checks of exported-only links.
 const ISOLATION_PHASE: &str = "isolation";
-/// How long a change may take to show in the client pod.
-const CONVERGE: Duration = Duration::from_secs(20);
 /// Export/unexport rounds timed.
 const ROUNDS: usize = 5;
 /// Fetches that must all come from the remaining exporters once one lost its endpoints.
@@ -794,34 +794,6 @@ pub fn fetch_by_name(ns: &str, host: &str) -> std::io::Result<std::process::Outp
         .arg(format!("http://{host}/"))
         .stdin(Stdio::null())
         .output()
-}
-
-/// Median, minimum and maximum in milliseconds.
-fn summary(times: &mut [Duration]) -> String {
-    times.sort();
-    let ms = |d: &Duration| d.as_millis();
-    match (times.first(), times.get(times.len() / 2), times.last()) {
-        (Some(min), Some(median), Some(max)) => format!(
-            "median {} ms (min {}, max {}, n={})",
-            ms(median),
-            ms(min),
-            ms(max),
-            times.len()
-        ),
-        _ => "no rounds".to_owned(),
-    }
-}
-
-/// Polls `done` until true (the time it took) or [`CONVERGE`] passes (`None`).
-fn wait_until(mut done: impl FnMut() -> bool) -> Option<Duration> {
-    let started = Instant::now();
-    while started.elapsed() < CONVERGE {
-        if done() {
-            return Some(started.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    None
 }
 
 /// Whether the kube-proxy stand-in's rules in `ns` DNAT anything to `address`.

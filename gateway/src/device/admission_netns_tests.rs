@@ -21,8 +21,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use kubetun_gateway::device::Device;
-use kubetun_gateway::io_options::IoOptions;
+use crate::device::Device;
+use crate::io_options::IoOptions;
 use kubetun_gateway_core::key::Key;
 use kubetun_gateway_core::state::{
     AdmissionConfig, AdmittedEndpoint, DesiredState, Endpoint, InterfaceConfig, Isolation,
