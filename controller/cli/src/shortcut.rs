@@ -694,9 +694,9 @@ mod tests {
         Shortcut(ShortcutArgs),
     }
 
-    #[test]
-    fn create_takes_both_leaves() {
-        let cli = Cli::try_parse_from([
+    /// `kubetun shortcut create rome-milan` between rome and milan, with `extra` flags.
+    fn parse_create(extra: &[&str]) -> Box<CreateArgs> {
+        let mut argv = vec![
             "kubetun",
             "shortcut",
             "create",
@@ -709,17 +709,21 @@ mod tests {
             "milan",
             "--right-kubeconfig",
             "milan.yaml",
-            "--right-endpoint",
-            "198.51.100.9:31820",
-            "--wait",
-        ])
-        .unwrap();
+        ];
+        argv.extend(extra);
+        let cli = Cli::try_parse_from(argv).unwrap();
         let Top::Shortcut(ShortcutArgs {
             command: ShortcutCommand::Create(args),
         }) = cli.command
         else {
             panic!("expected shortcut create");
         };
+        args
+    }
+
+    #[test]
+    fn create_takes_both_leaves() {
+        let args = parse_create(&["--right-endpoint", "198.51.100.9:31820", "--wait"]);
         assert_eq!(args.name, "rome-milan");
         assert_eq!(args.left_name, "rome");
         assert_eq!(args.right_namespace, DEFAULT_NAMESPACE);
@@ -735,29 +739,7 @@ mod tests {
 
     #[test]
     fn create_isolation_lands_in_the_spec() {
-        let cli = Cli::try_parse_from([
-            "kubetun",
-            "shortcut",
-            "create",
-            "rome-milan",
-            "--left-name",
-            "rome",
-            "--left-kubeconfig",
-            "rome.yaml",
-            "--right-name",
-            "milan",
-            "--right-kubeconfig",
-            "milan.yaml",
-            "--isolation",
-            "exported",
-        ])
-        .unwrap();
-        let Top::Shortcut(ShortcutArgs {
-            command: ShortcutCommand::Create(args),
-        }) = cli.command
-        else {
-            panic!("expected shortcut create");
-        };
+        let args = parse_create(&["--isolation", "exported"]);
         assert_eq!(args.isolation, Some(Isolation::Exported));
         let leaf = |name: &str| LeafRequest {
             name: name.into(),
