@@ -88,7 +88,7 @@ pub async fn wait_crds_served(client: &Client) -> Result<(), kube::Error> {
 /// Starts the controller process of a cluster (detached from the lab's process group, so it
 /// outlives `kubetun-lab up`); returns its PID.
 pub fn start_controller(plane: &ControlPlaneState) -> Result<u32, LabError> {
-    let binary = kubetun_testenv::sibling_binary("kubetun-controller");
+    let binary = crate::options::program("kubetun-controller")?;
     let (log, log_err) = crate::fabric::open_log(&plane.controller_log)?;
     use std::os::unix::process::CommandExt as _;
     let child = Command::new(&binary)
@@ -148,7 +148,7 @@ pub fn stop_program(
 
 /// Runs the `kubetun` CLI as a user would; its output on failure is the error.
 pub fn kubetun(args: &[&str]) -> Result<String, LabError> {
-    let binary = kubetun_testenv::sibling_binary("kubetun");
+    let binary = crate::options::program("kubetun")?;
     let mut child = Command::new(&binary)
         .args(args)
         .env("NO_COLOR", "1")

@@ -1,8 +1,9 @@
 //! How to build a lab ([`LabOptions`]) and its defaults: where the state lives and which
-//! gateway binary runs.
+//! programs run.
 
 use std::path::PathBuf;
 
+use crate::LabError;
 use crate::topology::Topology;
 
 /// Where the user's lab keeps its state, sockets and logs.
@@ -28,4 +29,11 @@ pub struct LabOptions {
 /// The `kubetun-gateway` next to the running executable, else on `PATH`.
 pub fn default_gateway_binary() -> PathBuf {
     kubetun_testenv::sibling_binary("kubetun-gateway")
+}
+
+/// A workspace program the lab runs (`kubetun-lab` itself for its stand-ins, the controller,
+/// the CLI), which must be there: a missing one is a host error naming the build command,
+/// instead of a stand-in that silently never starts inside its namespace.
+pub(crate) fn program(name: &str) -> Result<PathBuf, LabError> {
+    kubetun_testenv::workspace_program(name).map_err(|e| LabError::Host(e.to_string()))
 }

@@ -81,17 +81,24 @@ pub fn sibling_binary(name: &str) -> PathBuf {
         .unwrap_or(sibling)
 }
 
-/// [`sibling_binary`], which must exist (tests): a missing one fails naming the command that
-/// builds it.
-pub fn bin_path(name: &str) -> PathBuf {
+/// [`sibling_binary`], which must exist: a missing one is an error naming the command that
+/// builds it (`cargo test` builds a package's binaries only for that package's own
+/// integration tests, so a program run from another crate's test must be built beforehand).
+pub fn workspace_program(name: &str) -> Result<PathBuf, Error> {
     let path = sibling_binary(name);
-    assert!(
-        path.is_file(),
-        "{} not found; build it first with `cargo build -p {}` (same profile as the tests)",
-        path.display(),
-        package_of(name)
-    );
-    path
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(Error::MissingProgram {
+            path,
+            package: package_of(name),
+        })
+    }
+}
+
+/// [`workspace_program`] for tests: a missing program fails the test with its error.
+pub fn bin_path(name: &str) -> PathBuf {
+    workspace_program(name).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The package that builds binary `bin`.

@@ -13,6 +13,14 @@ pub enum Error {
          (.ci/setup does), or put them on PATH"
     )]
     MissingBinary { binary: &'static str },
+    #[error(
+        "{path} not found; build it first with `cargo build -p {package}` (the profile of the \
+         program that runs it)"
+    )]
+    MissingProgram {
+        path: std::path::PathBuf,
+        package: &'static str,
+    },
     #[error("{what}: {source}")]
     Io {
         what: String,

@@ -39,7 +39,7 @@ mod pki;
 mod turns;
 mod workloads;
 
-pub use binaries::{Assets, DEFAULT_ASSETS_DIR, bin_path, sibling_binary};
+pub use binaries::{Assets, DEFAULT_ASSETS_DIR, bin_path, sibling_binary, workspace_program};
 pub use cluster::{
     Lifetime, SERVICE_CIDR, TestCluster, client_for, cluster_or_skip, clusters_or_skip,
     install_tls_provider, required, stop_dir,

@@ -180,7 +180,7 @@ pub fn start_proxy(
 ) -> Result<u32, LabError> {
     use std::os::unix::process::CommandExt as _;
     let plane = control_plane::plane(cluster)?;
-    let binary = kubetun_testenv::sibling_binary("kubetun-lab");
+    let binary = crate::options::program("kubetun-lab")?;
     let log = state_dir.join(format!("{}-kube-proxy.log", cluster.id));
     let (stdout, stderr) = crate::fabric::open_log(&log)?;
     let child = Command::new(&binary)

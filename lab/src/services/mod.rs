@@ -812,7 +812,7 @@ fn backend_label(demo: &ServiceDemo, cluster: &ClusterState) -> String {
 /// namespace), its output into `log`.
 fn start_standin(ns: &str, args: &[&str], log: &Path) -> Result<(), LabError> {
     use std::os::unix::process::CommandExt as _;
-    let binary = kubetun_testenv::sibling_binary("kubetun-lab");
+    let binary = crate::options::program("kubetun-lab")?;
     let (stdout, stderr) = crate::fabric::open_log(log)?;
     netns::command_in(ns, &binary.to_string_lossy())
         .args(args)
