@@ -38,8 +38,8 @@ pub use self::error::HaError;
 pub use self::ping::{PingTrain, unix_now};
 use self::relay::Relay;
 use crate::control_plane::{NAMESPACE, apply_manifests, wait_crds_served};
-use kubetun_testenv::workspace_program;
 use kubetun_testenv::netns::{Netns, NsChild, command_in, gateway_command, spawn_gateway, veth};
+use kubetun_testenv::workspace_program;
 
 /// The manifests a user applies, less the gateway Deployment the lab replaces.
 const MANIFESTS: [&str; 4] = [
@@ -624,7 +624,10 @@ impl HaLab {
         }
         if !self.controller_running(replica) {
             let underlay = node.underlay.clone().unwrap_or_default();
-            let mut cmd = command_in(&node.ns, &workspace_program("kubetun-controller")?.to_string_lossy());
+            let mut cmd = command_in(
+                &node.ns,
+                &workspace_program("kubetun-controller")?.to_string_lossy(),
+            );
             cmd.arg("--kubeconfig")
                 .arg(&self.controller_kubeconfig)
                 .args(["--cluster-id", "a", "--pod-cidr", A_POD_CIDR])
@@ -666,7 +669,10 @@ impl HaLab {
 
     fn start_agent(&mut self, index: usize) -> Result<(), HaError> {
         let node = self.nodes[index].clone();
-        let mut cmd = command_in(&node.ns, &workspace_program("kubetun-agent")?.to_string_lossy());
+        let mut cmd = command_in(
+            &node.ns,
+            &workspace_program("kubetun-agent")?.to_string_lossy(),
+        );
         cmd.arg("--kubeconfig")
             .arg(&self.agent_kubeconfig)
             .args(["--node-name", &node.name])
