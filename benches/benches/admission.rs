@@ -8,6 +8,11 @@
 //! the same buffers serve every iteration; the admission names both views as the remote
 //! cluster's, so both passes are judged alike.
 //!
+//! A second group judges inbound segments of 1024 remote pods to one exported endpoint
+//! (admission ingress only: the remap's cost is the same in every case): the endpoint open to
+//! every source of the cluster, guarded by a policy selecting those 1024 sources, and by one
+//! selecting 10 000 (the scale of a large client cluster), in the same run.
+//!
 //! Run: `cargo bench -p kubetun-benches --bench admission`.
 
 use std::hint::black_box;
@@ -18,7 +23,9 @@ use ipnet::IpNet;
 use kubetun_gateway_core::Now;
 use kubetun_gateway_core::admission::allowed::Admissions;
 use kubetun_gateway_core::admission::flows::FlowTable;
-use kubetun_gateway_core::state::{AdmissionConfig, DesiredState, Isolation};
+use kubetun_gateway_core::state::{
+    AdmissionConfig, AdmittedEndpoint, DesiredState, Isolation, Protocol, SourcePolicy,
+};
 use kubetun_remap::{RemapTable, Route, TableBuilder, Verdict};
 
 const FLOWS: usize = 1024;
@@ -48,6 +55,7 @@ fn admissions(isolation: Option<Isolation>) -> Admissions {
             isolation,
             views: vec![net("10.50.0.0/16"), net("10.60.0.0/16")],
             endpoints: Vec::new(),
+            policies: Vec::new(),
         }];
     }
     Admissions::build(&state, &Admissions::default())
@@ -125,5 +133,69 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// The remote cluster exported with endpoint 10.10.0.5 tcp/443, guarded by a policy that
+/// selects `sources` remote pods (10.50.0.0 onwards) when `Some`.
+fn inbound_admissions(sources: Option<usize>) -> Admissions {
+    let endpoint = AdmittedEndpoint {
+        address: "10.10.0.5".parse().expect("address"),
+        protocol: Protocol::Tcp,
+        port: 443,
+    };
+    let policies = sources
+        .map(|n| SourcePolicy {
+            name: "shop/frontend".into(),
+            endpoints: vec![endpoint],
+            sources: (0..n as u32)
+                .map(|i| std::net::Ipv4Addr::from(u32::from_be_bytes([10, 50, 0, 0]) + i).into())
+                .collect(),
+        })
+        .into_iter()
+        .collect();
+    let state = DesiredState {
+        admissions: vec![AdmissionConfig {
+            cluster: "remote".into(),
+            isolation: Isolation::Exported,
+            views: vec![net("10.50.0.0/16")],
+            endpoints: vec![endpoint],
+            policies,
+        }],
+        ..DesiredState::default()
+    };
+    state.validate().expect("valid");
+    Admissions::build(&state, &Admissions::default())
+}
+
+fn bench_inbound(c: &mut Criterion) {
+    let mut group = c.benchmark_group("admission_inbound");
+    group.throughput(Throughput::Elements(FLOWS as u64));
+    let segments: Vec<Vec<u8>> = (0..FLOWS)
+        .map(|i| {
+            let mut segment = Vec::new();
+            PacketBuilder::ipv4([10, 50, (i >> 8) as u8, i as u8], [10, 10, 0, 5], 64)
+                .tcp(40_000 + i as u16, 443, 1, 1000)
+                .ack(1)
+                .write(&mut segment, &[0u8; 64])
+                .expect("segment");
+            segment
+        })
+        .collect();
+    for (name, sources) in [
+        ("exported", None),
+        ("policy-1k", Some(FLOWS)),
+        ("policy-10k", Some(10_000)),
+    ] {
+        let admissions = inbound_admissions(sources);
+        let flows = FlowTable::new(65_536);
+        group.bench_function(BenchmarkId::new("ingress", name), |b| {
+            b.iter(|| {
+                for segment in &segments {
+                    assert!(admissions.ingress(&flows, black_box(segment), now()));
+                }
+            });
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, bench_inbound);
 criterion_main!(benches);

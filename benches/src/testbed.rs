@@ -419,6 +419,7 @@ fn admitting_state(
                 endpoint(gateway_api::Protocol::Tcp),
                 endpoint(gateway_api::Protocol::Udp),
             ],
+            policies: Vec::new(),
         }],
     }
 }

@@ -34,6 +34,7 @@ use crate::ipam::{Ipam, IpamError};
 use crate::keys::{GatewayKey, KeyError, parse_public_key};
 
 pub mod admission;
+pub mod policy;
 
 pub use admission::{ExportEndpoints, link_isolation};
 
@@ -510,19 +511,21 @@ impl std::fmt::Debug for GatewaySettings {
 /// [`desired_state_with`] for a cluster that exports nothing: a peer in `exported` mode may
 /// open no connection.
 pub fn desired_state(settings: &GatewaySettings, endpoints: &[TunnelEndpointSpec]) -> DesiredState {
-    desired_state_with(settings, endpoints, &[])
+    desired_state_with(settings, endpoints, &[], &admission::Answers::new())
 }
 
 /// The gateway's whole desired state: one peer per TunnelEndpoint (sorted by cluster id) but
 /// the hub-only ones, its routes real -> view (pod CIDRs first, then external, then the
 /// fallback and hub-only routes of the peers it is the hub of), and its ACL; one admission per
 /// TunnelEndpoint (sorted likewise), whose `exported` endpoints are those of the `exports`
-/// offered to its cluster. The version is a hash of everything but the private keys (their
+/// offered to its cluster, guarded by their policies with the sources of the cluster's
+/// `answers` ([`policy`]). The version is a hash of everything but the private keys (their
 /// public keys stand in for them), admissions included.
 pub fn desired_state_with(
     settings: &GatewaySettings,
     endpoints: &[TunnelEndpointSpec],
     exports: &[ExportEndpoints],
+    answers: &admission::Answers,
 ) -> DesiredState {
     let mut sorted: Vec<&TunnelEndpointSpec> = endpoints.iter().collect();
     sorted.sort_by(|a, b| a.cluster.id.cmp(&b.cluster.id));
@@ -600,7 +603,7 @@ pub fn desired_state_with(
             }),
         }),
         peers,
-        admissions: admission::admissions(&sorted, exports),
+        admissions: admission::admissions(&sorted, exports, answers).0,
     };
     state.version = content_hash(&state);
     if let Some(interface) = state.interface.as_mut() {

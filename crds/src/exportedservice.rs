@@ -12,6 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::ClusterRef;
+use crate::exportpolicy::ClientSelector;
 use crate::mcs::{ServiceImportType, ServicePort, SessionAffinityConfig};
 
 /// One exported Service as its cluster offers it; named `<namespace>.<name>`.
@@ -79,6 +80,11 @@ pub struct ExportedServiceSpec {
     /// endpoints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub consumers: Option<Vec<String>>,
+    /// The selectors of the Service's ExportPolicies: what the exporter asks each client
+    /// cluster named there about its pods. Empty: no policy guards the Service.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1024))]
+    pub client_selectors: Vec<ClientSelector>,
 }
 
 /// Endpoints of one address type that share their ports.

@@ -7,6 +7,8 @@
 //! - [`Network`] / [`NetworkId`] (kind `NetworkID`): isolated networks with a cluster-unique ID (VNI) claimed by
 //!   create-as-lock, and peerings whose prefixes become the gateway ACL.
 //! - [`ExportedService`]: one exported Service as its cluster offers it to linked clusters.
+//! - [`ExportPolicy`]: which remote pods may call an exported Service; [`ClientIdentity`]: a
+//!   client cluster's answer, the addresses of its pods the exporter's selectors match.
 //!
 //! [`mcs`] holds the Multi-Cluster Services API (`multicluster.x-k8s.io`: ServiceExport,
 //! ServiceImport) that kubetun implements.
@@ -19,6 +21,7 @@
 
 pub mod contract;
 mod exportedservice;
+mod exportpolicy;
 mod fields;
 pub mod mcs;
 mod network;
@@ -27,6 +30,7 @@ mod shortcut;
 mod tunnelendpoint;
 
 pub use exportedservice::*;
+pub use exportpolicy::*;
 pub use fields::{
     CIDR_PATTERN, CidrMapping, ClusterRef, Endpoint, Isolation, cidr_list_schema, cidr_schema,
     optional_cidr_list_schema,
@@ -53,6 +57,8 @@ pub fn all_crds() -> Vec<CustomResourceDefinition> {
         Network::crd(),
         NetworkId::crd(),
         ExportedService::crd(),
+        ExportPolicy::crd(),
+        ClientIdentity::crd(),
     ];
     // The schema's title comes from the Rust type; tools show it, so it names the kind
     // (`NetworkID`, not the Rust-cased `NetworkId`).

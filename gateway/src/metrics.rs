@@ -222,6 +222,21 @@ impl Collector for DeviceCollector {
                 ConstCounter::new(*count).encode(admission_drops.encode_family(&labels)?)?;
             }
         }
+        let mut policy_drops = encoder.encode_descriptor(
+            "kubetun_policy_drops",
+            "Packets of a remote cluster refused at an exported endpoint because no policy guarding it selects their source, by cluster and policy",
+            None,
+            prometheus_client::metrics::MetricType::Counter,
+        )?;
+        for admission in &report.admissions {
+            for policy in &admission.policies {
+                let labels = [
+                    ("cluster", admission.cluster.as_str()),
+                    ("policy", policy.name.as_str()),
+                ];
+                ConstCounter::new(policy.drops).encode(policy_drops.encode_family(&labels)?)?;
+            }
+        }
         gauge(
             &mut encoder,
             "kubetun_flow_table_capacity",

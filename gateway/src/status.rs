@@ -141,6 +141,15 @@ pub fn status_response(report: &DeviceReport, now_ms: u64) -> proto::StatusRespo
                     .iter()
                     .map(|(reason, count)| ((*reason).to_owned(), *count))
                     .collect(),
+                policies: admission
+                    .policies
+                    .iter()
+                    .map(|policy| proto::PolicyStatus {
+                        name: policy.name.clone(),
+                        sources: u32::try_from(policy.sources).unwrap_or(u32::MAX),
+                        drops: policy.drops,
+                    })
+                    .collect(),
             })
             .collect(),
         flow_table: Some(proto::FlowTableStatus {

@@ -397,6 +397,7 @@ fn desired_state(this: &Side, this_key: Key, other: &Side, other_key: Key) -> De
                 port,
             })
             .collect(),
+            policies: Vec::new(),
         }],
     }
 }

@@ -216,7 +216,12 @@ impl ControlPlanes {
         endpoints: &[TunnelEndpointSpec],
         exports: &[ExportEndpoints],
     ) -> DesiredState {
-        desired_state_with(&self.clusters[index].settings, endpoints, exports)
+        desired_state_with(
+            &self.clusters[index].settings,
+            endpoints,
+            exports,
+            &kubetun_controller::planner::admission::Answers::new(),
+        )
     }
 }
 

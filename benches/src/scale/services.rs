@@ -141,6 +141,7 @@ fn offer(remote: &Remote, index: usize, endpoints: usize) -> ExportedService {
                 .collect(),
         }],
         consumers: None,
+        client_selectors: Vec::new(),
     };
     ExportedService::new(&format!("{namespace}.{name}"), spec)
 }

@@ -39,7 +39,7 @@ pub use error::{ConnectError, error_chain};
 pub use progress::{Progress, TracingProgress};
 pub use publish::{link_owner, network_config};
 pub use request::{Connector, FIELD_MANAGER, LinkOwner, Transit, WaitOptions};
-pub use services_access::{credential_name, reader_name};
+pub use services_access::{credential_name, reader_name, reader_rules};
 pub use state::{Direction, LinkState, describe_views};
 pub use status::{CidrKind, LinkStatus, link_statuses};
 pub use teardown::{forget, reset, wait_removed};

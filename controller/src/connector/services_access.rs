@@ -1,7 +1,8 @@
 //! The credentials of services across clusters: with a link, each cluster may read the other's
 //! exported services and nothing else. In the exporting cluster the connector makes a
 //! ServiceAccount `kubetun-peer-<importer>` whose Role allows `get`, `list` and `watch` of
-//! ExportedServices in kubetun's namespace only, asks for a token, and writes a kubeconfig with
+//! ExportedServices in kubetun's namespace only (and of the one ClientIdentity answering the
+//! importer's policies, `for-<importer>`), asks for a token, and writes a kubeconfig with
 //! it into the importing cluster (Secret `kubetun-services-<exporter>`, labelled
 //! [`CREDENTIAL_LABEL`]). The importer's controller reads its imports with it; it writes only
 //! into its own cluster. Deleting the ServiceAccount (disconnect, reset) revokes the token.
@@ -23,7 +24,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt as _};
 use kubetun_crds::contract::link::{MANAGED_BY_CONNECTOR, MANAGED_BY_LABEL, PEER_LABEL};
 use kubetun_crds::contract::services::{
-    CREDENTIAL_KEY, CREDENTIAL_LABEL, EXPIRES_ANNOTATION, SERVER_ANNOTATION,
+    CREDENTIAL_KEY, CREDENTIAL_LABEL, EXPIRES_ANNOTATION, SERVER_ANNOTATION, identity_name,
 };
 use serde_json::json;
 
@@ -75,10 +76,25 @@ pub(super) async fn grant(
                 t.as_second() > Timestamp::now().as_second() + RENEW_BEFORE.as_secs() as i64
             })
     });
-    if fresh {
-        return Ok(0);
-    }
     let reader = reader_name(importer_id);
+    if fresh {
+        // A credential from before a rule was added gets the rule; the token stays.
+        let roles: Api<Role> = Api::namespaced(exporter.client.clone(), &exporter.namespace);
+        let role = roles
+            .get_opt(&reader)
+            .await
+            .map_err(exporter.api_error::<Role>(exporter_id, "get", &reader))?;
+        if role.and_then(|r| r.rules) == Some(reader_rules(importer_id)) {
+            return Ok(0);
+        }
+        apply(
+            exporter,
+            exporter_id,
+            &reader_role(exporter, &reader, importer_id),
+        )
+        .await?;
+        return Ok(1);
+    }
     let labels = BTreeMap::from([
         (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_CONNECTOR.to_owned()),
         (PEER_LABEL.to_owned(), importer_id.to_owned()),
@@ -101,15 +117,7 @@ pub(super) async fn grant(
     apply(
         exporter,
         exporter_id,
-        &Role {
-            metadata: meta(&reader),
-            rules: Some(vec![PolicyRule {
-                api_groups: Some(vec![kubetun_crds::GROUP.to_owned()]),
-                resources: Some(vec!["exportedservices".to_owned()]),
-                verbs: ["get", "list", "watch"].map(str::to_owned).to_vec(),
-                ..PolicyRule::default()
-            }]),
-        },
+        &reader_role(exporter, &reader, importer_id),
     )
     .await?;
     apply(
@@ -183,6 +191,44 @@ pub(super) async fn grant(
         ),
     );
     Ok(4)
+}
+
+/// What `importer` may do in the exporter: read its ExportedServices, and the one
+/// ClientIdentity that answers `importer`'s own policies (its pods' addresses for
+/// `importer` only: no cluster reads the answer given to another).
+pub fn reader_rules(importer_id: &str) -> Vec<PolicyRule> {
+    let read = || ["get", "list", "watch"].map(str::to_owned).to_vec();
+    vec![
+        PolicyRule {
+            api_groups: Some(vec![kubetun_crds::GROUP.to_owned()]),
+            resources: Some(vec!["exportedservices".to_owned()]),
+            verbs: read(),
+            ..PolicyRule::default()
+        },
+        PolicyRule {
+            api_groups: Some(vec![kubetun_crds::GROUP.to_owned()]),
+            resources: Some(vec!["clientidentities".to_owned()]),
+            resource_names: Some(vec![identity_name(importer_id)]),
+            verbs: read(),
+            ..PolicyRule::default()
+        },
+    ]
+}
+
+/// The reader's Role in the exporter.
+fn reader_role(exporter: &ClusterHandle, reader: &str, importer_id: &str) -> Role {
+    Role {
+        metadata: ObjectMeta {
+            name: Some(reader.to_owned()),
+            namespace: Some(exporter.namespace.clone()),
+            labels: Some(BTreeMap::from([
+                (MANAGED_BY_LABEL.to_owned(), MANAGED_BY_CONNECTOR.to_owned()),
+                (PEER_LABEL.to_owned(), importer_id.to_owned()),
+            ])),
+            ..ObjectMeta::default()
+        },
+        rules: Some(reader_rules(importer_id)),
+    }
 }
 
 /// Removes, on one cluster, the credential for `peer_id`'s services and `peer_id`'s reader

@@ -8,8 +8,13 @@
 
 use std::cmp::Ordering;
 
-use kubetun_crds::{ExportedServiceSpec, Isolation, TunnelEndpointSpec};
+use std::collections::BTreeMap;
 
+use kubetun_crds::{
+    ClientIdentitySpec, ExportedEndpointPort, ExportedServiceSpec, Isolation, TunnelEndpointSpec,
+};
+
+use super::policy::{PolicyPlan, PolicyTally, source_policies};
 use crate::gateway_api::{self, AdmittedEndpoint, Protocol};
 
 /// What one exported Service lets the clusters it is offered to open: the real addresses of
@@ -22,6 +27,9 @@ pub struct ExportEndpoints {
     pub consumers: Option<Vec<String>>,
     /// Its endpoints, sorted and without duplicates.
     pub endpoints: Vec<AdmittedEndpoint>,
+    /// Its ExportPolicies (valid ones), sorted by name; empty: open to every pod of the
+    /// clusters it is offered to.
+    pub policies: Vec<PolicyPlan>,
 }
 
 impl ExportEndpoints {
@@ -30,9 +38,17 @@ impl ExportEndpoints {
     /// be served) with every port of its slice. A slice without ports, a port out of range
     /// and a protocol other than TCP, UDP and SCTP admit nothing (fail closed).
     pub fn of_offer(offer: &ExportedServiceSpec) -> Self {
+        Self::of_ports(offer, |_| true)
+    }
+
+    /// [`ExportEndpoints::of_offer`] for the slice ports `wanted` keeps only.
+    pub fn of_ports(
+        offer: &ExportedServiceSpec,
+        wanted: impl Fn(&ExportedEndpointPort) -> bool,
+    ) -> Self {
         let mut endpoints = Vec::new();
         for slice in &offer.slices {
-            for port in &slice.ports {
+            for port in slice.ports.iter().filter(|port| wanted(port)) {
                 let Some(protocol) = protocol(&port.protocol) else {
                     continue;
                 };
@@ -60,6 +76,7 @@ impl ExportEndpoints {
         Self {
             consumers: offer.consumers.clone(),
             endpoints,
+            policies: Vec::new(),
         }
     }
 
@@ -97,12 +114,18 @@ pub fn link_isolation(own: Option<Isolation>, cluster_default: Isolation) -> Iso
     own.unwrap_or(cluster_default)
 }
 
-/// One admission per TunnelEndpoint in `endpoints` (sorted by cluster id by the caller).
+/// The clusters' answers to this cluster's selectors, by cluster id.
+pub type Answers = BTreeMap<String, ClientIdentitySpec>;
+
+/// One admission per TunnelEndpoint in `endpoints` (sorted by cluster id by the caller), and
+/// per exported cluster and policy naming it what its answer gave.
 pub fn admissions(
     endpoints: &[&TunnelEndpointSpec],
     exports: &[ExportEndpoints],
-) -> Vec<gateway_api::Admission> {
-    endpoints
+    answers: &Answers,
+) -> (Vec<gateway_api::Admission>, Vec<PolicyTally>) {
+    let mut tallies = Vec::new();
+    let admissions = endpoints
         .iter()
         .map(|te| {
             let mut views: Vec<String> = te
@@ -118,16 +141,26 @@ pub fn admissions(
                 .collect();
             views.sort();
             views.dedup();
-            let (isolation, endpoints) = match te.isolation {
-                Isolation::Open => (gateway_api::Isolation::Open, Vec::new()),
+            let (isolation, endpoints, policies) = match te.isolation {
+                Isolation::Open => (gateway_api::Isolation::Open, Vec::new(), Vec::new()),
                 Isolation::Exported => {
-                    let mut admitted: Vec<AdmittedEndpoint> = exports
+                    let offered: Vec<&ExportEndpoints> = exports
                         .iter()
                         .filter(|export| export.offered_to(&te.cluster.id))
+                        .collect();
+                    let mut admitted: Vec<AdmittedEndpoint> = offered
+                        .iter()
                         .flat_map(|export| export.endpoints.iter().cloned())
                         .collect();
                     sort_endpoints(&mut admitted);
-                    (gateway_api::Isolation::Exported, admitted)
+                    let mut plans: Vec<&PolicyPlan> =
+                        offered.iter().flat_map(|e| e.policies.iter()).collect();
+                    plans.sort_by(|a, b| a.name.cmp(&b.name));
+                    plans.dedup_by(|a, b| a.name == b.name);
+                    let (policies, found) =
+                        source_policies(te, &plans, answers.get(&te.cluster.id));
+                    tallies.extend(found);
+                    (gateway_api::Isolation::Exported, admitted, policies)
                 }
             };
             gateway_api::Admission {
@@ -135,7 +168,9 @@ pub fn admissions(
                 isolation: isolation as i32,
                 views,
                 endpoints,
+                policies,
             }
         })
-        .collect()
+        .collect();
+    (admissions, tallies)
 }

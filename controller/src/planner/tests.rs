@@ -1,6 +1,7 @@
 use super::*;
 use crate::ipam::{IpamConfig, rfc1918_pools};
 use crate::keys::GatewayKey;
+use crate::planner::admission::Answers;
 use kube::api::ObjectMeta;
 use kubetun_crds::{ClusterRef, Endpoint};
 
@@ -713,6 +714,7 @@ fn offer(
                 .collect(),
         }],
         consumers: consumers.map(|c| c.iter().map(|s| (*s).to_owned()).collect()),
+        client_selectors: Vec::new(),
     }
 }
 
@@ -750,7 +752,12 @@ fn admissions_one_per_link_open_or_with_the_endpoints_exported_to_that_cluster()
         public_key: key.public_base64().to_owned(),
         ..GatewaySettings::default()
     };
-    let state = desired_state_with(&settings, &[rome.clone(), paris, milan.clone()], &exports);
+    let state = desired_state_with(
+        &settings,
+        &[rome.clone(), paris, milan.clone()],
+        &exports,
+        &Answers::new(),
+    );
     let summary: Vec<(&str, i32, Vec<&str>, usize)> = state
         .admissions
         .iter()
@@ -802,6 +809,7 @@ fn admissions_one_per_link_open_or_with_the_endpoints_exported_to_that_cluster()
             te("paris", "10.204.0.0/16", "10.72.0.0/16", "P"),
         ],
         &exports,
+        &Answers::new(),
     );
     assert_eq!(again, state);
     // The version covers the admissions: an export going changes it.
@@ -813,6 +821,7 @@ fn admissions_one_per_link_open_or_with_the_endpoints_exported_to_that_cluster()
             te("paris", "10.204.0.0/16", "10.72.0.0/16", "P"),
         ],
         &exports[1..],
+        &Answers::new(),
     );
     assert_ne!(fewer.version, state.version);
     assert_eq!(fewer.admissions[2].endpoints.len(), 2);
@@ -842,7 +851,12 @@ fn fallback_and_hub_only_links_are_admitted_at_their_views_on_the_hubs_peer() {
         from_milan.spec.hub_only = hub_only;
         let te = tunnel_endpoint_spec_with(&to_milan, &from_milan, Isolation::Open).unwrap();
         assert_eq!(te.isolation, Isolation::Exported);
-        let state = desired_state_with(&GatewaySettings::default(), &[te, hub.clone()], &exports);
+        let state = desired_state_with(
+            &GatewaySettings::default(),
+            &[te, hub.clone()],
+            &exports,
+            &Answers::new(),
+        );
         let milan = state
             .admissions
             .iter()

@@ -1,5 +1,6 @@
 //! The board between the services operator and the gateway sync: what this cluster exports,
-//! as the endpoints each offer lets its consumers open ([`ExportEndpoints`]). The services
+//! as the endpoints each offer lets its consumers open ([`ExportEndpoints`], with the
+//! policies guarding them), and the linked clusters' answers to those policies. The services
 //! operator [`publish`](ExportBoard::publish)es after every pass that computed its offers; the
 //! gateway sync reads the [`current`](ExportBoard::current) exports into the admissions and
 //! wakes on [`changed`](ExportBoard::changed), so an export appearing or going reaches the
@@ -11,13 +12,23 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::planner::ExportEndpoints;
+use crate::planner::admission::Answers;
+
+/// What the services operator publishes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Exports {
+    /// One per offer, sorted by offer name.
+    pub endpoints: Vec<ExportEndpoints>,
+    /// Each linked cluster's answer to this cluster's policies.
+    pub answers: Answers,
+}
 
 /// This cluster's exports, shared. Unknown until the first publish (the services operator
 /// has not computed its offers yet); [`ExportBoard::publish`] with an empty list when
 /// services across clusters are off.
 #[derive(Debug)]
 pub struct ExportBoard {
-    current: Mutex<Option<Arc<Vec<ExportEndpoints>>>>,
+    current: Mutex<Option<Arc<Exports>>>,
     changed: Notify,
     created: Instant,
 }
@@ -42,7 +53,7 @@ impl ExportBoard {
     /// Replaces the exports (sorted by the caller, so an unchanged world is an unchanged
     /// list); wakes the waiters of [`Self::changed`] and returns true when they differ from
     /// the last ones.
-    pub fn publish(&self, exports: Vec<ExportEndpoints>) -> bool {
+    pub fn publish(&self, exports: Exports) -> bool {
         let mut current = self.current.lock().unwrap_or_else(PoisonError::into_inner);
         if current.as_deref() == Some(&exports) {
             return false;
@@ -54,7 +65,7 @@ impl ExportBoard {
     }
 
     /// The exports as last published; `None` before the first publish.
-    pub fn current(&self) -> Option<Arc<Vec<ExportEndpoints>>> {
+    pub fn current(&self) -> Option<Arc<Exports>> {
         self.current
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -79,13 +90,13 @@ mod tests {
             board.current().is_none(),
             "unknown before the first publish"
         );
-        assert!(board.publish(Vec::new()));
-        assert_eq!(board.current().as_deref(), Some(&Vec::new()));
+        assert!(board.publish(Exports::default()));
+        assert_eq!(board.current().as_deref(), Some(&Exports::default()));
         // The change made while nobody waited is remembered.
         tokio::time::timeout(std::time::Duration::from_millis(100), board.changed())
             .await
             .expect("remembered");
-        assert!(!board.publish(Vec::new()), "unchanged");
+        assert!(!board.publish(Exports::default()), "unchanged");
         assert!(
             tokio::time::timeout(std::time::Duration::from_millis(50), board.changed())
                 .await

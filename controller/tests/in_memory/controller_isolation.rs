@@ -66,10 +66,17 @@ async fn our_own_setting_decides_and_an_exported_state_waits_for_the_exports() {
         protocol: gateway_api::Protocol::Tcp as i32,
         port: 8080,
     };
-    europe.ctx.exports.publish(vec![ExportEndpoints {
-        consumers: None,
-        endpoints: vec![web.clone()],
-    }]);
+    europe
+        .ctx
+        .exports
+        .publish(kubetun_controller::plumbing::exports::Exports {
+            endpoints: vec![ExportEndpoints {
+                consumers: None,
+                endpoints: vec![web.clone()],
+                policies: Vec::new(),
+            }],
+            answers: Default::default(),
+        });
     europe.sync().await;
     let admission = rome_admission(&europe);
     assert_eq!(admission.isolation, gateway_api::Isolation::Exported as i32);

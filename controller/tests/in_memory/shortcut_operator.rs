@@ -371,7 +371,7 @@ async fn the_shortcuts_isolation_reaches_both_leaves_and_leaves_the_hub_links_al
     let topology = seed_topology().await;
     for cluster in [&topology.europe, &topology.rome, &topology.milan] {
         // No services here: nothing is exported.
-        cluster.ctx.exports.publish(Vec::new());
+        cluster.ctx.exports.publish(Default::default());
     }
     let api: Api<ShortcutConnection> = Api::namespaced(topology.europe.client.clone(), NAMESPACE);
     let mut sc = ShortcutConnection::new(

@@ -26,9 +26,9 @@ use crate::realapi_support::{self, NAMESPACE};
 use crate::services_support::*;
 
 /// Milan's controller in-process: reconcilers, gateway sync and services on one context.
-struct Exporter {
-    info: ClusterInfo,
-    gateway: FakeGateway,
+pub(crate) struct Exporter {
+    pub(crate) info: ClusterInfo,
+    pub(crate) gateway: FakeGateway,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -40,7 +40,10 @@ impl Drop for Exporter {
     }
 }
 
-async fn start_exporter(cluster: &kubetun_testenv::TestCluster, isolation: Isolation) -> Exporter {
+pub(crate) async fn start_exporter(
+    cluster: &kubetun_testenv::TestCluster,
+    isolation: Isolation,
+) -> Exporter {
     let key = GatewayKey::generate();
     let info =
         kubetun_controller_testing::cluster_info("milan", "10.70.0.0/16", "10.80.0.0/16", &key);
@@ -99,7 +102,7 @@ fn admits(state: &DesiredState, address: &str, port: u32) -> bool {
 }
 
 /// Waits (≤ 15 s) until the gateway runs a state for which `check` holds.
-async fn until_gateway(
+pub(crate) async fn until_gateway(
     gateway: &FakeGateway,
     what: &str,
     check: impl Fn(&DesiredState) -> bool,
@@ -119,7 +122,7 @@ async fn tunnel_isolation(client: &kube::Client) -> Option<Isolation> {
         .map(|te| te.spec.isolation)
 }
 
-fn median(mut figures: Vec<Duration>) -> Duration {
+pub(crate) fn median(mut figures: Vec<Duration>) -> Duration {
     figures.sort();
     figures[figures.len() / 2]
 }

@@ -31,6 +31,7 @@ mod install;
 mod isolation_cli;
 mod keys;
 mod logging;
+mod policies;
 mod services;
 mod shortcut;
 mod transit;

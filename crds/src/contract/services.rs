@@ -27,6 +27,11 @@ pub const MANAGED_BY: &str = "kubetun.io";
 /// Label of a derived Service: the ServiceImport it serves.
 pub const DERIVED_FOR_LABEL: &str = "net.kubetun.io/service-import";
 
+/// The ClientIdentity in which a client cluster answers `exporter`'s selectors.
+pub fn identity_name(exporter: &str) -> String {
+    format!("for-{exporter}")
+}
+
 /// On a ServiceExport: the comma-separated ids of the clusters that may import it (the MCS
 /// API's ServiceExport has no field for it); absent: every linked cluster.
 pub const CONSUMERS_ANNOTATION: &str = "net.kubetun.io/consumers";

@@ -374,6 +374,23 @@ pub struct AdmissionConfig {
     pub views: Vec<IpNet>,
     /// With [`Isolation::Exported`], what it may open; ignored when open.
     pub endpoints: Vec<AdmittedEndpoint>,
+    /// With [`Isolation::Exported`], which of its pods may open which endpoints: an endpoint
+    /// some policy names opens only to the sources of the policies naming it (none: to
+    /// nobody); one no policy names, to every source of the cluster. Ignored when open.
+    pub policies: Vec<SourcePolicy>,
+}
+
+/// Who of a remote cluster may open some of the endpoints admitted to it: the addresses (as
+/// this gateway sees them, host addresses in the cluster's views) of the pods a policy
+/// selects there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourcePolicy {
+    /// Names its counter (`namespace/name` of the policy); unique within the admission.
+    pub name: String,
+    /// Endpoints of the admission's `endpoints`.
+    pub endpoints: Vec<AdmittedEndpoint>,
+    /// The selected pods' addresses, each inside one of the admission's views.
+    pub sources: Vec<IpAddr>,
 }
 
 impl DesiredState {
@@ -525,6 +542,7 @@ fn validate_admissions(admissions: &[AdmissionConfig]) -> Result<(), StateError>
                 ));
             }
         }
+        validate_policies(admission).map_err(|p| problem(name, p))?;
     }
     views.sort_by_key(|(view, _)| (view.addr().is_ipv6(), view.network(), view.prefix_len()));
     // The prefixes containing the current one, outermost first.
@@ -540,6 +558,38 @@ fn validate_admissions(admissions: &[AdmissionConfig]) -> Result<(), StateError>
             ));
         }
         open.push((view, name));
+    }
+    Ok(())
+}
+
+/// Rejects unnamed or duplicate policies, policies naming an endpoint the admission does not
+/// admit, and sources outside the cluster's views (they could never be its packets).
+fn validate_policies(admission: &AdmissionConfig) -> Result<(), String> {
+    let admitted: HashSet<&AdmittedEndpoint> = admission.endpoints.iter().collect();
+    let mut names = HashSet::new();
+    for policy in &admission.policies {
+        let name = policy.name.as_str();
+        if name.is_empty() {
+            return Err("a policy without a name".into());
+        }
+        if !names.insert(name) {
+            return Err(format!("policy {name}: a second policy of that name"));
+        }
+        if let Some(e) = policy.endpoints.iter().find(|e| !admitted.contains(e)) {
+            return Err(format!(
+                "policy {name}: endpoint {} {:?} {} is not among the admitted endpoints",
+                e.address, e.protocol, e.port
+            ));
+        }
+        if let Some(source) = policy
+            .sources
+            .iter()
+            .find(|source| !admission.views.iter().any(|view| view.contains(*source)))
+        {
+            return Err(format!(
+                "policy {name}: source {source} is in none of the cluster's views"
+            ));
+        }
     }
     Ok(())
 }

@@ -213,6 +213,7 @@ fn admission_of_a(a: &Side, b: &Side, isolation: Isolation) -> AdmissionConfig {
             protocol: Protocol::Tcp,
             port: ENDPOINT_PORT,
         }],
+        policies: Vec::new(),
     }
 }
 

@@ -23,7 +23,7 @@ mod admission_netns_tests;
 
 pub use self::error::{ApplyError, DeviceError};
 pub use self::report::{
-    AdmissionReport, ConnCheckReport, DeviceReport, FlowTableReport, PeerReport,
+    AdmissionReport, ConnCheckReport, DeviceReport, FlowTableReport, PeerReport, PolicyReport,
 };
 
 use std::net::SocketAddr;
@@ -474,6 +474,15 @@ impl Device {
                     isolation: cluster.isolation,
                     endpoints: cluster.endpoints,
                     drops: cluster.drops.snapshot(),
+                    policies: cluster
+                        .policies
+                        .iter()
+                        .map(|policy| PolicyReport {
+                            name: policy.name.clone(),
+                            sources: policy.sources,
+                            drops: policy.drops.load(std::sync::atomic::Ordering::Relaxed),
+                        })
+                        .collect(),
                 })
                 .collect(),
             flow_table: FlowTableReport {

@@ -50,6 +50,19 @@ pub struct AdmissionReport {
     pub endpoints: usize,
     /// Its packets refused, by reason (zeros included).
     pub drops: Vec<(&'static str, u64)>,
+    /// Its source policies.
+    pub policies: Vec<PolicyReport>,
+}
+
+/// One source policy of an exported cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyReport {
+    /// `namespace/name`.
+    pub name: String,
+    /// Sources it selects.
+    pub sources: usize,
+    /// Packets refused at the endpoints it guards.
+    pub drops: u64,
 }
 
 /// A status reading of the flow table.

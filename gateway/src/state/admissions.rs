@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 use crate::proto;
 use kubetun_gateway_core::state::{
-    AdmissionConfig, AdmittedEndpoint, Isolation, Protocol, StateError, parse_cidr,
+    AdmissionConfig, AdmittedEndpoint, Isolation, Protocol, SourcePolicy, StateError, parse_cidr,
 };
 
 /// Parses the request's admissions, naming the cluster and the value in every error.
@@ -47,37 +47,30 @@ fn one(index: usize, admission: proto::Admission) -> Result<AdmissionConfig, Sta
     let endpoints = admission
         .endpoints
         .iter()
-        .map(|endpoint| {
-            let address = endpoint.address.trim().parse::<IpAddr>().map_err(|_| {
-                problem(format!(
-                    "endpoint address {:?} is not an IP address",
-                    endpoint.address
-                ))
-            })?;
-            let protocol = match proto::Protocol::try_from(endpoint.protocol) {
-                Ok(proto::Protocol::Tcp) => Protocol::Tcp,
-                Ok(proto::Protocol::Udp) => Protocol::Udp,
-                Ok(proto::Protocol::Sctp) => Protocol::Sctp,
-                Err(_) => {
-                    return Err(problem(format!(
-                        "endpoint {address}: unknown protocol {} (expected TCP, UDP or SCTP)",
-                        endpoint.protocol
-                    )));
-                }
-            };
-            let port = u16::try_from(endpoint.port)
-                .ok()
-                .filter(|port| *port != 0)
-                .ok_or_else(|| {
-                    problem(format!(
-                        "endpoint {address} {protocol:?}: port {} is out of range 1..=65535",
-                        endpoint.port
-                    ))
-                })?;
-            Ok(AdmittedEndpoint {
-                address,
-                protocol,
-                port,
+        .map(|endpoint| parse_endpoint(endpoint, &problem))
+        .collect::<Result<_, StateError>>()?;
+    let policies = admission
+        .policies
+        .iter()
+        .map(|policy| {
+            let named = |p: String| problem(format!("policy {}: {p}", policy.name));
+            Ok(SourcePolicy {
+                name: policy.name.clone(),
+                endpoints: policy
+                    .endpoints
+                    .iter()
+                    .map(|endpoint| parse_endpoint(endpoint, &named))
+                    .collect::<Result<_, StateError>>()?,
+                sources: policy
+                    .sources
+                    .iter()
+                    .map(|source| {
+                        source
+                            .trim()
+                            .parse::<IpAddr>()
+                            .map_err(|_| named(format!("source {source:?} is not an IP address")))
+                    })
+                    .collect::<Result<_, StateError>>()?,
             })
         })
         .collect::<Result<_, StateError>>()?;
@@ -86,6 +79,45 @@ fn one(index: usize, admission: proto::Admission) -> Result<AdmissionConfig, Sta
         isolation,
         views,
         endpoints,
+        policies,
+    })
+}
+
+/// One endpoint; `problem` names where it stands in an error.
+fn parse_endpoint(
+    endpoint: &proto::AdmittedEndpoint,
+    problem: &dyn Fn(String) -> StateError,
+) -> Result<AdmittedEndpoint, StateError> {
+    let address = endpoint.address.trim().parse::<IpAddr>().map_err(|_| {
+        problem(format!(
+            "endpoint address {:?} is not an IP address",
+            endpoint.address
+        ))
+    })?;
+    let protocol = match proto::Protocol::try_from(endpoint.protocol) {
+        Ok(proto::Protocol::Tcp) => Protocol::Tcp,
+        Ok(proto::Protocol::Udp) => Protocol::Udp,
+        Ok(proto::Protocol::Sctp) => Protocol::Sctp,
+        Err(_) => {
+            return Err(problem(format!(
+                "endpoint {address}: unknown protocol {} (expected TCP, UDP or SCTP)",
+                endpoint.protocol
+            )));
+        }
+    };
+    let port = u16::try_from(endpoint.port)
+        .ok()
+        .filter(|port| *port != 0)
+        .ok_or_else(|| {
+            problem(format!(
+                "endpoint {address} {protocol:?}: port {} is out of range 1..=65535",
+                endpoint.port
+            ))
+        })?;
+    Ok(AdmittedEndpoint {
+        address,
+        protocol,
+        port,
     })
 }
 

@@ -17,6 +17,15 @@ fn admission(cluster: &str, views: &[&str]) -> proto::Admission {
         isolation: proto::Isolation::Exported as i32,
         views: views.iter().map(|v| (*v).into()).collect(),
         endpoints: vec![endpoint("10.0.0.5", proto::Protocol::Tcp, 80)],
+        policies: Vec::new(),
+    }
+}
+
+fn policy(name: &str, sources: &[&str]) -> proto::SourcePolicy {
+    proto::SourcePolicy {
+        name: name.into(),
+        endpoints: vec![endpoint("10.0.0.5", proto::Protocol::Tcp, 80)],
+        sources: sources.iter().map(|s| (*s).into()).collect(),
     }
 }
 
@@ -132,4 +141,56 @@ fn rejects_duplicate_clusters_and_views_that_overlap_another_clusters() {
         &DesiredState::default(),
     )
     .expect("valid");
+}
+
+#[test]
+fn accepts_source_policies_and_rejects_malformed_ones_with_readable_messages() {
+    let mut b = admission("b", &["10.68.0.0/16", "fd68::/64"]);
+    b.policies = vec![
+        policy("shop/web", &["10.68.0.7", "fd68::7"]),
+        policy("shop/none", &[]),
+    ];
+    let state = state_from_proto(request(vec![b]), &DesiredState::default()).expect("valid");
+    let policies = &state.admissions[0].policies;
+    assert_eq!(policies.len(), 2);
+    assert_eq!(policies[0].name, "shop/web");
+    assert_eq!(policies[0].sources.len(), 2);
+    assert!(
+        policies[1].sources.is_empty(),
+        "a policy that selects nothing"
+    );
+
+    let with = |policies: Vec<proto::SourcePolicy>| {
+        let mut b = admission("b", &["10.68.0.0/16"]);
+        b.policies = policies;
+        rejection(vec![b])
+    };
+    assert_eq!(
+        with(vec![policy("shop/web", &["10.68.0.700"])]),
+        "admission b: policy shop/web: source \"10.68.0.700\" is not an IP address"
+    );
+    assert_eq!(
+        with(vec![policy("shop/web", &["10.99.0.7"])]),
+        "admission b: policy shop/web: source 10.99.0.7 is in none of the cluster's views"
+    );
+    assert_eq!(
+        with(vec![policy("shop/web", &[]), policy("shop/web", &[])]),
+        "admission b: policy shop/web: a second policy of that name"
+    );
+    assert_eq!(
+        with(vec![policy("", &[])]),
+        "admission b: a policy without a name"
+    );
+    let mut elsewhere = policy("shop/web", &[]);
+    elsewhere.endpoints[0].port = 81;
+    assert_eq!(
+        with(vec![elsewhere]),
+        "admission b: policy shop/web: endpoint 10.0.0.5 Tcp 81 is not among the admitted endpoints"
+    );
+    let mut port_zero = policy("shop/web", &[]);
+    port_zero.endpoints[0].port = 0;
+    assert_eq!(
+        with(vec![port_zero]),
+        "admission b: policy shop/web: endpoint 10.0.0.5 Tcp: port 0 is out of range 1..=65535"
+    );
 }

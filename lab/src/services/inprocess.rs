@@ -80,6 +80,7 @@ impl InProcess {
         .map_err(|invalid| LabError::Internal(invalid.message))?;
         let offered = ExportedServiceSpec {
             consumers: self.consumers.get(&exporter.id).cloned(),
+            client_selectors: Vec::new(),
             ..offered
         };
         self.offers.insert(exporter.id.clone(), offered);

@@ -182,7 +182,14 @@ fn admission_check(
         return;
     }
     let what = match applied {
-        Isolation::Exported => format!("{} endpoint(s) admitted", admission.endpoints),
+        Isolation::Exported if admission.policies.is_empty() => {
+            format!("{} endpoint(s) admitted", admission.endpoints)
+        }
+        Isolation::Exported => format!(
+            "{} endpoint(s) admitted, {}",
+            admission.endpoints,
+            describe_policies(admission)
+        ),
         Isolation::Open => "open".to_owned(),
     };
     checks.push(
@@ -208,6 +215,22 @@ fn describe_drops(admission: &AdmissionStatus) -> String {
         .collect::<Vec<_>>()
         .join(", ");
     format!("refused: {list}")
+}
+
+/// `policy shop/web selects 3 source(s), refused 12; ...`: who may open the guarded
+/// endpoints.
+fn describe_policies(admission: &AdmissionStatus) -> String {
+    admission
+        .policies
+        .iter()
+        .map(|p| {
+            format!(
+                "policy {} selects {} source(s), refused {}",
+                p.name, p.sources, p.drops
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The gateway's flow table (`flow-table`), or why its status is missing

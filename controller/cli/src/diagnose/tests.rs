@@ -13,7 +13,7 @@ use kubetun_crds::{
 use super::{Check, Outcome, Report, Side, diagnose, render};
 use crate::output;
 use kubetun_controller::gateway_api::{
-    AdmissionStatus, FlowTableStatus, Isolation as GatewayIsolation, StatusResponse,
+    AdmissionStatus, FlowTableStatus, Isolation as GatewayIsolation, PolicyStatus, StatusResponse,
 };
 use kubetun_controller::plumbing::cluster_info::ClusterInfo;
 
@@ -395,6 +395,7 @@ fn export(cluster: &str, name: &str, consumers: Option<&[&str]>) -> ExportedServ
             annotations: BTreeMap::new(),
             slices: Vec::new(),
             consumers: consumers.map(|c| c.iter().map(|id| (*id).to_owned()).collect()),
+            client_selectors: Vec::new(),
         },
     )
 }
@@ -417,6 +418,7 @@ fn gateway_status(cluster: &str, isolation: GatewayIsolation, endpoints: u32) ->
             drops: [("not_exported".to_owned(), 12), ("no_flow".to_owned(), 0)]
                 .into_iter()
                 .collect(),
+            policies: Vec::new(),
         }],
         flow_table: Some(FlowTableStatus {
             capacity: 65536,
@@ -538,6 +540,21 @@ fn the_gateway_status_adds_refusals_and_the_flow_table() {
         table.detail.starts_with("40 of 65536 slots in use"),
         "{}",
         table.detail
+    );
+
+    // Source policies: who they select and what they refused.
+    let mut status = gateway_status("rome", GatewayIsolation::Exported, 3);
+    status.admissions[0].policies = vec![PolicyStatus {
+        name: "shop/web".into(),
+        sources: 2,
+        drops: 5,
+    }];
+    local.gateway = Some(Ok(status));
+    let report = diagnose(&local, Some(&remote), None, NOW);
+    assert_eq!(
+        check(&report, "local", "admission").detail,
+        "gateway: 3 endpoint(s) admitted, policy shop/web selects 2 source(s), refused 5; \
+         refused: not_exported 12"
     );
 
     // A full table is a warning that says what happened to the new connections.

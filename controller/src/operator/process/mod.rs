@@ -136,7 +136,7 @@ pub async fn run(client: kube::Client, options: Options) -> Result<(), ProcessEr
             services::sync::run(ctx.clone(), dns_table.clone(), metrics.services.clone()).await;
         } else {
             // Nothing is exported: `exported` links admit no connection.
-            ctx.exports.publish(Vec::new());
+            ctx.exports.publish(Default::default());
         }
         std::future::pending().await
     };

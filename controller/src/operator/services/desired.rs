@@ -309,6 +309,7 @@ mod tests {
                 }],
             }],
             consumers: None,
+            client_selectors: Vec::new(),
         }
     }
 

@@ -6,7 +6,8 @@
 //! selector-less Service (its ClusterIP is the ClusterSetIP) and EndpointSlices in its own
 //! views of the exporters' addresses ([`desired`]), merged by KEP-1645's rules
 //! ([`merge`]). It answers `clusterset.local` DNS from those imports ([`dns`]). Pure core:
-//! [`offer`], [`merge`], [`desired`], [`dns`]; IO shell: [`sync`], [`dns_server`].
+//! [`offer`], [`merge`], [`desired`], [`dns`]; IO shell: [`sync`], [`dns_server`], and
+//! `policies` (ExportPolicies: the selectors offers carry, the answers clients give).
 
 pub mod desired;
 pub mod dns;
@@ -15,4 +16,5 @@ mod import;
 pub mod merge;
 pub mod metrics;
 pub mod offer;
+mod policies;
 pub mod sync;

@@ -186,6 +186,7 @@ pub fn offer(
         annotations: request.annotations.clone(),
         slices: exported_slices,
         consumers,
+        client_selectors: Vec::new(),
     };
     // The offer is one object: past etcd's object size it could not be written at all.
     let size = serde_json::to_vec(&offered).map_or(usize::MAX, |json| json.len());

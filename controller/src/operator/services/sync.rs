@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt as _, StreamExt as _};
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -21,10 +21,13 @@ use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Resource as _, ResourceExt as _};
 use kubetun_crds::contract::services::{
     CONSUMERS_ANNOTATION, CREDENTIAL_KEY, CREDENTIAL_LABEL, KUBE_SERVICE_NAME_LABEL, MANAGED_BY,
-    MANAGED_BY_LABEL, MANAGED_LABEL,
+    MANAGED_BY_LABEL, MANAGED_LABEL, identity_name,
 };
 use kubetun_crds::mcs::v1beta1::{ServiceExport, ServiceExportStatus, ServiceImport};
-use kubetun_crds::{ExportedService, ExportedServiceSpec, TunnelEndpoint};
+use kubetun_crds::{
+    ClientIdentity, ClientSelector, ExportPolicy, ExportedService, ExportedServiceSpec,
+    TunnelEndpoint,
+};
 use tokio::sync::Notify;
 
 use super::desired::{AddressViews, DesiredImport, Source, desired_imports};
@@ -32,8 +35,11 @@ use super::desired::{AddressViews, DesiredImport, Source, desired_imports};
 use super::dns_server::SharedTable;
 use super::metrics::ServiceMetrics;
 use super::offer::{ExportRequest, offer, offered_to};
+use super::policies::Plans;
 use crate::operator::network_config::context::Context;
 use crate::planner::ExportEndpoints;
+use crate::planner::admission::Answers;
+use crate::plumbing::exports::Exports;
 use crate::plumbing::kubeconfig::peer_client;
 use crate::plumbing::runtime::{self, ApiHealth};
 
@@ -64,13 +70,19 @@ pub(super) struct Local {
     pub(super) credentials: Store<Secret>,
     pub(super) tunnels: Store<TunnelEndpoint>,
     pub(super) namespaces: Store<Namespace>,
+    /// ExportPolicies, and the answers this cluster gives; `None` where their CRDs are
+    /// missing ([`super::policies::available`]).
+    pub(super) policies: Option<Store<ExportPolicy>>,
+    pub(super) answers: Option<Store<ClientIdentity>>,
 }
 
-/// A linked cluster's ExportedServices, watched with its credential.
+/// A linked cluster's ExportedServices and its answer to this cluster's policies, watched
+/// with its credential.
 struct Peer {
     credential: u64,
     offers: Store<ExportedService>,
-    task: tokio::task::JoinHandle<()>,
+    answer: Option<Store<ClientIdentity>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
     started: tokio::time::Instant,
 }
 
@@ -89,7 +101,9 @@ fn ready<K: kube::Resource<DynamicType = ()> + Clone>(store: &Store<K>) -> bool 
 
 impl Drop for Peer {
     fn drop(&mut self) {
-        self.task.abort();
+        for task in &self.tasks {
+            task.abort();
+        }
     }
 }
 
@@ -159,8 +173,32 @@ pub async fn run(ctx: Arc<Context>, dns: SharedTable, metrics: ServiceMetrics) {
             &ctx.health,
             &changed,
         ),
-        namespaces: watch(Api::all(client.clone()), all, &ctx.health, &changed),
+        namespaces: watch(Api::all(client.clone()), all.clone(), &ctx.health, &changed),
+        policies: None,
+        answers: None,
     };
+    let mut local = local;
+    if super::policies::available(client, ns).await {
+        local.policies = Some(watch(
+            Api::all(client.clone()),
+            all.clone(),
+            &ctx.health,
+            &changed,
+        ));
+        local.answers = Some(watch(
+            Api::namespaced(client.clone(), ns),
+            all,
+            &ctx.health,
+            &changed,
+        ));
+    }
+    let policy_stores = [
+        local
+            .policies
+            .as_ref()
+            .map(|s| s.wait_until_ready().boxed()),
+        local.answers.as_ref().map(|s| s.wait_until_ready().boxed()),
+    ];
     // Nothing is written before this cluster's own state is known.
     for ready in [
         local.exports.wait_until_ready().boxed(),
@@ -172,7 +210,10 @@ pub async fn run(ctx: Arc<Context>, dns: SharedTable, metrics: ServiceMetrics) {
         local.credentials.wait_until_ready().boxed(),
         local.tunnels.wait_until_ready().boxed(),
         local.namespaces.wait_until_ready().boxed(),
-    ] {
+    ]
+    .into_iter()
+    .chain(policy_stores.into_iter().flatten())
+    {
         if ready.await.is_err() {
             return;
         }
@@ -182,6 +223,7 @@ pub async fn run(ctx: Arc<Context>, dns: SharedTable, metrics: ServiceMetrics) {
         ctx: ctx.clone(),
         local,
         peers: HashMap::new(),
+        pods: None,
         written: HashMap::new(),
         cluster_ips: HashMap::new(),
         dns,
@@ -255,6 +297,8 @@ pub(super) struct Pass {
     pub(super) ctx: Arc<Context>,
     pub(super) local: Local,
     peers: HashMap<String, Peer>,
+    /// This cluster's pods, watched from the first time an exporter asks about them.
+    pods: Option<Store<Pod>>,
     /// Hash of what was last written per object, so a pass writes only what changed.
     pub(super) written: HashMap<String, u64>,
     /// The ClusterIPs of the derived Services, by import.
@@ -266,18 +310,40 @@ pub(super) struct Pass {
 
 impl Pass {
     async fn pass(&mut self) -> Result<(), kube::Error> {
-        let offers = self.export().await?;
+        let (offers, plans) = self.export().await?;
+        self.follow_peers().await;
         // The gateway's admissions follow the offers (sorted by name: an unchanged world is
-        // an unchanged list, and no Apply).
-        let exports: Vec<ExportEndpoints> =
-            offers.values().map(ExportEndpoints::of_offer).collect();
-        if self.ctx.exports.publish(exports) {
+        // an unchanged list, and no Apply), guarded by their policies with the peers' answers.
+        let exports: Vec<ExportEndpoints> = offers
+            .iter()
+            .map(|(name, offer)| {
+                let mut endpoints = ExportEndpoints::of_offer(offer);
+                endpoints.policies = plans.by_offer.get(name).cloned().unwrap_or_default();
+                endpoints
+            })
+            .collect();
+        let own_id = self.ctx.cluster.cluster.id.clone();
+        let answers: Answers = self
+            .peers
+            .iter()
+            .filter_map(|(id, peer)| {
+                let answer = peer.answer.as_ref()?.state().into_iter().find(|a| {
+                    a.name_any() == identity_name(&own_id) && a.spec.exporter == own_id
+                })?;
+                Some((id.clone(), answer.spec.clone()))
+            })
+            .collect();
+        let published = Exports {
+            endpoints: exports.clone(),
+            answers: answers.clone(),
+        };
+        if self.ctx.exports.publish(published) {
             tracing::debug!(
                 offers = offers.len(),
                 "services: exports published to the gateway sync"
             );
         }
-        self.follow_peers().await;
+        self.policy_status(&plans, &exports, &answers).await?;
         // Imports are computed from every peer's offers or not at all: a peer whose first list
         // has not arrived (a restart, a slow API server) would otherwise look like a peer that
         // exports nothing, and its imports would be deleted and made again.
@@ -332,6 +398,21 @@ impl Pass {
                 }
             }
         }
+        let asked: BTreeMap<String, Vec<ClientSelector>> = peer_offers
+            .iter()
+            .map(|(id, offers)| {
+                let selectors = offers
+                    .iter()
+                    .filter(|offer| {
+                        offer.spec.cluster.id == *id && offered_to(&offer.spec, &local_id)
+                    })
+                    .flat_map(|offer| offer.spec.client_selectors.iter().cloned())
+                    .filter(|s| s.clusters.contains(&local_id))
+                    .collect();
+                (id.clone(), selectors)
+            })
+            .collect();
+        self.answer(asked).await?;
         let imports = desired_imports(&sources);
         self.metrics.exports.set(offers.len() as i64);
         self.metrics.peers.set(self.peers.len() as i64);
@@ -341,7 +422,9 @@ impl Pass {
 
     /// This cluster's offers: ExportedServices written for valid exports, removed for the
     /// rest; `Valid=False` conditions for the invalid ones. Returns the offers by name.
-    async fn export(&mut self) -> Result<BTreeMap<String, ExportedServiceSpec>, kube::Error> {
+    async fn export(
+        &mut self,
+    ) -> Result<(BTreeMap<String, ExportedServiceSpec>, Plans), kube::Error> {
         let cluster = self.ctx.cluster.cluster.clone();
         // Indexed once per pass: the exports look their Service and slices up by name.
         let services: HashMap<(String, String), Arc<Service>> = self
@@ -361,6 +444,7 @@ impl Pass {
             }
         }
         let mut offers = BTreeMap::new();
+        let mut plans = Plans::default();
         for export in self.local.exports.state() {
             let namespace = export.namespace().unwrap_or_default();
             let name = export.name_any();
@@ -384,8 +468,10 @@ impl Pass {
                 consumers: export.annotations().get(CONSUMERS_ANNOTATION).cloned(),
             };
             match offer(&cluster, &request, service.map(AsRef::as_ref), &own_slices) {
-                Ok(spec) => {
-                    offers.insert(format!("{namespace}.{name}"), spec);
+                Ok(mut spec) => {
+                    let offer_name = format!("{namespace}.{name}");
+                    self.guard(&offer_name, &mut spec, &mut plans);
+                    offers.insert(offer_name, spec);
                 }
                 Err(invalid) => {
                     let conditions = vec![
@@ -409,7 +495,7 @@ impl Pass {
                     .remove(&key::<ExportedService>("", &stale.name_any()));
             }
         }
-        Ok(offers)
+        Ok((offers, plans))
     }
 
     /// `Valid`, `Ready` and `Conflict` of this cluster's valid exports.
@@ -573,29 +659,35 @@ impl Pass {
             };
             match peer_client(kubeconfig).await {
                 Ok(client) => {
-                    let (reader, writer) = reflector::store();
-                    let changed = self.changed.clone();
                     let health = ApiHealth::new(client.clone());
                     // The exporter's kubetun namespace is the credential's context namespace.
-                    let api: Api<ExportedService> = Api::default_namespaced(client);
-                    let stream = runtime::watch(
-                        api,
+                    let (offers, offers_task) = self.follow(
+                        Api::<ExportedService>::default_namespaced(client.clone()),
                         watcher::Config::default(),
                         &health,
                         "peer ExportedServices",
-                    )
-                    .reflect(writer);
-                    let task = tokio::spawn(stream.for_each(move |_| {
-                        changed.notify_one();
-                        std::future::ready(())
-                    }));
+                    );
+                    let mut tasks = vec![offers_task];
+                    // The peer's answer to this cluster: the one object its credential reads.
+                    let answer = self.local.policies.is_some().then(|| {
+                        let name = identity_name(&self.ctx.cluster.cluster.id);
+                        let (answer, task) = self.follow(
+                            Api::<ClientIdentity>::default_namespaced(client),
+                            watcher::Config::default().fields(&format!("metadata.name={name}")),
+                            &health,
+                            "peer ClientIdentity",
+                        );
+                        tasks.push(task);
+                        answer
+                    });
                     tracing::info!(peer = %id, "services: following the peer's exports");
                     self.peers.insert(
                         id,
                         Peer {
                             credential: hash(kubeconfig),
-                            offers: reader,
-                            task,
+                            offers,
+                            answer,
+                            tasks,
                             started: tokio::time::Instant::now(),
                         },
                     );
@@ -608,8 +700,57 @@ impl Pass {
         }
     }
 
+    /// A reflector of a peer's `api`, waking a pass on every event; its task.
+    fn follow<K>(
+        &self,
+        api: Api<K>,
+        config: watcher::Config,
+        health: &ApiHealth,
+        what: &'static str,
+    ) -> (Store<K>, tokio::task::JoinHandle<()>)
+    where
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + Sync
+            + 'static,
+    {
+        let (reader, writer) = reflector::store();
+        let changed = self.changed.clone();
+        let stream = runtime::watch(api, config, health, what).reflect(writer);
+        let task = tokio::spawn(stream.for_each(move |_| {
+            changed.notify_one();
+            std::future::ready(())
+        }));
+        (reader, task)
+    }
+
+    /// This cluster's pods once their first list arrived; starts their watch the first
+    /// time (and returns `None` until then: the list wakes a pass).
+    pub(super) fn pods(&mut self) -> Option<&Store<Pod>> {
+        if self.pods.is_none() {
+            tracing::info!(
+                "services: a linked cluster's policies ask about this cluster's pods; watching them"
+            );
+            self.pods = Some(watch(
+                Api::all(self.ctx.client.clone()),
+                watcher::Config::default(),
+                &self.ctx.health,
+                &self.changed,
+            ));
+        }
+        self.pods.as_ref().filter(|store| ready(store))
+    }
+
     /// Server-side applies `object` unless it is what was last written.
-    async fn apply<K>(&mut self, api: &Api<K>, name: &str, object: &K) -> Result<(), kube::Error>
+    pub(super) async fn apply<K>(
+        &mut self,
+        api: &Api<K>,
+        name: &str,
+        object: &K,
+    ) -> Result<(), kube::Error>
     where
         K: kube::Resource<DynamicType = ()>
             + Clone

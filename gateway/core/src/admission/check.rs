@@ -2,7 +2,7 @@
 //! remap rewrote its source to a view; [`Admissions::egress`] records the flow a packet
 //! from the TUN device opens, before the remap rewrites its destination view.
 
-use super::allowed::{Admissions, UNADMITTED};
+use super::allowed::{Admissions, Endpoint, UNADMITTED, Verdict};
 use super::flows::{FlowKey, FlowState, FlowTable};
 use super::reasons::AdmissionDrop;
 use super::tuple::{self, Kind, TcpFlags, Tuple};
@@ -14,9 +14,10 @@ impl Admissions {
     /// device. A refused one is counted on its cluster and gets no answer.
     ///
     /// From a cluster without an admission, or an open one: yes. From an exported one:
-    /// (a) a connection to one of its endpoints; (b) an ICMP echo request to an endpoint's
-    /// address (so `ping` diagnoses an export; it reveals nothing a TCP connect would
-    /// not); (c) the reply direction of a flow this cluster opened (the flow table);
+    /// (a) a connection to one of its endpoints, from a source the endpoint's policies
+    /// select if any names it; (b) an ICMP echo request to an endpoint's address, from a
+    /// source one of its endpoints admits (so `ping` diagnoses an export; it reveals nothing
+    /// a TCP connect would not); (c) the reply direction of a flow this cluster opened (the flow table);
     /// (d) an ICMP error quoting a packet we sent on an admitted flow, either a flow of the
     /// table or a reply from one of its endpoints (path MTU discovery depends on it);
     /// (e) transit: at a hub, a packet towards another remote cluster's view is the
@@ -67,7 +68,8 @@ impl Admissions {
                 dst_port,
                 flags,
             } => {
-                if self.admits(index, t.v6, t.dst, protocol, dst_port) {
+                let verdict = self.admits(index, inbound(t, protocol, dst_port));
+                if verdict == Verdict::Admitted {
                     return Ok(());
                 }
                 let key = reply_key(t, protocol, dst_port, src_port);
@@ -76,12 +78,15 @@ impl Admissions {
                 } else {
                     flows.touch(&key, now, |state| state)
                 };
-                admitted.then_some(()).ok_or(AdmissionDrop::NotExported)
+                if admitted {
+                    return Ok(());
+                }
+                Err(self.refusal(index, verdict))
             }
-            Kind::EchoRequest { .. } => self
-                .admits(index, t.v6, t.dst, 0, 0)
-                .then_some(())
-                .ok_or(AdmissionDrop::NotExported),
+            Kind::EchoRequest { .. } => match self.admits(index, inbound(t, 0, 0)) {
+                Verdict::Admitted => Ok(()),
+                verdict => Err(self.refusal(index, verdict)),
+            },
             Kind::EchoReply { protocol, id } => flows
                 .touch(&reply_key(t, protocol, id, 0), now, |state| state)
                 .then_some(())
@@ -95,9 +100,17 @@ impl Admissions {
                     local_port: quoted.src_port,
                     remote_port: quoted.dst_port,
                 };
+                // Or one of our endpoints' replies to a source it admits.
+                let reply = Endpoint {
+                    v6: t.v6,
+                    address: quoted.src,
+                    protocol: quoted.protocol,
+                    port: quoted.src_port,
+                    source: quoted.dst,
+                };
                 let ours = flows.contains(&key, now)
                     || (tuple::has_ports(quoted.protocol)
-                        && self.admits(index, t.v6, quoted.src, quoted.protocol, quoted.src_port));
+                        && self.admits(index, reply) == Verdict::Admitted);
                 ours.then_some(()).ok_or(AdmissionDrop::UnrelatedIcmp)
             }
             Kind::IcmpError(None) | Kind::OtherIcmp => Err(AdmissionDrop::UnrelatedIcmp),
@@ -149,7 +162,10 @@ impl Admissions {
                         return true;
                     }
                     flows.record(&key, FlowState::SynSent, now)
-                } else if exported && self.admits(index, t.v6, t.src, protocol, src_port) {
+                } else if exported
+                    && self.admits(index, outbound_reply(&t, protocol, src_port))
+                        == Verdict::Admitted
+                {
                     return true; // a reply of the export
                 } else {
                     flows.record(&key, FlowState::Other, now)
@@ -168,6 +184,46 @@ impl Admissions {
         tracing::trace!(cluster = %cluster.name, "flow table full");
         cluster.drops.count(AdmissionDrop::FlowTableFull);
         false
+    }
+}
+
+impl Admissions {
+    /// The reason to refuse a packet that `verdict` did not admit (and no flow admitted),
+    /// counted on the policy guarding the endpoint if that is why.
+    #[inline]
+    fn refusal(&self, index: u32, verdict: Verdict) -> AdmissionDrop {
+        match verdict {
+            Verdict::NotSelected(group) => {
+                self.count_policy_drop(index, group);
+                AdmissionDrop::NotSelected
+            }
+            _ => AdmissionDrop::NotExported,
+        }
+    }
+}
+
+/// The endpoint an inbound packet opens (its destination) and its source.
+#[inline]
+fn inbound(t: &Tuple, protocol: u8, port: u16) -> Endpoint {
+    Endpoint {
+        v6: t.v6,
+        address: t.dst,
+        protocol,
+        port,
+        source: t.src,
+    }
+}
+
+/// The endpoint an outbound packet would be the reply of (its source) and the remote it
+/// answers.
+#[inline]
+fn outbound_reply(t: &Tuple, protocol: u8, port: u16) -> Endpoint {
+    Endpoint {
+        v6: t.v6,
+        address: t.src,
+        protocol,
+        port,
+        source: t.dst,
     }
 }
 

@@ -21,4 +21,6 @@ pub mod reasons;
 mod tuple;
 
 #[cfg(test)]
+mod policy_tests;
+#[cfg(test)]
 mod tests;

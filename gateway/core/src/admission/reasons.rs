@@ -8,6 +8,9 @@ pub enum AdmissionDrop {
     /// A connection (TCP, UDP, SCTP) or an ICMP echo request to an address and port not
     /// exported to the cluster, that is not the reply of a flow this cluster opened either.
     NotExported,
+    /// A connection or echo request to an exported endpoint whose policies do not select the
+    /// source pod.
+    NotSelected,
     /// An ICMP error quoting a packet of no admitted flow, an echo reply to no echo request
     /// of ours, or another ICMP message (redirect, timestamp, ...).
     UnrelatedIcmp,
@@ -25,8 +28,9 @@ pub enum AdmissionDrop {
 
 impl AdmissionDrop {
     /// Every reason, in counter order.
-    pub const ALL: [AdmissionDrop; 6] = [
+    pub const ALL: [AdmissionDrop; 7] = [
         AdmissionDrop::NotExported,
+        AdmissionDrop::NotSelected,
         AdmissionDrop::UnrelatedIcmp,
         AdmissionDrop::OtherProtocol,
         AdmissionDrop::Fragment,
@@ -38,6 +42,7 @@ impl AdmissionDrop {
     pub const fn as_str(self) -> &'static str {
         match self {
             AdmissionDrop::NotExported => "not_exported",
+            AdmissionDrop::NotSelected => "not_selected",
             AdmissionDrop::UnrelatedIcmp => "unrelated_icmp",
             AdmissionDrop::OtherProtocol => "other_protocol",
             AdmissionDrop::Fragment => "fragment",

@@ -27,14 +27,14 @@ const U: [u8; 4] = [10, 72, 0, 7];
 const POD6: [u8; 16] = [0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5];
 const B6: [u8; 16] = [0xfd, 0x68, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7];
 
-fn at(secs: u64) -> Now {
+pub(super) fn at(secs: u64) -> Now {
     Now {
         unix_ms: 0,
         mono_us: secs * 1_000_000,
     }
 }
 
-fn endpoint(address: &str, protocol: Protocol, port: u16) -> AdmittedEndpoint {
+pub(super) fn endpoint(address: &str, protocol: Protocol, port: u16) -> AdmittedEndpoint {
     AdmittedEndpoint {
         address: address.parse::<IpAddr>().expect("address"),
         protocol,
@@ -42,12 +42,13 @@ fn endpoint(address: &str, protocol: Protocol, port: u16) -> AdmittedEndpoint {
     }
 }
 
-fn admission(cluster: &str, isolation: Isolation, views: &[&str]) -> AdmissionConfig {
+pub(super) fn admission(cluster: &str, isolation: Isolation, views: &[&str]) -> AdmissionConfig {
     AdmissionConfig {
         cluster: cluster.to_owned(),
         isolation,
         views: views.iter().map(|v| v.parse().expect("view")).collect(),
         endpoints: Vec::new(),
+        policies: Vec::new(),
     }
 }
 
@@ -104,14 +105,14 @@ impl Fixture {
 }
 
 #[derive(Clone, Copy)]
-enum Tcp {
+pub(super) enum Tcp {
     Syn,
     SynAck,
     Ack,
     Fin,
 }
 
-fn tcp(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, flags: Tcp) -> Vec<u8> {
+pub(super) fn tcp(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, flags: Tcp) -> Vec<u8> {
     let builder = PacketBuilder::ipv4(src, dst, 64).tcp(sport, dport, 1, 1000);
     let builder = match flags {
         Tcp::Syn => builder.syn(),
@@ -124,7 +125,7 @@ fn tcp(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16, flags: Tcp) -> Vec<u8
     packet
 }
 
-fn udp(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
+pub(super) fn udp(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
     let mut packet = Vec::new();
     PacketBuilder::ipv4(src, dst, 64)
         .udp(sport, dport)
@@ -139,7 +140,7 @@ fn sctp(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
     packet
 }
 
-fn echo(src: [u8; 4], dst: [u8; 4], id: u16, request: bool) -> Vec<u8> {
+pub(super) fn echo(src: [u8; 4], dst: [u8; 4], id: u16, request: bool) -> Vec<u8> {
     let builder = PacketBuilder::ipv4(src, dst, 64);
     let builder = if request {
         builder.icmpv4_echo_request(id, 1)
@@ -152,7 +153,7 @@ fn echo(src: [u8; 4], dst: [u8; 4], id: u16, request: bool) -> Vec<u8> {
 }
 
 /// An ICMP error from `src` to `dst` quoting `quoted` (type 3 code 4: fragmentation needed).
-fn icmp_error(src: [u8; 4], dst: [u8; 4], kind: u8, quoted: &[u8]) -> Vec<u8> {
+pub(super) fn icmp_error(src: [u8; 4], dst: [u8; 4], kind: u8, quoted: &[u8]) -> Vec<u8> {
     let mut packet = Vec::new();
     PacketBuilder::ipv4(src, dst, 64)
         .icmpv4_raw(kind, 4, [0, 0, 5, 0x78])

@@ -30,6 +30,7 @@ fn admission_of_a(isolation: Isolation) -> AdmissionConfig {
             protocol: Protocol::Udp,
             port: 53,
         }],
+        policies: Vec::new(),
     }
 }
 

@@ -148,10 +148,12 @@ impl GatewaySync {
                 error: Some("waiting for this cluster's exports".to_owned()),
             });
         }
+        let none = planner::admission::Answers::new();
         let desired = planner::desired_state_with(
             &self.ctx.gateway_settings(),
             &specs,
-            exports.as_deref().map_or(&[], Vec::as_slice),
+            exports.as_ref().map_or(&[][..], |e| e.endpoints.as_slice()),
+            exports.as_ref().map_or(&none, |e| &e.answers),
         );
         let version = desired.version.clone();
         let peers = desired.peers.len();

@@ -27,6 +27,7 @@ fn offer(cluster: &str, second: i64, type_: ServiceImportType) -> ExportedServic
         annotations: Default::default(),
         slices: Vec::new(),
         consumers: None,
+        client_selectors: Vec::new(),
     }
 }
 
