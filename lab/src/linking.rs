@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::time::Instant;
 
-use kubetun_controller::planner::ExportEndpoints;
+use kubetun_controller::plumbing::exports::Exports;
 use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use kubetun_crds::Isolation;
 
@@ -33,7 +33,7 @@ pub(super) struct RunningLab<'a> {
     pub(super) checks: Vec<Check>,
     /// In-process: what each cluster exports (by cluster index), what its gateway admits
     /// from the clusters it is offered to; the services demo sets it.
-    pub(super) exports: Vec<Vec<ExportEndpoints>>,
+    pub(super) exports: Vec<Exports>,
 }
 
 impl RunningLab<'_> {
@@ -315,8 +315,11 @@ impl RunningLab<'_> {
                 cluster: name.clone(),
                 error: Box::new(error),
             })?;
-        let exports = self.exports.get(index).map_or(&[][..], Vec::as_slice);
-        let desired = self.planes.desired_state(index, &endpoints, exports);
+        let none = Exports::default();
+        let exports = self.exports.get(index).unwrap_or(&none);
+        let desired =
+            self.planes
+                .desired_state(index, &endpoints, &exports.endpoints, &exports.answers);
         let version = desired.version.clone();
         let peers = desired.peers.len();
         let response = self

@@ -13,6 +13,7 @@ use kubetun_controller::connector::transit::path_through;
 use kubetun_controller::gateway_api::DesiredState;
 use kubetun_controller::ipam::{Ipam, IpamConfig, rfc1918_pools};
 use kubetun_controller::keys::GatewayKey;
+use kubetun_controller::planner::admission::Answers;
 use kubetun_controller::planner::{
     ExportEndpoints, GatewaySettings, PlanError, check_addressing, desired_state_with,
     local_config_name, process_network_config, remote_config_name, transit_annotation,
@@ -209,19 +210,16 @@ impl ControlPlanes {
         self.clusters[index].settings.isolation = isolation;
     }
 
-    /// The gateway state of cluster `index` for `endpoints`, with what it exports.
+    /// The gateway state of cluster `index` for `endpoints`, with what it exports and the
+    /// linked clusters' answers to its policies.
     pub fn desired_state(
         &self,
         index: usize,
         endpoints: &[TunnelEndpointSpec],
         exports: &[ExportEndpoints],
+        answers: &Answers,
     ) -> DesiredState {
-        desired_state_with(
-            &self.clusters[index].settings,
-            endpoints,
-            exports,
-            &kubetun_controller::planner::admission::Answers::new(),
-        )
+        desired_state_with(&self.clusters[index].settings, endpoints, exports, answers)
     }
 }
 
@@ -360,7 +358,7 @@ mod tests {
         assert_eq!(after.len(), 2);
         assert_eq!(after[0], before[0]);
         assert_eq!(after[1].cluster.id, "milan");
-        let state = planes.desired_state(1, &after, &[]);
+        let state = planes.desired_state(1, &after, &[], &Answers::new());
         assert_eq!(state.peers.len(), 2);
         assert!(state.interface.unwrap().manage_routes);
     }

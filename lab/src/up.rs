@@ -3,6 +3,7 @@
 use std::io::Write;
 use std::path::Path;
 
+use kubetun_controller::plumbing::exports::Exports;
 use kubetun_controller::plumbing::gateway_client::GatewayClient;
 use serde::Serialize;
 
@@ -155,7 +156,7 @@ pub fn up(options: &LabOptions, out: &mut dyn Write) -> Result<UpReport, LabErro
         runtime: &runtime,
         clients: &clients,
         checks: Vec::new(),
-        exports: vec![Vec::new(); topology.clusters.len()],
+        exports: vec![Exports::default(); topology.clusters.len()],
     };
 
     if options.apiserver {

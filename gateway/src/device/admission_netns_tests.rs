@@ -7,7 +7,9 @@
 //! to exported; A's connection to the endpoint works; to another port of the same pod it
 //! does not (B refuses it before the TUN write: no reset, the connect times out) and B's
 //! status counts it as `not_exported`; a connection B's pod opens to A after the switch
-//! works (its replies are admitted by the flow table).
+//! works (its replies are admitted by the flow table); a policy guarding the endpoint serves
+//! the pod it selects, cuts an established connection off once it no longer does
+//! (`not_selected`, counted on the policy) and serves a new one once it does again.
 //!
 //! Needs root, `/dev/net/tun` and iproute2; without them it prints why and passes, unless
 //! `CI=true`. Namespaces are named `adm-a-<pid>` and `adm-b-<pid>` and deleted on drop.
@@ -26,7 +28,7 @@ use crate::io_options::IoOptions;
 use kubetun_gateway_core::key::Key;
 use kubetun_gateway_core::state::{
     AdmissionConfig, AdmittedEndpoint, DesiredState, Endpoint, InterfaceConfig, Isolation,
-    PeerConfig, Protocol, RouteConfig,
+    PeerConfig, Protocol, RouteConfig, SourcePolicy,
 };
 
 const TUN: &str = "ktadm0";
@@ -419,5 +421,33 @@ fn an_exported_cluster_reaches_only_its_endpoint_and_our_flows_replies() {
     let flows = gateway_b.device.report().flow_table;
     assert!(flows.in_use >= 2, "B's flows are recorded: {flows:?}");
     round_trip(&mut opened_while_open, b"still\n").expect("still carried");
+
+    // A policy selecting A's pod guards the endpoint: the connection carries on. Relabelled
+    // away (the policy selects nothing), its next segment is refused as not_selected and
+    // the echo never comes; selected again, a new connection works.
+    let policy = |sources: Vec<std::net::IpAddr>| {
+        let mut state = state(&b, key_b, &a, key_a);
+        let mut admission = admission_of_a(&a, &b, Isolation::Exported);
+        admission.policies = vec![SourcePolicy {
+            name: "shop/frontend".into(),
+            endpoints: admission.endpoints.clone(),
+            sources,
+        }];
+        state.admissions = vec![admission];
+        state
+    };
+    gateway_b.apply(policy(vec![a.viewed.into()]));
+    round_trip(&mut to_endpoint, b"selected\n").expect("the selected pod is served");
+    gateway_b.apply(policy(Vec::new()));
+    let before = gateway_b.refused("cluster-a", "not_selected");
+    round_trip(&mut to_endpoint, b"relabelled\n")
+        .expect_err("a pod the policy no longer selects is cut off under traffic");
+    assert!(gateway_b.refused("cluster-a", "not_selected") > before);
+    let policies = &gateway_b.device.report().admissions[0].policies;
+    assert!(policies[0].drops > 0, "counted on the policy: {policies:?}");
+    gateway_b.apply(policy(vec![a.viewed.into()]));
+    let mut again =
+        connect(&a.namespace, SocketAddr::from((b.viewed, ENDPOINT_PORT))).expect("selected again");
+    round_trip(&mut again, b"back\n").expect("served again");
     drop(gateway_a);
 }

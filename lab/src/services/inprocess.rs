@@ -8,18 +8,25 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
 use ipnet::Ipv4Net;
+use k8s_openapi::api::core::v1::{Namespace, Pod, PodSpec, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kubetun_controller::operator::services::desired::{AddressViews, Source, desired_imports};
 use kubetun_controller::operator::services::dns::{DnsService, DnsTable};
 use kubetun_controller::operator::services::offer::{ExportRequest, offer};
 use kubetun_controller::planner::ExportEndpoints;
+use kubetun_controller::planner::admission::Answers;
+use kubetun_controller::planner::policy::{self, PolicyPlan};
+use kubetun_controller::plumbing::exports::Exports;
 use kubetun_crds::mcs::ServiceImportType;
-use kubetun_crds::{ClusterRef, ExportedServiceSpec};
+use kubetun_crds::{ClientIdentitySpec, ClusterRef, ExportPolicySpec, ExportedServiceSpec};
 
 use super::{objects, proxy, standins};
 
 /// Where the in-process imports' ClusterSetIPs start in the client's service range.
 const CLUSTER_IP_OFFSET: u32 = 100;
+/// The name of the lab's ExportPolicy (in the demo Service's namespace).
+pub(super) const POLICY_NAME: &str = "frontend";
 use crate::error::LabError;
 use crate::service_demo::ServiceDemo;
 use crate::state::ClusterState;
@@ -31,6 +38,10 @@ pub(super) struct InProcess {
     /// The consumers annotation of each exporter's ServiceExport (by cluster ID); absent:
     /// every linked cluster.
     consumers: BTreeMap<String, Vec<String>>,
+    /// The ExportPolicy guarding each exporter's Service (by cluster ID).
+    policies: BTreeMap<String, ExportPolicySpec>,
+    /// The `app` label of each pod (by pod namespace); a pod without one has no labels.
+    labels: BTreeMap<String, String>,
     /// The client's service range; the imports' ClusterSetIPs are taken from
     /// [`CLUSTER_IP_OFFSET`] on.
     service_range: Ipv4Net,
@@ -43,6 +54,8 @@ impl InProcess {
         Self {
             offers: BTreeMap::new(),
             consumers: BTreeMap::new(),
+            policies: BTreeMap::new(),
+            labels: BTreeMap::new(),
             service_range,
             table_file,
         }
@@ -103,13 +116,114 @@ impl InProcess {
         }
     }
 
-    /// What `exporter`'s gateway admits for its offer, as its controller computes it.
-    pub(super) fn exports_of(&self, exporter: &ClusterState) -> Vec<ExportEndpoints> {
-        self.offers
-            .get(&exporter.id)
-            .map(ExportEndpoints::of_offer)
-            .into_iter()
-            .collect()
+    /// Guards `exporter`'s Service with `policy` (`None`: no policy), as `kubectl apply` of an
+    /// ExportPolicy would.
+    pub(super) fn set_policy(&mut self, exporter: &ClusterState, policy: Option<ExportPolicySpec>) {
+        match policy {
+            Some(policy) => self.policies.insert(exporter.id.clone(), policy),
+            None => self.policies.remove(&exporter.id),
+        };
+    }
+
+    /// Sets (`None`: removes) the `app` label of the pod in namespace `pod`.
+    pub(super) fn set_label(&mut self, pod: &str, app: Option<&str>) {
+        match app {
+            Some(app) => self.labels.insert(pod.to_owned(), app.to_owned()),
+            None => self.labels.remove(pod),
+        };
+    }
+
+    /// `exporter`'s offer with its policy's selectors, and the policy's plan.
+    fn guarded(&self, exporter: &ClusterState) -> Option<(ExportedServiceSpec, Vec<PolicyPlan>)> {
+        let mut offer = self.offers.get(&exporter.id)?.clone();
+        let Some(spec) = self.policies.get(&exporter.id) else {
+            return Some((offer, Vec::new()));
+        };
+        let name = format!("{}/{POLICY_NAME}", offer.namespace);
+        let plan = match policy::plan(&name, spec, &offer) {
+            Ok((plan, selectors)) => {
+                offer.client_selectors = selectors;
+                plan
+            }
+            Err(_) => policy::closed(&name, &offer),
+        };
+        Some((offer, vec![plan]))
+    }
+
+    /// What `exporter`'s gateway admits for its offer and the answers of the `clusters` its
+    /// policy asks, as the controllers compute them.
+    pub(super) fn exports_of(&self, exporter: &ClusterState, clusters: &[ClusterState]) -> Exports {
+        let Some((offer, plans)) = self.guarded(exporter) else {
+            return Exports::default();
+        };
+        let mut endpoints = ExportEndpoints::of_offer(&offer);
+        endpoints.policies = plans;
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                name: Some(offer.namespace.clone()),
+                labels: Some(BTreeMap::from([(
+                    "kubernetes.io/metadata.name".to_owned(),
+                    offer.namespace.clone(),
+                )])),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        let mut answers = Answers::new();
+        for cluster in clusters.iter().filter(|c| c.id != exporter.id) {
+            if !offer
+                .client_selectors
+                .iter()
+                .any(|s| s.clusters.contains(&cluster.id))
+            {
+                continue;
+            }
+            let pods: Vec<Pod> = cluster
+                .pods
+                .iter()
+                .map(|pod| self.pod(&offer.namespace, &pod.namespace, pod.address))
+                .collect();
+            let selections = policy::select(
+                &cluster.id,
+                &offer.client_selectors,
+                std::slice::from_ref(&namespace),
+                &pods,
+            );
+            answers.insert(
+                cluster.id.clone(),
+                ClientIdentitySpec {
+                    cluster: cluster.id.clone(),
+                    exporter: exporter.id.clone(),
+                    selections,
+                },
+            );
+        }
+        Exports {
+            endpoints: vec![endpoints],
+            answers,
+        }
+    }
+
+    /// The Pod a lab pod namespace stands for, in the Service's namespace, with its label.
+    fn pod(&self, namespace: &str, name: &str, address: Ipv4Addr) -> Pod {
+        let labels = self
+            .labels
+            .get(name)
+            .map(|app| BTreeMap::from([("app".to_owned(), app.clone())]));
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(namespace.to_owned()),
+                labels,
+                ..ObjectMeta::default()
+            },
+            spec: Some(PodSpec::default()),
+            status: Some(PodStatus {
+                phase: Some("Running".to_owned()),
+                pod_ip: Some(address.to_string()),
+                ..PodStatus::default()
+            }),
+        }
     }
 
     /// `exporter` no longer exports it.

@@ -18,6 +18,7 @@ mod apiservers;
 mod inprocess;
 mod isolation;
 mod objects;
+mod policies;
 mod timing;
 
 use std::io::Write;
@@ -248,8 +249,10 @@ impl Steps<'_, '_> {
         driver.publish(self.cluster(self.client))?;
         for &exporter in &self.exporters.clone() {
             let exports = match &self.driver {
-                Driver::InProcess(driver) => driver.exports_of(self.cluster(exporter)),
-                Driver::ApiServers => Vec::new(),
+                Driver::InProcess(driver) => {
+                    driver.exports_of(self.cluster(exporter), &self.lab.state.clusters)
+                }
+                Driver::ApiServers => Default::default(),
             };
             if self.lab.exports[exporter] != exports {
                 self.lab.exports[exporter] = exports;
@@ -662,6 +665,7 @@ impl Steps<'_, '_> {
             )),
         };
         self.isolation_check(out, description, outcome);
+        self.export_policies(out, first, outsider)?;
 
         // Open again: the outsider is served without being a consumer, as before.
         let started = Instant::now();
