@@ -330,6 +330,13 @@ fn kubectl_surface_is_complete() {
             "kexp",
             &["Namespace", "Service", "Type", "Age"],
         ),
+        (
+            "ExportPolicy",
+            "Namespaced",
+            "kxp",
+            &["Service", "Valid", "Selected", "Age"],
+        ),
+        ("ClientIdentity", "Namespaced", "kci", &["Exporter", "Age"]),
     ];
     assert_eq!(all_crds().len(), expected.len());
     for (kind, scope, short, columns) in expected {
@@ -454,12 +461,16 @@ fn examples_parse_into_their_types_and_pass_the_schema() {
             kinds_seen.insert(kind);
         }
     }
-    // ExportedServices are written by kubetun from ServiceExports, never by users: an example
-    // would be an offer without an export, which the controller deletes.
+    // ExportedServices and ClientIdentities are written by kubetun (from ServiceExports, from
+    // an exporter's policies), never by users: an example would be an object the controller
+    // deletes. An ExportPolicy lives next to its Service in a users' namespace: its example is
+    // the README's (`readme_export_policy_parses_and_passes_the_schema`).
     let all_kinds: std::collections::BTreeSet<String> = all_crds()
         .into_iter()
         .map(|c| c.spec.names.kind)
-        .filter(|kind| kind != "ExportedService")
+        .filter(|kind| {
+            !["ExportedService", "ClientIdentity", "ExportPolicy"].contains(&kind.as_str())
+        })
         .collect();
     assert_eq!(
         kinds_seen, all_kinds,
@@ -551,4 +562,20 @@ fn mcs_schema(kind: &str) -> Value {
             .unwrap(),
     )
     .unwrap()
+}
+
+#[test]
+fn readme_export_policy_parses_and_passes_the_schema() {
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let block = readme
+        .split("```yaml\n")
+        .skip(1)
+        .filter_map(|rest| rest.split("```").next())
+        .find(|block| block.contains("kind: ExportPolicy"))
+        .expect("the README shows an ExportPolicy");
+    let value: Value = serde_yaml::from_str(block).unwrap();
+    serde_json::from_value::<kubetun_crds::ExportPolicy>(value.clone()).unwrap();
+    let mut errors = Vec::new();
+    schema_errors(&value, &schema("ExportPolicy"), "ExportPolicy", &mut errors);
+    assert!(errors.is_empty(), "{errors:#?}");
 }

@@ -179,15 +179,34 @@ impl Pass {
                 continue;
             }
             let mut status = status;
-            if let Some(old) = object.status.as_ref() {
-                for c in &mut status.conditions {
-                    if let Some(before) = old
-                        .conditions
-                        .iter()
-                        .find(|o| o.type_ == c.type_ && o.status == c.status)
-                    {
-                        c.last_transition_time = before.last_transition_time.clone();
-                    }
+            let old = object.status.clone().unwrap_or_default();
+            for c in &mut status.conditions {
+                if let Some(before) = old
+                    .conditions
+                    .iter()
+                    .find(|o| o.type_ == c.type_ && o.status == c.status)
+                {
+                    c.last_transition_time = before.last_transition_time.clone();
+                }
+                c.observed_generation = object.metadata.generation;
+            }
+            // A Warning Event when a problem appears or changes (not when the same one is
+            // written again, e.g. after a restart).
+            if let Some(problem) = status.conditions.iter().find(|c| c.status == "False") {
+                let known = old.conditions.iter().any(|o| {
+                    o.type_ == problem.type_
+                        && o.status == problem.status
+                        && o.message == problem.message
+                });
+                if !known {
+                    crate::plumbing::events::warn(
+                        &self.ctx.client,
+                        &object.object_ref(&()),
+                        &problem.reason,
+                        "Guard",
+                        &problem.message,
+                    )
+                    .await;
                 }
             }
             let api: Api<ExportPolicy> = Api::namespaced(self.ctx.client.clone(), &namespace);

@@ -133,6 +133,16 @@ impl Admissions {
         &self.clusters
     }
 
+    /// Entries of the endpoint set, groups, entries of the source set.
+    pub fn sizes(&self) -> (usize, usize, usize) {
+        (self.endpoints.len, self.groups.len(), self.sources.len)
+    }
+
+    /// Bytes the two sets and the groups take (their slots, allocated once per build).
+    pub fn memory(&self) -> usize {
+        self.endpoints.bytes() + self.sources.bytes() + std::mem::size_of_val(&self.groups[..])
+    }
+
     /// The cluster index of a remote address (`UNADMITTED` for a remote address of no
     /// admission), `None` for an address that is no remote view.
     #[inline]
@@ -345,6 +355,8 @@ impl EntryKey {
 pub(crate) struct EntryMap {
     slots: Box<[(EntryKey, u32)]>,
     hasher: RandomState,
+    /// Entries held.
+    len: usize,
 }
 
 impl EntryMap {
@@ -355,10 +367,12 @@ impl EntryMap {
             return Self {
                 slots: Box::default(),
                 hasher,
+                len: 0,
             };
         }
         let size = (entries.len() * 2).next_power_of_two();
         let mut slots = vec![(EntryKey::default(), 0); size].into_boxed_slice();
+        let mut len = 0;
         for (key, value) in entries {
             let mut at = hasher.hash_one(key) as usize & (size - 1);
             while slots[at].0.rest != 0 && slots[at].0 != key {
@@ -366,9 +380,14 @@ impl EntryMap {
             }
             if slots[at].0.rest == 0 {
                 slots[at] = (key, value);
+                len += 1;
             }
         }
-        Self { slots, hasher }
+        Self { slots, hasher, len }
+    }
+
+    fn bytes(&self) -> usize {
+        std::mem::size_of_val(&self.slots[..])
     }
 
     #[inline]
