@@ -162,6 +162,8 @@ async fn only_the_pods_a_policy_selects_are_admitted_and_relabelling_moves_acces
     link_by_hand(&rome, &milan_cluster).await;
     let reader = grant_milan_in_rome(&rome_cluster, &milan).await;
     let rome_services = run_services(&rome_cluster, "rome", "10.60.0.0/16").await;
+    // No controller-manager makes the namespace's default ServiceAccount: the pods need it.
+    apply(&rome, Some(SHOP), json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": SHOP}})).await;
     pod(&rome, "frontend-1", "frontend", FRONTEND).await;
     pod(&rome, "backend-1", "backend", BACKEND).await;
 

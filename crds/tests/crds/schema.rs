@@ -369,7 +369,7 @@ fn kubectl_surface_is_complete() {
             .is_some_and(|s| s.status.is_some());
         assert_eq!(
             has_status,
-            !matches!(*kind, "NetworkID" | "ExportedService"),
+            !matches!(*kind, "NetworkID" | "ExportedService" | "ClientIdentity"),
             "{kind} status subresource"
         );
     }
