@@ -13,7 +13,7 @@
 //! connector granted this cluster there (`ClientIdentity` `for-<this cluster>` only), by the
 //! peer watch of the services sync.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -25,7 +25,7 @@ use kubetun_crds::{
     ExportedServiceSpec, PolicyClient,
 };
 
-use super::sync::{FIELD_MANAGER, Pass, delete, hash};
+use super::sync::{FIELD_MANAGER, Pass, delete, hash, key};
 use crate::planner::admission::{Answers, ExportEndpoints, admissions};
 use crate::planner::policy::{self, PolicyPlan, PolicyTally};
 use crate::plumbing::runtime;
@@ -123,11 +123,11 @@ impl Pass {
                 .or_default()
                 .push(tally);
         }
-        let guarded: HashMap<&str, ()> = plans
+        let guarded: HashSet<&str> = plans
             .by_offer
             .values()
             .flatten()
-            .map(|plan| (plan.name.as_str(), ()))
+            .map(|plan| plan.name.as_str())
             .collect();
         for object in store.state() {
             let namespace = object.namespace().unwrap_or_default();
@@ -149,7 +149,7 @@ impl Pass {
                     ),
                     Vec::new(),
                 ),
-                None if !guarded.contains_key(name.as_str()) => (
+                None if !guarded.contains(name.as_str()) => (
                     condition(
                         "Valid",
                         "False",
@@ -265,8 +265,10 @@ impl Pass {
                 || stale.name_any() != identity_name(exporter)
             {
                 delete(&api, &stale.name_any()).await?;
-                self.written
-                    .retain(|key, _| !key.ends_with(&format!("/{}", stale.name_any())));
+                self.written.remove(&key::<ClientIdentity>(
+                    &self.ctx.namespace,
+                    &stale.name_any(),
+                ));
             }
         }
         Ok(())

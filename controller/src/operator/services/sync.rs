@@ -92,6 +92,12 @@ impl Peer {
     fn settled(&self) -> bool {
         ready(&self.offers) || self.started.elapsed() >= PEER_SYNC_WAIT
     }
+
+    /// Whether its answer to this cluster's policies is known (or, after
+    /// [`PEER_SYNC_WAIT`] without it, counts as empty).
+    fn answered(&self) -> bool {
+        self.answer.as_ref().is_none_or(ready) || self.started.elapsed() >= PEER_SYNC_WAIT
+    }
 }
 
 /// Whether `store` holds its first full list.
@@ -138,7 +144,7 @@ pub async fn run(ctx: Arc<Context>, dns: SharedTable, metrics: ServiceMetrics) {
     let client = &ctx.client;
     let ns = &ctx.namespace;
     let all = watcher::Config::default();
-    let local = Local {
+    let mut local = Local {
         exports: watch(Api::all(client.clone()), all.clone(), &ctx.health, &changed),
         services: watch(Api::all(client.clone()), all.clone(), &ctx.health, &changed),
         slices: watch(Api::all(client.clone()), all.clone(), &ctx.health, &changed),
@@ -177,7 +183,6 @@ pub async fn run(ctx: Arc<Context>, dns: SharedTable, metrics: ServiceMetrics) {
         policies: None,
         answers: None,
     };
-    let mut local = local;
     if super::policies::available(client, ns).await {
         local.policies = Some(watch(
             Api::all(client.clone()),
@@ -333,26 +338,35 @@ impl Pass {
                 Some((id.clone(), answer.spec.clone()))
             })
             .collect();
-        let published = Exports {
-            endpoints: exports.clone(),
-            answers: answers.clone(),
-        };
-        if self.ctx.exports.publish(published) {
-            tracing::debug!(
-                offers = offers.len(),
-                "services: exports published to the gateway sync"
-            );
+        // A policy naming a peer whose answer has not arrived yet (a restart, a new link)
+        // would admit none of its pods: the gateway keeps its last state until it arrives.
+        let unanswered = self.peers.iter().any(|(id, peer)| {
+            !peer.answered()
+                && exports
+                    .iter()
+                    .flat_map(|e| &e.policies)
+                    .any(|p| p.names(id))
+        });
+        if unanswered {
+            self.retry_soon();
+        } else {
+            let published = Exports {
+                endpoints: exports.clone(),
+                answers: answers.clone(),
+            };
+            if self.ctx.exports.publish(published) {
+                tracing::debug!(
+                    offers = offers.len(),
+                    "services: exports published to the gateway sync"
+                );
+            }
         }
         self.policy_status(&plans, &exports, &answers).await?;
         // Imports are computed from every peer's offers or not at all: a peer whose first list
         // has not arrived (a restart, a slow API server) would otherwise look like a peer that
         // exports nothing, and its imports would be deleted and made again.
         if !self.peers.values().all(Peer::settled) {
-            let changed = self.changed.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(RETRY).await;
-                changed.notify_one();
-            });
+            self.retry_soon();
             return Ok(());
         }
         let tunnels: HashMap<String, AddressViews> = self
@@ -698,6 +712,16 @@ impl Pass {
                 }
             }
         }
+    }
+
+    /// Wakes another pass after [`RETRY`] (a peer's first list may arrive without an event
+    /// this pass would see).
+    fn retry_soon(&self) {
+        let changed = self.changed.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(RETRY).await;
+            changed.notify_one();
+        });
     }
 
     /// A reflector of a peer's `api`, waking a pass on every event; its task.
