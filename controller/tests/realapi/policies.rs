@@ -3,7 +3,9 @@
 //! reads the answer with the read-only credential the connector's rules give it and its
 //! gateway admits only those sources. Relabelling a pod moves its access within 2 s
 //! (measured, median of 5); a forged answer (addresses outside Rome's CIDRs) is dropped and
-//! counted; the credential reads no other cluster's answer; an invalid policy fails closed.
+//! counted; the credential reads no other cluster's answer; an invalid policy fails closed;
+//! a Deployment's pods (kube-controller-manager and fake-kubelet) scaled, deleted and
+//! relabelled keep exactly their access.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -133,22 +135,27 @@ async fn policy_status(milan: &kube::Client) -> Option<kubetun_crds::ExportPolic
         .and_then(|p| p.status)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn only_the_pods_a_policy_selects_are_admitted_and_relabelling_moves_access_within_two_seconds()
- {
-    let Some([milan_cluster, rome_cluster]) = realapi_support::clusters(["milan", "rome"]).await
-    else {
-        return;
-    };
-    install_services_on(&[&milan_cluster, &rome_cluster]).await;
+/// Milan (exporter, its controller in-process with a test gateway) linked to Rome (pods
+/// 10.60.0.0/16, its services loop running): Rome follows Milan's offers and Milan reads
+/// Rome's answer with the reader the connector's rules make. Milan exports `web`.
+struct Linked {
+    exporter: crate::admissions::Exporter,
+    milan: kube::Client,
+    rome: kube::Client,
+    /// Milan's client of Rome, as its reader.
+    reader: kube::Client,
+    rome_services: tokio::task::JoinHandle<()>,
+}
+
+async fn link(
+    milan_cluster: &kubetun_testenv::TestCluster,
+    rome_cluster: &kubetun_testenv::TestCluster,
+) -> Linked {
+    install_services_on(&[milan_cluster, rome_cluster]).await;
     let milan = milan_cluster.client().await.unwrap();
     let rome = rome_cluster.client().await.unwrap();
     create_shop(&[&milan, &rome]).await;
-    let exporter = start_exporter(&milan_cluster, Isolation::Exported).await;
-    let gateway = &exporter.gateway;
-
-    // Milan linked to Rome (its pods 10.60.0.0/16); Rome follows Milan's offers and Milan
-    // reads Rome's answer with the reader the connector's rules make.
+    let exporter = start_exporter(milan_cluster, Isolation::Exported).await;
     let rome_info = kubetun_controller_testing::cluster_info(
         "rome",
         "10.60.0.0/16",
@@ -159,15 +166,9 @@ async fn only_the_pods_a_policy_selects_are_admitted_and_relabelling_moves_acces
     kubetun_controller_testing::link_as_connector(&configs, NAMESPACE, &exporter.info, &rome_info)
         .await
         .unwrap();
-    link_by_hand(&rome, &milan_cluster).await;
-    let reader = grant_milan_in_rome(&rome_cluster, &milan).await;
-    let rome_services = run_services(&rome_cluster, "rome", "10.60.0.0/16").await;
-    // No controller-manager makes the namespace's default ServiceAccount: the pods need it.
-    apply(&rome, Some(SHOP), json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": SHOP}})).await;
-    pod(&rome, "frontend-1", "frontend", FRONTEND).await;
-    pod(&rome, "backend-1", "backend", BACKEND).await;
-
-    // Exported and guarded: the frontend only.
+    link_by_hand(&rome, milan_cluster).await;
+    let reader = grant_milan_in_rome(rome_cluster, &milan).await;
+    let rome_services = run_services(rome_cluster, "rome", "10.60.0.0/16").await;
     apply(&milan, Some(SHOP), web_service(80)).await;
     apply(
         &milan,
@@ -176,6 +177,36 @@ async fn only_the_pods_a_policy_selects_are_admitted_and_relabelling_moves_acces
     )
     .await;
     apply(&milan, Some(SHOP), export("web")).await;
+    Linked {
+        exporter,
+        milan,
+        rome,
+        reader,
+        rome_services,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_pods_a_policy_selects_are_admitted_and_relabelling_moves_access_within_two_seconds()
+ {
+    let Some([milan_cluster, rome_cluster]) = realapi_support::clusters(["milan", "rome"]).await
+    else {
+        return;
+    };
+    let Linked {
+        exporter,
+        milan,
+        rome,
+        reader,
+        rome_services,
+    } = link(&milan_cluster, &rome_cluster).await;
+    let gateway = &exporter.gateway;
+    // No controller-manager makes the namespace's default ServiceAccount: the pods need it.
+    apply(&rome, Some(SHOP), json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": SHOP}})).await;
+    pod(&rome, "frontend-1", "frontend", FRONTEND).await;
+    pod(&rome, "backend-1", "backend", BACKEND).await;
+
+    // Guarded: the frontend only.
     let start = Instant::now();
     apply(&milan, Some(SHOP), frontend_policy(&[])).await;
     until_gateway(gateway, "the frontend admitted", |s| {
@@ -326,4 +357,94 @@ async fn only_the_pods_a_policy_selects_are_admitted_and_relabelling_moves_acces
             .is_some_and(|a| a.policies.is_empty() && !a.endpoints.is_empty())
     })
     .await;
+}
+
+fn frontends(replicas: i32) -> serde_json::Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "frontend", "namespace": SHOP},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "frontend"}},
+            "template": {"metadata": {"labels": {"app": "frontend"}},
+                "spec": {"containers": [{"name": "c", "image": "registry.invalid/frontend:1"}]}}}})
+}
+
+/// The addresses of Rome's `app=frontend` pods that have one and are not terminating.
+async fn frontend_addresses(rome: &kube::Client) -> Vec<String> {
+    let pods = Api::<Pod>::namespaced(rome.clone(), SHOP)
+        .list(&ListParams::default().labels("app=frontend"))
+        .await
+        .unwrap();
+    let mut addresses: Vec<String> = pods
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+        .collect();
+    addresses.sort();
+    addresses
+}
+
+/// Waits until there are `count` frontends and the gateway's sources are exactly theirs.
+async fn sources_follow_the_pods(
+    rome: &kube::Client,
+    gateway: &kubetun_controller_testing::FakeGateway,
+    count: usize,
+    what: &str,
+) -> Duration {
+    let start = Instant::now();
+    until(what, || async {
+        let pods = frontend_addresses(rome).await;
+        let applied = gateway.current().and_then(|s| sources(&s))?;
+        (pods.len() == count && applied == pods).then_some(())
+    })
+    .await;
+    start.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployments_pods_churned_by_the_controller_manager_keep_exactly_their_access() {
+    let Some([milan_cluster, rome_cluster]) = realapi_support::clusters(["milan", "rome"]).await
+    else {
+        return;
+    };
+    let _workloads = match rome_cluster.start_workloads("10.60.0.0/16", "rome-node-1") {
+        Ok(workloads) => workloads,
+        Err(e) => {
+            assert!(!kubetun_testenv::required(), "CI=true: {e}");
+            eprintln!("skipping: {e}");
+            return;
+        }
+    };
+    let linked = link(&milan_cluster, &rome_cluster).await;
+    let (milan, rome) = (&linked.milan, &linked.rome);
+    let gateway = &linked.exporter.gateway;
+    apply(milan, Some(SHOP), frontend_policy(&[])).await;
+    apply(rome, Some(SHOP), frontends(2)).await;
+    let took = sources_follow_the_pods(rome, gateway, 2, "two frontends admitted").await;
+    println!("Deployment of 2 -> both admitted: {took:?}");
+
+    // Scaled up, a pod deleted (the ReplicaSet replaces it), a pod relabelled away (the
+    // ReplicaSet orphans it and makes another): the sources follow each time.
+    apply(rome, Some(SHOP), frontends(3)).await;
+    let scaled = sources_follow_the_pods(rome, gateway, 3, "scaled to three").await;
+    let before = frontend_addresses(rome).await;
+    let pods = Api::<Pod>::namespaced(rome.clone(), SHOP);
+    let list = pods
+        .list(&ListParams::default().labels("app=frontend"))
+        .await
+        .unwrap();
+    let name = |i: usize| list.items[i].metadata.name.clone().unwrap();
+    pods.delete(&name(0), &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let replaced = sources_follow_the_pods(rome, gateway, 3, "a deleted pod replaced").await;
+    relabel(rome, &name(1), "orphan").await;
+    let relabelled = sources_follow_the_pods(rome, gateway, 3, "a relabelled pod replaced").await;
+    assert_ne!(
+        frontend_addresses(rome).await,
+        before,
+        "the churn changed the addresses"
+    );
+    println!(
+        "scaled 2 -> 3: {scaled:?}; pod deleted -> its replacement applied: {replaced:?}; pod relabelled -> applied: {relabelled:?} (each includes the ReplicaSet and fake-kubelet's 0.5 s polling)"
+    );
+    linked.rome_services.abort();
 }
