@@ -17,9 +17,8 @@ use std::hint::black_box;
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kubetun_controller::gateway_api;
-use kubetun_controller::planner::ExportEndpoints;
 use kubetun_controller::planner::admission::{Answers, admissions};
-use kubetun_controller::planner::policy::PolicyPlan;
+use kubetun_controller::planner::{ExportEndpoints, PolicyPlan};
 use kubetun_crds::mcs::{ServiceImportType, ServicePort};
 use kubetun_crds::{
     CidrMapping, ClientIdentitySpec, ClusterRef, ExportedEndpoint, ExportedEndpointPort,

@@ -34,9 +34,12 @@ use crate::ipam::{Ipam, IpamError};
 use crate::keys::{GatewayKey, KeyError, parse_public_key};
 
 pub mod admission;
+mod digest;
+pub mod endpoints;
 pub mod policy;
 
-pub use admission::{ExportEndpoints, link_isolation};
+pub use admission::link_isolation;
+pub use endpoints::{ExportEndpoints, PolicyPlan};
 
 /// The annotation of one transit grant (see [`TRANSIT_ANNOTATION_PREFIX`]).
 pub fn transit_annotation(grant: &str) -> String {
@@ -628,14 +631,7 @@ pub fn version_of(state: &DesiredState) -> String {
 }
 
 fn content_hash(state: &DesiredState) -> String {
-    format!("{:016x}", fnv1a64(&state.encode_to_vec()))
-}
-
-/// FNV-1a, 64 bit: stable across processes and releases, unlike `std`'s hasher.
-fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
-        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    format!("{:016x}", digest::fnv1a64(&state.encode_to_vec()))
 }
 
 #[cfg(test)]

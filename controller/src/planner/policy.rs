@@ -27,29 +27,9 @@ use kubetun_crds::{
     TunnelEndpointSpec,
 };
 
-use super::admission::ExportEndpoints;
-use crate::gateway_api::{self, AdmittedEndpoint};
-
-/// What one policy guards: the endpoints of the ports it names, opened only to the pods its
-/// selectors match in the clusters they name.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PolicyPlan {
-    /// `namespace/name`.
-    pub name: String,
-    /// The guarded endpoints (the Service's, or those of the named ports).
-    pub endpoints: Vec<AdmittedEndpoint>,
-    /// The client clusters and the key of the selector each entry asks them about.
-    pub from: Vec<(Vec<String>, String)>,
-}
-
-impl PolicyPlan {
-    /// Whether some entry asks `cluster`.
-    pub fn names(&self, cluster: &str) -> bool {
-        self.from
-            .iter()
-            .any(|(clusters, _)| clusters.iter().any(|c| c == cluster))
-    }
-}
+use super::digest::fnv1a64;
+use super::endpoints::{ExportEndpoints, PolicyPlan};
+use crate::gateway_api;
 
 /// The key of a pair of selectors: a digest of their JSON (stable across releases).
 pub fn selector_key(
@@ -57,7 +37,7 @@ pub fn selector_key(
     pod_selector: Option<&LabelSelector>,
 ) -> String {
     let json = serde_json::to_vec(&(namespace_selector, pod_selector)).unwrap_or_default();
-    format!("{:016x}", super::fnv1a64(&json))
+    format!("{:016x}", fnv1a64(&json))
 }
 
 /// The plan of policy `name` (`namespace/name`) of the Service `offer` exports, and the

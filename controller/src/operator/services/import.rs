@@ -19,7 +19,8 @@ use kubetun_crds::mcs::{ClusterStatus, ServiceImportType};
 use super::desired::{DesiredImport, derived_service_name};
 
 use super::dns::{DnsService, DnsTable};
-use super::sync::{FIELD_MANAGER, Pass, apply_changed, delete, hash, key};
+use super::sync::Pass;
+use super::writes::{FIELD_MANAGER, apply_changed, delete, hash, key};
 use crate::plumbing::runtime;
 
 /// Imports written at once (their requests overlap; the API server orders nothing across

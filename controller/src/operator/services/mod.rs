@@ -18,3 +18,4 @@ pub mod metrics;
 pub mod offer;
 mod policies;
 pub mod sync;
+mod writes;

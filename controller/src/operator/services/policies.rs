@@ -14,10 +14,9 @@
 //! peer watch of the services sync.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::{Resource as _, ResourceExt as _};
 use kubetun_crds::contract::services::identity_name;
 use kubetun_crds::{
@@ -25,39 +24,12 @@ use kubetun_crds::{
     ExportedServiceSpec, PolicyClient,
 };
 
-use super::sync::{FIELD_MANAGER, Pass, delete, hash, key};
-use crate::planner::admission::{Answers, ExportEndpoints, admissions};
-use crate::planner::policy::{self, PolicyPlan, PolicyTally};
+use super::sync::{Pass, Plans};
+use super::writes::{FIELD_MANAGER, delete, hash, key};
+use crate::planner::admission::{Answers, admissions};
+use crate::planner::policy::{self, PolicyTally};
+use crate::planner::{ExportEndpoints, PolicyPlan};
 use crate::plumbing::runtime;
-
-/// Whether this cluster serves ExportPolicy and ClientIdentity (an install from before
-/// them does not; policies stay off there and every exported Service stays open to its
-/// consumers' pods). Says why once, at INFO.
-pub async fn available(client: &kube::Client, namespace: &str) -> bool {
-    let probe = ListParams::default().limit(1);
-    let policies = Api::<ExportPolicy>::all(client.clone()).list(&probe).await;
-    let answers = Api::<ClientIdentity>::namespaced(client.clone(), namespace)
-        .list(&probe)
-        .await;
-    match (policies, answers) {
-        (Err(kube::Error::Api(s)), _) | (_, Err(kube::Error::Api(s))) if s.code == 404 => {
-            tracing::info!(
-                "export policies are off: the ExportPolicy or ClientIdentity CRD is not \
-                 installed (deploy/crds/kubetun.yaml)"
-            );
-            false
-        }
-        _ => true,
-    }
-}
-
-/// What a pass found of the policies: the plans per offer (by offer name) and the invalid
-/// policies with why.
-#[derive(Default)]
-pub(super) struct Plans {
-    pub(super) by_offer: BTreeMap<String, Vec<PolicyPlan>>,
-    invalid: Vec<(Arc<ExportPolicy>, String)>,
-}
 
 impl Pass {
     /// Adds the selectors of the valid policies of `offer` (named `offer_name`) to it and

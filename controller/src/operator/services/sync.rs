@@ -7,7 +7,6 @@
 //! the watched state, and writes only what differs from the last write.
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::Hasher as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use futures::{FutureExt as _, StreamExt as _};
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Resource as _, ResourceExt as _};
@@ -35,16 +34,14 @@ use super::desired::{AddressViews, DesiredImport, Source, desired_imports};
 use super::dns_server::SharedTable;
 use super::metrics::ServiceMetrics;
 use super::offer::{ExportRequest, offer, offered_to};
-use super::policies::Plans;
+use super::writes::{FIELD_MANAGER, apply_changed, delete, hash, key};
 use crate::operator::network_config::context::Context;
-use crate::planner::ExportEndpoints;
 use crate::planner::admission::Answers;
+use crate::planner::{ExportEndpoints, PolicyPlan};
 use crate::plumbing::exports::Exports;
 use crate::plumbing::kubeconfig::peer_client;
 use crate::plumbing::runtime::{self, ApiHealth};
 
-/// Field manager of every write.
-pub(super) const FIELD_MANAGER: &str = "kubetun-services";
 /// Under churn, passes start at most this often (changes meanwhile make one pass).
 const DEBOUNCE: Duration = Duration::from_millis(50);
 /// After a quiet spell a change is acted on this soon: long enough for the rest of its
@@ -71,7 +68,7 @@ pub(super) struct Local {
     pub(super) tunnels: Store<TunnelEndpoint>,
     pub(super) namespaces: Store<Namespace>,
     /// ExportPolicies, and the answers this cluster gives; `None` where their CRDs are
-    /// missing ([`super::policies::available`]).
+    /// missing ([`policies_available`]).
     pub(super) policies: Option<Store<ExportPolicy>>,
     pub(super) answers: Option<Store<ClientIdentity>>,
 }
@@ -138,6 +135,35 @@ pub async fn available(ctx: &Context) -> bool {
     }
 }
 
+/// Whether this cluster serves ExportPolicy and ClientIdentity (an install from before
+/// them does not; policies stay off there and every exported Service stays open to its
+/// consumers' pods). Says why once, at INFO.
+pub(super) async fn policies_available(client: &kube::Client, namespace: &str) -> bool {
+    let probe = ListParams::default().limit(1);
+    let policies = Api::<ExportPolicy>::all(client.clone()).list(&probe).await;
+    let answers = Api::<ClientIdentity>::namespaced(client.clone(), namespace)
+        .list(&probe)
+        .await;
+    match (policies, answers) {
+        (Err(kube::Error::Api(s)), _) | (_, Err(kube::Error::Api(s))) if s.code == 404 => {
+            tracing::info!(
+                "export policies are off: the ExportPolicy or ClientIdentity CRD is not \
+                 installed (deploy/crds/kubetun.yaml)"
+            );
+            false
+        }
+        _ => true,
+    }
+}
+
+/// What a pass found of the policies: the plans per offer (by offer name) and the invalid
+/// policies with why.
+#[derive(Default)]
+pub(super) struct Plans {
+    pub(super) by_offer: BTreeMap<String, Vec<PolicyPlan>>,
+    pub(super) invalid: Vec<(Arc<ExportPolicy>, String)>,
+}
+
 /// Runs until the process stops, publishing what DNS answers into `dns`.
 pub async fn run(ctx: Arc<Context>, dns: SharedTable, metrics: ServiceMetrics) {
     let changed = Arc::new(Notify::new());
@@ -183,7 +209,7 @@ pub async fn run(ctx: Arc<Context>, dns: SharedTable, metrics: ServiceMetrics) {
         policies: None,
         answers: None,
     };
-    if super::policies::available(client, ns).await {
+    if policies_available(client, ns).await {
         local.policies = Some(watch(
             Api::all(client.clone()),
             all.clone(),
@@ -787,60 +813,6 @@ impl Pass {
         }
         Ok(())
     }
-}
-
-/// Server-side applies `object` unless `written` holds its digest (it is what was last
-/// written); returns the key and digest to record when it wrote.
-pub(super) async fn apply_changed<K>(
-    api: &Api<K>,
-    name: &str,
-    object: &K,
-    written: &HashMap<String, u64>,
-) -> Result<Option<(String, u64)>, kube::Error>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::Serialize
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
-    let namespace = object.meta().namespace.clone().unwrap_or_default();
-    let key = key::<K>(&namespace, name);
-    let digest = hash(&serde_json::to_string(object).unwrap_or_default());
-    if written.get(&key) == Some(&digest) {
-        return Ok(None);
-    }
-    let mut value = serde_json::to_value(object).unwrap_or_default();
-    value["apiVersion"] = K::api_version(&()).into();
-    value["kind"] = K::kind(&()).into();
-    api.patch(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&value),
-    )
-    .await?;
-    Ok(Some((key, digest)))
-}
-
-pub(super) async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match api.delete(name, &DeleteParams::background()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-pub(super) fn key<K: kube::Resource<DynamicType = ()>>(namespace: &str, name: &str) -> String {
-    format!("{}/{namespace}/{name}", K::kind(&()))
-}
-
-pub(super) fn hash(value: &impl std::hash::Hash) -> u64 {
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    value.hash(&mut hasher);
-    hasher.finish()
 }
 
 fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
