@@ -16,6 +16,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::{Resource as _, ResourceExt as _};
 use kubetun_crds::contract::services::identity_name;
@@ -29,7 +31,7 @@ use super::writes::{FIELD_MANAGER, delete, hash, key};
 use crate::planner::admission::{Answers, admissions};
 use crate::planner::policy::{self, PolicyTally};
 use crate::planner::{ExportEndpoints, PolicyPlan};
-use crate::plumbing::runtime;
+use crate::plumbing::{conditions, runtime};
 
 impl Pass {
     /// Adds the selectors of the valid policies of `offer` (named `offer_name`) to it and
@@ -109,58 +111,53 @@ impl Pass {
                 .iter()
                 .find(|(o, _)| o.metadata.uid == object.metadata.uid)
                 .map(|(_, message)| message.clone());
-            let (valid, clients) = match invalid {
+            let (valid, reason, message, clients) = match invalid {
                 Some(message) => (
-                    condition(
-                        "Valid",
-                        "False",
-                        "InvalidPolicy",
-                        &format!(
-                            "{message}; until it is fixed the Service admits nobody it guards"
-                        ),
-                    ),
+                    false,
+                    "InvalidPolicy",
+                    format!("{message}; until it is fixed the Service admits nobody it guards"),
                     Vec::new(),
                 ),
                 None if !guarded.contains(name.as_str()) => (
-                    condition(
-                        "Valid",
-                        "False",
-                        "ServiceNotExported",
-                        &format!(
-                            "Service {} is not exported (no valid ServiceExport of that name in \
-                             {namespace})",
-                            object.spec.service
-                        ),
+                    false,
+                    "ServiceNotExported",
+                    format!(
+                        "Service {} is not exported (no valid ServiceExport of that name in \
+                         {namespace})",
+                        object.spec.service
                     ),
                     Vec::new(),
                 ),
                 None => (
-                    condition("Valid", "True", "Valid", "the policy guards its Service"),
+                    true,
+                    "Valid",
+                    "the policy guards its Service".to_owned(),
                     clients_of(&object, by_policy.get(name.as_str())),
                 ),
             };
+            let old = object.status.clone().unwrap_or_default();
+            let mut conditions = old.conditions.clone();
+            conditions::set(
+                &mut conditions,
+                "Valid",
+                valid,
+                reason,
+                &message,
+                object.metadata.generation,
+                Time(Timestamp::now()),
+            );
             let status = ExportPolicyStatus {
-                conditions: vec![valid],
+                conditions,
                 selected: clients.iter().map(|c| c.selected).sum(),
                 clients,
                 observed_generation: object.metadata.generation,
             };
+            // The transition time stays unless the status flips, so an unchanged policy
+            // hashes the same and is not written again.
             let key = format!("ExportPolicy/status/{name}");
             let digest = hash(&serde_json::to_string(&status).unwrap_or_default());
             if self.written.get(&key) == Some(&digest) {
                 continue;
-            }
-            let mut status = status;
-            let old = object.status.clone().unwrap_or_default();
-            for c in &mut status.conditions {
-                if let Some(before) = old
-                    .conditions
-                    .iter()
-                    .find(|o| o.type_ == c.type_ && o.status == c.status)
-                {
-                    c.last_transition_time = before.last_transition_time.clone();
-                }
-                c.observed_generation = object.metadata.generation;
             }
             // A Warning Event when a problem appears or changes (not when the same one is
             // written again, e.g. after a restart).
@@ -274,22 +271,4 @@ fn clients_of(object: &ExportPolicy, tallies: Option<&Vec<&PolicyTally>>) -> Vec
             }
         })
         .collect()
-}
-
-fn condition(
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: &str,
-) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-    k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
-        type_: type_.to_owned(),
-        status: status.to_owned(),
-        reason: reason.to_owned(),
-        message: message.to_owned(),
-        last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::now(),
-        ),
-        observed_generation: None,
-    }
 }

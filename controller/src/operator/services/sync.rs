@@ -297,7 +297,7 @@ pub async fn run(ctx: Arc<Context>, dns: SharedTable, metrics: ServiceMetrics) {
     }
 }
 
-/// A reflector of `api` that wakes `changed` on every event.
+/// A reflector of `api` that wakes `changed` on every event (for the process's life).
 fn watch<K>(
     api: Api<K>,
     config: watcher::Config,
@@ -313,14 +313,34 @@ where
         + Sync
         + 'static,
 {
+    reflect(api, config, health, "services", changed).0
+}
+
+/// A reflector of `api` that wakes `changed` on every event, and its task.
+fn reflect<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    health: &ApiHealth,
+    what: &'static str,
+    changed: &Arc<Notify>,
+) -> (Store<K>, tokio::task::JoinHandle<()>)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
     let (reader, writer) = reflector::store();
     let changed = changed.clone();
-    let stream = runtime::watch(api, config, health, "services").reflect(writer);
-    tokio::spawn(stream.for_each(move |_| {
+    let stream = runtime::watch(api, config, health, what).reflect(writer);
+    let task = tokio::spawn(stream.for_each(move |_| {
         changed.notify_one();
         std::future::ready(())
     }));
-    reader
+    (reader, task)
 }
 
 pub(super) struct Pass {
@@ -701,21 +721,23 @@ impl Pass {
                 Ok(client) => {
                     let health = ApiHealth::new(client.clone());
                     // The exporter's kubetun namespace is the credential's context namespace.
-                    let (offers, offers_task) = self.follow(
+                    let (offers, offers_task) = reflect(
                         Api::<ExportedService>::default_namespaced(client.clone()),
                         watcher::Config::default(),
                         &health,
                         "peer ExportedServices",
+                        &self.changed,
                     );
                     let mut tasks = vec![offers_task];
                     // The peer's answer to this cluster: the one object its credential reads.
                     let answer = self.local.policies.is_some().then(|| {
                         let name = identity_name(&self.ctx.cluster.cluster.id);
-                        let (answer, task) = self.follow(
+                        let (answer, task) = reflect(
                             Api::<ClientIdentity>::default_namespaced(client),
                             watcher::Config::default().fields(&format!("metadata.name={name}")),
                             &health,
                             "peer ClientIdentity",
+                            &self.changed,
                         );
                         tasks.push(task);
                         answer
@@ -748,33 +770,6 @@ impl Pass {
             tokio::time::sleep(RETRY).await;
             changed.notify_one();
         });
-    }
-
-    /// A reflector of a peer's `api`, waking a pass on every event; its task.
-    fn follow<K>(
-        &self,
-        api: Api<K>,
-        config: watcher::Config,
-        health: &ApiHealth,
-        what: &'static str,
-    ) -> (Store<K>, tokio::task::JoinHandle<()>)
-    where
-        K: kube::Resource<DynamicType = ()>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
-    {
-        let (reader, writer) = reflector::store();
-        let changed = self.changed.clone();
-        let stream = runtime::watch(api, config, health, what).reflect(writer);
-        let task = tokio::spawn(stream.for_each(move |_| {
-            changed.notify_one();
-            std::future::ready(())
-        }));
-        (reader, task)
     }
 
     /// This cluster's pods once their first list arrived; starts their watch the first
